@@ -1,0 +1,38 @@
+"""Shared fixtures: a fresh store and a fresh fusion cache per test, and the gpu marker."""
+import os
+
+import pytest
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="no CUDA GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def fresh_store(tmp_path, monkeypatch):
+    """Every test gets its own cache directory, and fallback to the reference is off."""
+    monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "fusion_cache"))
+    monkeypatch.delenv("FUSION_CACHE_DB_URL", raising=False)
+    monkeypatch.setenv("FUSION_CACHE_DISABLE_FALLBACK", "1")
+    try:
+        from fusion_cache import FusionCache
+
+        FusionCache.reset()
+    except ImportError:
+        pass
+    yield tmp_path / "fusion_cache"
