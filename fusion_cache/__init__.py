@@ -1,0 +1,31 @@
+"""fusion-cache: nvFuser's Python frontend, run as generated CUDA kernels kept in a persistent store.
+
+Scripts written for nvFuser's frontend run by changing the import:
+`from nvfuser import FusionDefinition, DataType` -> `from fusion_cache import FusionDefinition, DataType`.
+"""
+from .definition import Fusion, FusionDefinition, FusionDefinitionError
+from .dtypes import DataType
+from .layout import compute_contiguity, compute_tensor_descriptor
+from .trie import FusionCache
+from .values import Scalar, Tensor, Vector
+
+__version__ = "0.1.0"
+
+
+def version() -> str:
+    return __version__
+
+
+__all__ = [
+    "DataType",
+    "Fusion",
+    "FusionCache",
+    "FusionDefinition",
+    "FusionDefinitionError",
+    "Scalar",
+    "Tensor",
+    "Vector",
+    "compute_contiguity",
+    "compute_tensor_descriptor",
+    "version",
+]

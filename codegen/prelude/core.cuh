@@ -1,0 +1,226 @@
+// fusion-cache prelude: core.
+// Pasted at the top of every generated kernel. NVRTC runs without include paths, so this
+// file defines what <cstdint>, <cuda_fp16.h> and <cuda_bf16.h> would have given us.
+#ifndef FC_PRELUDE_CORE
+#define FC_PRELUDE_CORE
+
+#define FC_DEVICE __device__ __forceinline__
+
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+// ---- minimal type traits (no <type_traits> under NVRTC) ---------------------------------
+
+template <bool B, typename T = void> struct fc_enable_if {};
+template <typename T> struct fc_enable_if<true, T> { typedef T type; };
+
+template <typename T> struct fc_is_integral { static constexpr bool value = false; };
+#define FC_MARK_INTEGRAL(T) \
+  template <> struct fc_is_integral<T> { static constexpr bool value = true; };
+FC_MARK_INTEGRAL(bool)
+FC_MARK_INTEGRAL(char)
+FC_MARK_INTEGRAL(signed char)
+FC_MARK_INTEGRAL(unsigned char)
+FC_MARK_INTEGRAL(short)
+FC_MARK_INTEGRAL(unsigned short)
+FC_MARK_INTEGRAL(int)
+FC_MARK_INTEGRAL(unsigned int)
+FC_MARK_INTEGRAL(long)
+FC_MARK_INTEGRAL(unsigned long)
+FC_MARK_INTEGRAL(long long)
+FC_MARK_INTEGRAL(unsigned long long)
+#undef FC_MARK_INTEGRAL
+
+template <typename T> struct fc_is_signed { static constexpr bool value = T(-1) < T(0); };
+
+template <typename T> struct fc_make_unsigned { typedef T type; };
+template <> struct fc_make_unsigned<char> { typedef unsigned char type; };
+template <> struct fc_make_unsigned<signed char> { typedef unsigned char type; };
+template <> struct fc_make_unsigned<short> { typedef unsigned short type; };
+template <> struct fc_make_unsigned<int> { typedef unsigned int type; };
+template <> struct fc_make_unsigned<long> { typedef unsigned long type; };
+template <> struct fc_make_unsigned<long long> { typedef unsigned long long type; };
+
+// Restricts an overload to integer types, so that a 16-bit float passed by mistake fails to
+// compile instead of silently taking the integer path.
+#define FC_IF_INT(T) typename fc_enable_if<fc_is_integral<T>::value, int>::type = 0
+
+// ---- 16-bit floats -------------------------------------------------------------------------
+// Our own storage types: plain bits, no arithmetic. Generated code computes in float
+// ("opmath", like torch) and converts at loads and stores.
+
+struct __align__(2) fc_half { unsigned short bits; };
+struct __align__(2) fc_bf16 { unsigned short bits; };
+
+FC_DEVICE fc_half fc_half_from_bits(unsigned short b) { fc_half h; h.bits = b; return h; }
+FC_DEVICE fc_bf16 fc_bf16_from_bits(unsigned short b) { fc_bf16 h; h.bits = b; return h; }
+
+FC_DEVICE float fc_to_float(fc_half h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+  return f;
+}
+
+FC_DEVICE float fc_to_float(fc_bf16 h) { return __uint_as_float(((unsigned int)h.bits) << 16); }
+
+FC_DEVICE fc_half fc_to_half(float f) {
+  fc_half h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+  return h;
+}
+
+FC_DEVICE fc_bf16 fc_to_bf16(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  fc_bf16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+  return h;
+#else
+  // Round to nearest even on the bits; NaN stays a quiet NaN.
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return fc_bf16_from_bits(0x7fc0);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return fc_bf16_from_bits((unsigned short)(u >> 16));
+#endif
+}
+
+// double and integers go through float, as torch's c10::Half / c10::BFloat16 constructors do
+// (they take a float), so results match torch bit for bit.
+FC_DEVICE fc_half fc_to_half(double d) { return fc_to_half((float)d); }
+FC_DEVICE fc_half fc_to_half(fc_half h) { return h; }
+FC_DEVICE fc_half fc_to_half(fc_bf16 h) { return fc_to_half(fc_to_float(h)); }
+template <typename T, FC_IF_INT(T)> FC_DEVICE fc_half fc_to_half(T x) {
+  return fc_to_half((float)x);
+}
+
+FC_DEVICE fc_bf16 fc_to_bf16(double d) { return fc_to_bf16((float)d); }
+FC_DEVICE fc_bf16 fc_to_bf16(fc_bf16 h) { return h; }
+FC_DEVICE fc_bf16 fc_to_bf16(fc_half h) { return fc_to_bf16(fc_to_float(h)); }
+template <typename T, FC_IF_INT(T)> FC_DEVICE fc_bf16 fc_to_bf16(T x) {
+  return fc_to_bf16((float)x);
+}
+
+FC_DEVICE float fc_to_float(float x) { return x; }
+FC_DEVICE float fc_to_float(double x) { return (float)x; }
+template <typename T, FC_IF_INT(T)> FC_DEVICE float fc_to_float(T x) { return (float)x; }
+
+FC_DEVICE double fc_to_double(fc_half h) { return (double)fc_to_float(h); }
+FC_DEVICE double fc_to_double(fc_bf16 h) { return (double)fc_to_float(h); }
+FC_DEVICE double fc_to_double(float x) { return (double)x; }
+FC_DEVICE double fc_to_double(double x) { return x; }
+template <typename T, FC_IF_INT(T)> FC_DEVICE double fc_to_double(T x) { return (double)x; }
+
+// fc_cast<To>(x): one spelling for every dtype conversion the code generator emits.
+// 16-bit floats widen to float first (torch converts half -> int64 through float too).
+FC_DEVICE float fc_widen(fc_half h) { return fc_to_float(h); }
+FC_DEVICE float fc_widen(fc_bf16 h) { return fc_to_float(h); }
+template <typename T> FC_DEVICE T fc_widen(T x) { return x; }
+
+template <typename To> struct fc_cast_impl {
+  template <typename From> FC_DEVICE static To run(From x) { return static_cast<To>(fc_widen(x)); }
+};
+template <> struct fc_cast_impl<fc_half> {
+  template <typename From> FC_DEVICE static fc_half run(From x) { return fc_to_half(x); }
+};
+template <> struct fc_cast_impl<fc_bf16> {
+  template <typename From> FC_DEVICE static fc_bf16 run(From x) { return fc_to_bf16(x); }
+};
+template <typename To, typename From> FC_DEVICE To fc_cast(From x) {
+  return fc_cast_impl<To>::run(x);
+}
+
+// ---- special values and limits -----------------------------------------------------------
+
+template <typename T> FC_DEVICE T fc_nan();
+template <> FC_DEVICE float fc_nan<float>() { return __int_as_float(0x7fc00000); }
+template <> FC_DEVICE double fc_nan<double>() {
+  return __longlong_as_double(0x7ff8000000000000LL);
+}
+template <> FC_DEVICE fc_half fc_nan<fc_half>() { return fc_half_from_bits(0x7e00); }
+template <> FC_DEVICE fc_bf16 fc_nan<fc_bf16>() { return fc_bf16_from_bits(0x7fc0); }
+
+template <typename T> FC_DEVICE T fc_inf();
+template <> FC_DEVICE float fc_inf<float>() { return __int_as_float(0x7f800000); }
+template <> FC_DEVICE double fc_inf<double>() {
+  return __longlong_as_double(0x7ff0000000000000LL);
+}
+template <> FC_DEVICE fc_half fc_inf<fc_half>() { return fc_half_from_bits(0x7c00); }
+template <> FC_DEVICE fc_bf16 fc_inf<fc_bf16>() { return fc_bf16_from_bits(0x7f80); }
+
+// Identities for max / min reductions: -inf / +inf for floats, the type's range for integers.
+template <typename T> struct fc_limits {
+  FC_DEVICE static T lowest() {
+    typedef typename fc_make_unsigned<T>::type U;  // shifting into the sign bit is UB
+    return fc_is_signed<T>::value ? T(U(1) << (sizeof(T) * 8 - 1)) : T(0);
+  }
+  FC_DEVICE static T highest() { return T(~lowest()); }
+};
+template <> struct fc_limits<bool> {
+  FC_DEVICE static bool lowest() { return false; }
+  FC_DEVICE static bool highest() { return true; }
+};
+template <> struct fc_limits<float> {
+  FC_DEVICE static float lowest() { return -fc_inf<float>(); }
+  FC_DEVICE static float highest() { return fc_inf<float>(); }
+};
+template <> struct fc_limits<double> {
+  FC_DEVICE static double lowest() { return -fc_inf<double>(); }
+  FC_DEVICE static double highest() { return fc_inf<double>(); }
+};
+
+// ---- vectorized global memory access -------------------------------------------------------
+// fc_vec<T, N> is N elements moved as one access; sizeof(T) * N must be a power of two.
+// Callers guarantee the pointer is aligned to sizeof(T) * N (the signature records it).
+
+template <typename T, int N> struct __align__(sizeof(T) * N) fc_vec {
+  T v[N];
+  FC_DEVICE T& operator[](int i) { return v[i]; }
+  FC_DEVICE const T& operator[](int i) const { return v[i]; }
+};
+
+template <int Bytes> struct fc_raw;
+template <> struct fc_raw<1> { typedef unsigned char type; };
+template <> struct fc_raw<2> { typedef unsigned short type; };
+template <> struct fc_raw<4> { typedef unsigned int type; };
+template <> struct fc_raw<8> { typedef uint2 type; };
+template <> struct fc_raw<16> { typedef uint4 type; };
+
+// Plain load: safe when the buffer may also be written by this kernel (in-place outputs).
+template <int N, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec(const T* p) {
+  return *reinterpret_cast<const fc_vec<T, N>*>(p);
+}
+
+// Read-only path (ld.global.nc): only for inputs that no thread writes during the kernel.
+template <int N, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_ro(const T* p) {
+  constexpr int kBytes = (int)sizeof(T) * N;
+  if constexpr (kBytes <= 16) {
+    typedef typename fc_raw<kBytes>::type raw_t;
+    union {
+      raw_t raw;
+      fc_vec<T, N> vec;
+    } u;
+    u.raw = __ldg(reinterpret_cast<const raw_t*>(p));
+    return u.vec;
+  } else {
+    fc_vec<T, N> out;
+    const uint4* src = reinterpret_cast<const uint4*>(p);
+    uint4* dst = reinterpret_cast<uint4*>(&out);
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) dst[i] = __ldg(src + i);
+    return out;
+  }
+}
+
+template <int N, typename T> FC_DEVICE void fc_store_vec(T* p, const fc_vec<T, N>& v) {
+  *reinterpret_cast<fc_vec<T, N>*>(p) = v;
+}
+
+// Scalar read-only load that also works for fc_half / fc_bf16.
+template <typename T> FC_DEVICE T fc_ldg(const T* p) { return fc_load_vec_ro<1>(p).v[0]; }
+
+#endif  // FC_PRELUDE_CORE

@@ -1,0 +1,212 @@
+// fusion-cache prelude: reduce.
+// Warp and block reductions as templates over an op functor, and Welford (mean, m2, count)
+// for var / var_mean / normalizations.
+//
+// An op functor has `T operator()(T, T) const` and `T identity() const`. Results do not depend
+// on timing: for a given block shape every combine happens in a fixed order, so a kernel gives
+// the same bits run after run (not the same bits as torch, whose order differs).
+#ifndef FC_PRELUDE_REDUCE
+#define FC_PRELUDE_REDUCE
+
+template <typename T> struct fc_op_sum {
+  FC_DEVICE T identity() const { return T(0); }
+  FC_DEVICE T operator()(T a, T b) const { return a + b; }
+};
+template <typename T> struct fc_op_prod {
+  FC_DEVICE T identity() const { return T(1); }
+  FC_DEVICE T operator()(T a, T b) const { return a * b; }
+};
+// max / min propagate NaN like torch.amax / amin.
+template <typename T> struct fc_op_max {
+  FC_DEVICE T identity() const { return fc_limits<T>::lowest(); }
+  FC_DEVICE T operator()(T a, T b) const { return fc_maximum(a, b); }
+};
+template <typename T> struct fc_op_min {
+  FC_DEVICE T identity() const { return fc_limits<T>::highest(); }
+  FC_DEVICE T operator()(T a, T b) const { return fc_minimum(a, b); }
+};
+
+// ---- Welford -------------------------------------------------------------------------------
+// N is the count type: int is enough below 2^31 elements per reduction, int64_t otherwise.
+
+template <typename T, typename N = int> struct fc_welford {
+  T mean;
+  T m2;  // sum of squared deviations from the mean
+  N count;
+};
+
+template <typename T, typename N = int> FC_DEVICE fc_welford<T, N> fc_welford_init() {
+  fc_welford<T, N> w;
+  w.mean = T(0);
+  w.m2 = T(0);
+  w.count = N(0);
+  return w;
+}
+
+template <typename T, typename N>
+FC_DEVICE fc_welford<T, N> fc_welford_update(fc_welford<T, N> w, T x) {
+  w.count += N(1);
+  const T delta = x - w.mean;
+  w.mean += delta / T(w.count);
+  w.m2 += delta * (x - w.mean);
+  return w;
+}
+
+// Chan et al.'s parallel combine; empty sides pass the other through unchanged.
+template <typename T, typename N>
+FC_DEVICE fc_welford<T, N> fc_welford_combine(fc_welford<T, N> a, fc_welford<T, N> b) {
+  if (b.count == N(0)) return a;
+  if (a.count == N(0)) return b;
+  const N n = a.count + b.count;
+  const T b_frac = T(b.count) / T(n);
+  const T delta = b.mean - a.mean;
+  fc_welford<T, N> r;
+  r.mean = a.mean + delta * b_frac;
+  r.m2 = a.m2 + b.m2 + delta * delta * T(a.count) * b_frac;
+  r.count = n;
+  return r;
+}
+
+// torch.var semantics: divide by max(count - correction, 0); 0/0 gives NaN as in torch.
+template <typename T, typename N>
+FC_DEVICE T fc_welford_var(fc_welford<T, N> w, T correction) {
+  const T dof = T(w.count) - correction;
+  return w.m2 / (dof > T(0) ? dof : T(0));
+}
+
+template <typename T, typename N = int> struct fc_op_welford {
+  FC_DEVICE fc_welford<T, N> identity() const { return fc_welford_init<T, N>(); }
+  FC_DEVICE fc_welford<T, N> operator()(fc_welford<T, N> a, fc_welford<T, N> b) const {
+    return fc_welford_combine(a, b);
+  }
+};
+
+// ---- shuffles ------------------------------------------------------------------------------
+
+template <typename T> FC_DEVICE T fc_shfl_xor(T v, int lane_mask, unsigned mask = 0xffffffffu) {
+  return __shfl_xor_sync(mask, v, lane_mask);
+}
+template <typename T> FC_DEVICE T fc_shfl(T v, int src_lane, unsigned mask = 0xffffffffu) {
+  return __shfl_sync(mask, v, src_lane);
+}
+template <typename T, typename N>
+FC_DEVICE fc_welford<T, N> fc_shfl_xor(fc_welford<T, N> w, int lane_mask,
+                                       unsigned mask = 0xffffffffu) {
+  w.mean = fc_shfl_xor(w.mean, lane_mask, mask);
+  w.m2 = fc_shfl_xor(w.m2, lane_mask, mask);
+  w.count = fc_shfl_xor(w.count, lane_mask, mask);
+  return w;
+}
+template <typename T, typename N>
+FC_DEVICE fc_welford<T, N> fc_shfl(fc_welford<T, N> w, int src_lane, unsigned mask = 0xffffffffu) {
+  w.mean = fc_shfl(w.mean, src_lane, mask);
+  w.m2 = fc_shfl(w.m2, src_lane, mask);
+  w.count = fc_shfl(w.count, src_lane, mask);
+  return w;
+}
+
+// ---- warp reduce ---------------------------------------------------------------------------
+
+FC_DEVICE unsigned fc_lane_mask(unsigned width) {
+  return width >= 32u ? 0xffffffffu : ((1u << width) - 1u);
+}
+FC_DEVICE unsigned fc_linear_tid() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+FC_DEVICE unsigned fc_block_threads() { return blockDim.x * blockDim.y * blockDim.z; }
+
+// Reduces within aligned groups of Width lanes (a power of two <= 32); every lane of the warp
+// must be present. Each lane gets its group's result (lanes may differ in the last bits for
+// ops that are not commutative bit for bit, such as Welford: use lane 0's when it matters).
+template <int Width = 32, typename T, typename Op> FC_DEVICE T fc_warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int off = Width / 2; off > 0; off /= 2) v = op(v, fc_shfl_xor(v, off));
+  return v;
+}
+
+// Reduces lanes [0, width) of a warp whose higher lanes may not exist (the last warp of a
+// block of n % 32 != 0 threads). The result is complete in lane 0 only.
+template <typename T, typename Op>
+FC_DEVICE T fc_warp_reduce_partial(T v, Op op, unsigned lane, unsigned width) {
+  if (width >= 32u) return fc_warp_reduce(v, op);
+  const unsigned mask = fc_lane_mask(width);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const T other = fc_shfl_xor(v, off, mask);
+    // Lane i pairs with i + off; a partner past `width` holds nothing of ours. By induction
+    // lane 0 ends with lanes [0, width) combined.
+    if ((lane ^ (unsigned)off) < width) v = op(v, other);
+  }
+  return v;
+}
+
+// ---- block reduce --------------------------------------------------------------------------
+// All threads of the block must call these (they hold __syncthreads). smem must hold at least
+// 32 elements of T; it is free for reuse when the call returns.
+
+// Reduces over the whole block (any shape, any thread count up to 1024). Every thread
+// receives the result.
+template <typename T, typename Op> FC_DEVICE T fc_block_reduce(T v, Op op, T* smem) {
+  const unsigned tid = fc_linear_tid(), n = fc_block_threads();
+  const unsigned lane = tid & 31u, warp = tid >> 5;
+  const unsigned width = n - (warp << 5) < 32u ? n - (warp << 5) : 32u;
+  v = fc_warp_reduce_partial(v, op, lane, width);
+  if (n <= 32u) return fc_shfl(v, 0, fc_lane_mask(width));
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  // Every thread folds the per-warp partials in the same order: same result everywhere.
+  const unsigned nwarps = (n + 31u) >> 5;
+  T r = smem[0];
+  for (unsigned w = 1; w < nwarps; ++w) r = op(r, smem[w]);
+  __syncthreads();
+  return r;
+}
+
+// Reduces over threadIdx.x separately for each (threadIdx.y, threadIdx.z): one row per y.
+// blockDim.x must be a power of two <= 32 or a multiple of 32. Every thread of a row
+// receives the row's result.
+template <typename T, typename Op> FC_DEVICE T fc_block_reduce_x(T v, Op op, T* smem) {
+  const unsigned bdx = blockDim.x;
+  const unsigned tid = fc_linear_tid(), n = fc_block_threads();
+  const unsigned lane = tid & 31u, warp = tid >> 5;
+  if (bdx <= 32u) {
+    // Rows live inside a warp; the block may end in a partial warp of whole rows.
+    const unsigned width = n - (warp << 5) < 32u ? n - (warp << 5) : 32u;
+    const unsigned mask = fc_lane_mask(width);
+    for (unsigned off = bdx >> 1; off > 0; off >>= 1) v = op(v, fc_shfl_xor(v, (int)off, mask));
+    return fc_shfl(v, (int)(lane & ~(bdx - 1u)), mask);
+  }
+  v = fc_warp_reduce(v, op);
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  const unsigned warps_per_row = bdx >> 5;
+  const unsigned first = (warp / warps_per_row) * warps_per_row;
+  T r = smem[first];
+  for (unsigned w = 1; w < warps_per_row; ++w) r = op(r, smem[first + w]);
+  __syncthreads();
+  return r;
+}
+
+// Reduces over threadIdx.y separately for each threadIdx.x (outer reductions).
+// blockDim.z must be 1; smem must hold blockDim.x * blockDim.y elements. Every thread of a
+// column receives the column's result.
+template <typename T, typename Op> FC_DEVICE T fc_block_reduce_y(T v, Op op, T* smem) {
+  const unsigned bdx = blockDim.x, bdy = blockDim.y;
+  const unsigned tx = threadIdx.x, ty = threadIdx.y;
+  smem[ty * bdx + tx] = v;
+  __syncthreads();
+  unsigned stride = 1;
+  while (stride < bdy) stride <<= 1;
+  // Tree over y; rows past bdy do not exist, so guard the partner.
+  for (stride >>= 1; stride > 0; stride >>= 1) {
+    if (ty < stride && ty + stride < bdy) {
+      smem[ty * bdx + tx] = op(smem[ty * bdx + tx], smem[(ty + stride) * bdx + tx]);
+    }
+    __syncthreads();
+  }
+  const T r = smem[tx];
+  __syncthreads();
+  return r;
+}
+
+#endif  // FC_PRELUDE_REDUCE

@@ -1,0 +1,147 @@
+"""DataType: the dtypes a fusion speaks, their torch and CUDA names, and torch's promotion rules."""
+from __future__ import annotations
+
+import enum
+import functools
+
+import torch
+
+
+class DataType(enum.Enum):
+    Double = "Double"
+    Float = "Float"
+    Half = "Half"
+    BFloat16 = "BFloat16"
+    Int = "Int"
+    Int32 = "Int32"
+    Bool = "Bool"
+    ComplexFloat = "ComplexFloat"
+    ComplexDouble = "ComplexDouble"
+    Null = "Null"
+
+    def __repr__(self) -> str:
+        return f"DataType.{self.value}"
+
+    __str__ = __repr__
+
+
+_TO_TORCH = {
+    DataType.Double: torch.float64,
+    DataType.Float: torch.float32,
+    DataType.Half: torch.float16,
+    DataType.BFloat16: torch.bfloat16,
+    DataType.Int: torch.int64,
+    DataType.Int32: torch.int32,
+    DataType.Bool: torch.bool,
+    DataType.ComplexFloat: torch.complex64,
+    DataType.ComplexDouble: torch.complex128,
+}
+_FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+
+FLOATS = frozenset({DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16})
+INTS = frozenset({DataType.Int, DataType.Int32})
+COMPLEX = frozenset({DataType.ComplexFloat, DataType.ComplexDouble})
+
+
+def to_torch(dtype: DataType) -> torch.dtype:
+    try:
+        return _TO_TORCH[dtype]
+    except KeyError:
+        raise TypeError(f"DataType {dtype!r} has no torch dtype") from None
+
+
+def from_torch(dtype: torch.dtype) -> DataType:
+    try:
+        return _FROM_TORCH[dtype]
+    except KeyError:
+        raise TypeError(f"torch dtype {dtype} is not supported by fusion_cache") from None
+
+
+def check_dtype(dtype: object, argument: str) -> DataType:
+    """Accept a DataType (or a torch dtype, for convenience); name the argument otherwise."""
+    if isinstance(dtype, DataType):
+        return dtype
+    if isinstance(dtype, torch.dtype):
+        return from_torch(dtype)
+    raise TypeError(f"{argument} must be a DataType, got {dtype!r}")
+
+
+def is_float(dtype: DataType) -> bool:
+    return dtype in FLOATS
+
+
+def is_integral(dtype: DataType) -> bool:
+    """Integers and Bool: the dtypes torch's bitwise ops accept."""
+    return dtype in INTS or dtype is DataType.Bool
+
+
+def is_complex(dtype: DataType) -> bool:
+    return dtype in COMPLEX
+
+
+def scalar_dtype_of(value: object) -> DataType:
+    """The DataType a Python constant gets: bool -> Bool, int -> Int, float -> Double."""
+    if isinstance(value, bool):
+        return DataType.Bool
+    if isinstance(value, int):
+        return DataType.Int
+    if isinstance(value, float):
+        return DataType.Double
+    if isinstance(value, complex):
+        return DataType.ComplexDouble
+    raise TypeError(f"a scalar must be a bool, int, float or complex, got {type(value).__name__}")
+
+
+# Note [Promotion]: operands come in three priority classes, as in torch: tensors with
+# dims, zero-dim tensors, and scalars. We let torch decide by promoting meta proxies, so
+# every corner (weak scalars, category jumps) is exactly torch's.
+_SCALAR_PROXY = {"bool": True, "int": 1, "float": 1.0, "complex": 1j}
+
+
+def _category(dtype: DataType) -> str:
+    if dtype is DataType.Bool:
+        return "bool"
+    if dtype in INTS:
+        return "int"
+    if dtype in COMPLEX:
+        return "complex"
+    return "float"
+
+
+@functools.lru_cache(maxsize=4096)
+def promote(operands: tuple[tuple[int, DataType], ...]) -> DataType:
+    """Promote (priority class, dtype) pairs: class 2 = tensor with dims, 1 = zero-dim, 0 = scalar."""
+    if all(cls == 0 for cls, _ in operands):
+        order = ["bool", "int", "float", "complex"]
+        top = max((_category(dt) for _, dt in operands), key=order.index)
+        return {
+            "bool": DataType.Bool,
+            "int": DataType.Int,
+            "float": DataType.Double,
+            "complex": DataType.ComplexDouble,
+        }[top]
+    proxies = []
+    for cls, dt in operands:
+        if cls == 0:
+            proxies.append(_SCALAR_PROXY[_category(dt)])
+        else:
+            proxies.append(torch.empty((1,) if cls == 2 else (), dtype=to_torch(dt), device="meta"))
+    acc = next(p for p in proxies if isinstance(p, torch.Tensor))
+    for p in proxies:
+        if p is acc:
+            continue
+        dt = torch.result_type(acc, p)
+        shape = (1,) if (acc.dim() or (isinstance(p, torch.Tensor) and p.dim())) else ()
+        acc = torch.empty(shape, dtype=dt, device="meta")
+    return from_torch(acc.dtype)
+
+
+def float_result(dtype: DataType) -> DataType:
+    """The result of a float-valued op (sin, truediv, ...): ints and bools become Float."""
+    return DataType.Float if is_integral(dtype) else dtype
+
+
+def real_part(dtype: DataType) -> DataType:
+    return {DataType.ComplexFloat: DataType.Float, DataType.ComplexDouble: DataType.Double}.get(
+        dtype, dtype
+    )

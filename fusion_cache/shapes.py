@@ -1,0 +1,92 @@
+"""Definition-time shape rules: broadcasting, axes, and element counts on nvFuser shape codes."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+SYMBOLIC = -1
+
+
+def is_static(extent: int) -> bool:
+    return extent != SYMBOLIC
+
+
+def broadcast_shapes(op: str, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """Right-aligned broadcasting on shape codes; static sizes must agree."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for pos in range(rank):
+        codes = [s[pos - rank + len(s)] for s in shapes if pos - rank + len(s) >= 0]
+        static = {c for c in codes if c != 1 and c != SYMBOLIC}
+        if len(static) > 1:
+            a, b = sorted(static)[:2]
+            raise ValueError(
+                f"{op}: incompatible sizes {a} and {b} at dim {pos} of the broadcast result "
+                f"(operand shapes {', '.join(str(list(s)) for s in shapes)})"
+            )
+        if static:
+            out.append(static.pop())
+        elif SYMBOLIC in codes:
+            out.append(SYMBOLIC)
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def normalize_dim(dim: object, ndim: int, op: str, what: str = "dim") -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{op}: {what} must be an int, got {dim!r}")
+    if not -ndim <= dim < ndim and not (ndim == 0 and dim in (0, -1)):
+        raise ValueError(
+            f"{op}: {what} {dim} is out of range for a tensor of rank {ndim} "
+            f"(valid: {-ndim}..{ndim - 1})"
+        )
+    return dim % ndim if ndim else 0
+
+
+def normalize_dims(dims: object, ndim: int, op: str, what: str = "dims") -> tuple[int, ...]:
+    if isinstance(dims, int) and not isinstance(dims, bool):
+        dims = [dims]
+    if not isinstance(dims, (list, tuple)):
+        raise TypeError(f"{op}: {what} must be a list of ints, got {dims!r}")
+    out = tuple(normalize_dim(d, ndim, op, what.removesuffix("s")) for d in dims)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: {what} {list(dims)} repeats a dimension")
+    return out
+
+
+def static_numel(shape: Sequence[int]) -> int | None:
+    if any(not is_static(e) for e in shape):
+        return None
+    return math.prod(shape)
+
+
+def infer_reshape(op: str, old: tuple[int, ...], new: Sequence[int | None]) -> tuple[int, ...]:
+    """new: ints (one -1 allowed) or None for a size only known at execute time."""
+    if sum(1 for e in new if e == -1) > 1:
+        raise ValueError(f"{op}: new shape {_fmt(new)} has more than one -1")
+    for e in new:
+        if e is not None and e < -1:
+            raise ValueError(f"{op}: new shape {_fmt(new)} has a negative size {e}")
+    old_numel = static_numel(old)
+    known = [e for e in new if e is not None and e != -1]
+    if -1 in new:
+        if old_numel is not None and None not in new:
+            rest = math.prod(known)
+            if rest == 0 or old_numel % rest:
+                raise ValueError(
+                    f"{op}: cannot infer -1 in new shape {_fmt(new)} from shape {_fmt(old)} "
+                    f"with {old_numel} elements"
+                )
+            return tuple(old_numel // rest if e == -1 else e for e in new)
+        return tuple(SYMBOLIC if e is None else e for e in new)
+    if old_numel is not None and None not in new and math.prod(known) != old_numel:
+        raise ValueError(
+            f"{op}: shape {_fmt(old)} has {old_numel} elements but new shape {_fmt(new)} "
+            f"has {math.prod(known)}"
+        )
+    return tuple(SYMBOLIC if e is None else e for e in new)
+
+
+def _fmt(shape: Sequence) -> str:
+    return "[" + ", ".join("?" if e is None else str(e) for e in shape) + "]"

@@ -1,0 +1,94 @@
+"""open_store and the process-wide default store.
+
+open_store never raises for an unusable store (Note [Degrade, never crash]): it warns once,
+naming the cause, and returns a MemoryStore so the process keeps compiling in memory.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import warnings
+
+from .engine import display_url, env_timeout, resolve_location
+from .entries import NewerSchemaError, StoreWarning
+from .memory import MemoryStore
+from .sql_store import SqlStore
+from .store import Store
+
+
+def open_store(
+    url: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    timeout_s: float | None = None,
+) -> Store:
+    """Open (creating and migrating as needed) the store at `url`.
+
+    url None -> FUSION_CACHE_DB_URL, else SQLite at <cache_dir or FUSION_CACHE_DIR or
+    ~/.cache/fusion_cache>/store.db; cubin blobs and locks live in that directory (for a
+    PostgreSQL URL too). `memory://` asks for a MemoryStore. timeout_s (default
+    FUSION_CACHE_DB_TIMEOUT or 30) bounds every wait for a lock or a busy database.
+    """
+    timeout = env_timeout() if timeout_s is None else float(timeout_s)
+    shown = url or os.environ.get("FUSION_CACHE_DB_URL") or "the default store"
+    try:
+        loc = resolve_location(url, cache_dir)
+        shown = display_url(loc.url)
+        if loc.is_memory:
+            return MemoryStore()
+        return SqlStore.open(loc, timeout)
+    except Exception as err:
+        cause = describe_failure(err, timeout)
+        warnings.warn(
+            f"fusion-cache: cannot use the store at {shown} ({cause}); using an in-memory "
+            "store, so kernels compiled by this process will not be kept",
+            StoreWarning,
+            stacklevel=2,
+        )
+        return MemoryStore(reason=cause)
+
+
+def describe_failure(err: BaseException, timeout_s: float) -> str:
+    """A short human cause: the five ways a store is unusable, else the exception."""
+    text = str(err).lower()
+    detail = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    if isinstance(err, NewerSchemaError):
+        return f"newer schema: {err}"
+    if "database is locked" in text or "lock timeout" in text or "held for more" in text:
+        return f"locked for more than {timeout_s:g} s ({detail})"
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "disk is full" in text:
+        return f"disk full ({detail})"
+    if (
+        isinstance(err, PermissionError)
+        or (isinstance(err, OSError) and err.errno in (errno.EROFS, errno.EACCES, errno.ENOTDIR))
+        or "readonly" in text
+        or "read-only" in text
+        or "unable to open database" in text
+    ):
+        return f"read-only or not creatable ({detail})"
+    if "connect" in text or "could not translate host" in text or "timeout" in text:
+        return f"unreachable ({detail})"
+    return detail
+
+
+_default: Store | None = None
+_default_lock = threading.Lock()
+
+
+def default_store() -> Store:
+    """The process-wide store, opened on first use from the environment."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = open_store()
+        return _default
+
+
+def reset_default_store() -> None:
+    """Close and forget the default store (tests call this when FUSION_CACHE_DIR changes)."""
+    global _default
+    with _default_lock:
+        store, _default = _default, None
+    if store is not None:
+        store.close()

@@ -1,0 +1,197 @@
+"""The benchmark harness on the CPU: the case registry, the definitions and the report.
+
+No GPU and no working library needed. The definitions are checked by running them through
+`EagerFd`, a stand-in for FusionDefinition that evaluates each op with torch as it is
+recorded; the real FusionDefinition only has to accept them (skipped while it is missing).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import json
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from benchmarks import cases as bench_cases
+from benchmarks import report
+from benchmarks.cases import CASES, FAMILIES, Case
+
+SMALL = {2: (6, 40), 4: (3, 5, 4, 2)}  # a small shape per rank, non-square to catch mix-ups
+
+
+def small_shape(case: Case) -> tuple[int, ...]:
+    return SMALL[len(case.shape)]
+
+
+def test_registry_is_well_formed():
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names))
+    for c in CASES:
+        assert c.family in FAMILIES, c.name
+        assert c.dtype in (torch.float32, torch.bfloat16), c.name
+        assert c.bytes_moved > 0 and c.atol > 0 and c.rtol > 0, c.name
+    assert {c.family for c in CASES} == set(FAMILIES)
+    assert len(bench_cases.select(["pointwise"])) == 31  # 5 ops x 2 dtypes x 3 sizes + gelu
+
+
+def test_bytes_count_reads_and_writes_once():
+    (case,) = [c for c in CASES if c.name == "add_row_f32_4096x4096"]
+    assert case.bytes_moved == (2 * 4096 * 4096 + 4096) * 4
+
+
+def test_quick_keeps_one_shape_per_op_and_dtype():
+    quick = bench_cases.select(["pointwise", "normalization"], quick=True)
+    keys = [(c.op, c.dtype) for c in quick]
+    assert len(keys) == len(set(keys))
+    assert all(c.shape == (1024, 1024) for c in quick if c.family == "pointwise")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_eager_runs_on_small_cpu_tensors(case: Case):
+    torch.manual_seed(0)
+    inputs = case.inputs("cpu", small_shape(case))
+    assert all(t.abs().sum() > 0 for t in inputs)  # random, never zeros
+    outputs = bench_cases.as_list(case.eager(*inputs))
+    assert outputs and all(torch.isfinite(o.float()).all() for o in outputs)
+
+
+# --- The definitions, through a torch-backed stand-in for FusionDefinition --------------------
+
+
+class FakeDataType(enum.Enum):
+    Float = torch.float32
+    BFloat16 = torch.bfloat16
+    Half = torch.float16
+    Double = torch.float64
+
+
+class EagerOps:
+    """The fd.ops the suite uses, evaluated at once with torch."""
+
+    add, sub, mul, div = torch.add, torch.sub, torch.mul, torch.div
+    relu, tanh, exp, rsqrt = torch.relu, torch.tanh, torch.exp, torch.rsqrt
+
+    @staticmethod
+    def cast(t: torch.Tensor, dtype: FakeDataType) -> torch.Tensor:
+        return t.to(dtype.value)
+
+    @staticmethod
+    def broadcast_in_dim(t: torch.Tensor, shape: list[int], dims: list[int]) -> torch.Tensor:
+        assert t.dim() == len(dims)
+        view = [t.shape[dims.index(i)] if i in dims else 1 for i in range(len(shape))]
+        return t.reshape(view).expand(shape)
+
+    @staticmethod
+    def sum(t: torch.Tensor, dims: list[int], keepdim: bool = False) -> torch.Tensor:
+        return t.sum(dims, keepdim=keepdim)
+
+    @staticmethod
+    def max(t: torch.Tensor, dims: list[int], keepdim: bool = False) -> torch.Tensor:
+        return t.amax(dims, keepdim=keepdim)
+
+    @staticmethod
+    def var_mean(t: torch.Tensor, dims: list[int], correction: int = 1) -> tuple:
+        return torch.var_mean(t, dims, correction=correction)
+
+    @staticmethod
+    def batch_norm(x, w, b, running_mean, running_var, momentum, eps, training) -> tuple:
+        assert running_mean is None and running_var is None and training
+        var, mean = torch.var_mean(x, [0, 2, 3], correction=0)
+        return F.batch_norm(x, None, None, w, b, True, momentum, eps), mean, torch.rsqrt(var + eps)
+
+
+class EagerFd:
+    """Binds the i-th define_tensor to the i-th input and checks its rank and dtype."""
+
+    ops = EagerOps
+
+    def __init__(self, inputs: list[torch.Tensor]):
+        self.pending = list(inputs)
+        self.outputs: list[torch.Tensor] = []
+
+    def define_tensor(self, shape: list[int], contiguity: list[bool], dtype: Any) -> torch.Tensor:
+        t = self.pending.pop(0)
+        assert len(shape) == len(contiguity) == t.dim() and dtype.value == t.dtype
+        return t
+
+    def define_scalar(self, value: float, dtype: Any) -> float:
+        return value
+
+    def add_output(self, t: torch.Tensor) -> None:
+        self.outputs.append(t)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_definition_matches_eager(case: Case, monkeypatch):
+    import fusion_cache
+
+    monkeypatch.setattr(fusion_cache, "DataType", FakeDataType, raising=False)
+    torch.manual_seed(0)
+    shape = small_shape(case)
+    inputs = case.inputs("cpu", shape)
+    fd = EagerFd(inputs)
+    case.define(fd, case.dtype, shape)
+    assert not fd.pending, "inputs left unbound"
+    max_err, problem = case.compare(fd.outputs, case.reference(inputs))
+    assert problem is None, problem
+    assert max_err is not None
+
+
+def test_definitions_build_with_the_library():
+    fusion_cache = pytest.importorskip("fusion_cache")
+    if not hasattr(fusion_cache, "FusionDefinition"):
+        pytest.skip("fusion_cache.FusionDefinition is not there yet")
+    for case in CASES:
+        case.build()
+
+
+# --- The report --------------------------------------------------------------------------------
+
+
+def _record(name: str, family: str, fusion_ms: float, compile_ms: float, **extra) -> dict:
+    nbytes = 3 * 2**28
+    record = {
+        "name": name, "op": name.rsplit("_", 2)[0], "family": family, "dtype": "bf16",
+        "shape": [16384, 4096], "bytes": nbytes, "large": True, "correct": True,
+        "max_err": 0.0, "error": None, "first_call_s": 0.04,
+        "fusion_ms": fusion_ms, "eager_ms": 2 * fusion_ms, "compile_ms": compile_ms,
+        "speedup_vs_eager": 2.0, "speedup_vs_compile": compile_ms / fusion_ms,
+    }
+    for label, ms in (("fusion", fusion_ms), ("eager", 2 * fusion_ms), ("compile", compile_ms)):
+        record[f"{label}_gbps"] = None if family == "host" else nbytes / (ms * 1e-3) / 1e9
+    record["pct_of_ceiling"] = None if family == "host" else record["fusion_gbps"] / 30
+    return {**record, **extra}
+
+
+def test_report_writes_markdown_and_plot(tmp_path, capsys):
+    run = {"date": "2026-01-01T00:00:00+00:00", "device": "NVIDIA H100 80GB HBM3",
+           "torch": "2.11", "triton": "3.6", "cuda": "13.0", "copy_ceiling_gbps": 3000.0}
+    data = {**run, "families": {
+        "pointwise": {**run, "quick": False, "cache_stats": None, "cases": [
+            _record("relu_mul_add_bf16_16384x4096", "pointwise", 0.28, 0.30),
+            _record("gelu_bias_bf16_16384x4096", "pointwise", 0.40, 0.30,
+                    correct=False, error="check: output 0: Tensor-likes are not close!"),
+        ]},
+        "host": {**run, "quick": False, "cache_stats": None, "cases": [
+            _record("host_relu_mul_add_f32_8x8", "host", 0.012, 0.096, bytes=768, large=False),
+        ]},
+    }}
+    path = tmp_path / "nvidia-h100-80gb-hbm3.json"
+    path.write_text(json.dumps(data))
+
+    assert report.main([str(path)]) == 0
+
+    md = path.with_suffix(".md").read_text()
+    assert "relu_mul_add_bf16_16384x4096" in md and "host_relu_mul_add_f32_8x8" in md
+    assert "| large cases at >= 90% of the copy ceiling | 1 of 2 | **no** |" in md
+    assert "0.75x (gelu_bias_bf16_16384x4096)" in md  # the slowest vs torch.compile
+    assert "12.0 us vs eager 24.0 us" in md
+    assert "Tensor-likes are not close" in md
+    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
+    assert path.with_suffix(".png").exists() == has_matplotlib
+    if not has_matplotlib:
+        assert "matplotlib is not installed" in capsys.readouterr().err
