@@ -306,6 +306,47 @@ class FusionDefinition:
         return run_fusion(self, inputs, device=device)
 
 
+    # ---- ahead of time and debugging -------------------------------------------------------
+
+    def precompile(self, inputs: Sequence[Any], target: Any = None) -> list:
+        """Compile the kernels `inputs` need (meta/CPU tensors may stand in for CUDA ones)
+        for `target` (a profile name such as 'h100', or None for the current GPU)."""
+        self._ensure_defined()
+        from .gpu_runtime import precompile
+
+        return precompile(self, inputs, target)
+
+    def _executor(self):
+        from .gpu_runtime import executor_for
+
+        self._ensure_defined()
+        return executor_for(self)
+
+    def last_cuda_code(self, intrinsic_code: bool = False, **kwargs: Any) -> str:
+        plan = self._executor().last_plan
+        if plan is None or plan.ref is None:
+            raise FusionDefinitionError("no kernel has run for this fusion yet")
+        return plan.ref.source
+
+    def cuda_code_for(self, inputs: Sequence[Any], intrinsic_code: bool = False,
+                      override_user_schedule: bool = False, target: Any = "h100") -> str:  # fmt: skip
+        refs = self.precompile(inputs, target)
+        if not refs:
+            raise FusionDefinitionError("these inputs need no kernel (empty output)")
+        return refs[0].source
+
+    def last_scheduled_fusion_ir(self, tensor_transforms: bool = False, **kwargs: Any) -> str:
+        ex = self._executor()
+        lines = [self.fusion_ir()]
+        if ex.program is not None:
+            lines.append(f"scheduler: {ex.scheduler}; {ex.program.describe()}")
+        for r in ex.refusals:
+            lines.append(f"refused by {r}")
+        if ex.last_plan is not None and ex.last_plan.variant is not None:
+            lines.append(f"variant: {ex.last_plan.variant.describe()}, grid {ex.last_plan.grid}")
+        return "\n".join(lines)
+
+
 def _is_input_record(r: Record) -> bool:
     return r.kind == "tensor" or (r.kind in ("scalar", "vector") and bool(r.kw("is_input")))
 

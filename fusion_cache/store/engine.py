@@ -52,11 +52,11 @@ def env_cache_dir() -> Path:
 
 def env_timeout() -> float:
     """Busy timeout and lock wait in seconds: FUSION_CACHE_DB_TIMEOUT, default 30."""
-    raw = os.environ.get("FUSION_CACHE_DB_TIMEOUT")
     try:
-        return float(raw) if raw else DEFAULT_TIMEOUT_S
+        value = float(os.environ.get("FUSION_CACHE_DB_TIMEOUT") or DEFAULT_TIMEOUT_S)
     except ValueError:
         return DEFAULT_TIMEOUT_S
+    return value if value >= 0 else DEFAULT_TIMEOUT_S
 
 
 def normalize_url(url: str) -> str:

@@ -1,0 +1,233 @@
+"""The pointwise scheduler: any fusion of elementwise ops, casts, broadcasts, expands,
+permutes and size-1 squeezes whose tensor outputs share one shape.
+
+Note [Pointwise accesses]: the loop space is the outputs' shape. Walking back from each
+output, every view op transforms the map "this tensor's dim -> loop dim (or None for a
+broadcast dim)", until an input is reached. An input read through a given map is one
+*access*; at run time its strides are summed per loop dim, so broadcasting, permutes,
+expands and arbitrary input strides all become "pointer + sum(coord_d * stride_d)". The
+program is the same for every size; only the variant (collapsed rank, vector width, index
+type, per-access load mode) depends on the inputs, and sizes are kernel arguments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fusion_cache.dtypes import DataType, is_complex, is_float, is_integral
+from fusion_cache.opdefs import OPS
+from fusion_cache.ops import promoted_dtype
+from fusion_cache.records import Record, Ref
+from fusion_cache.values import ScalarInfo, TensorInfo
+
+from .base import SchedulerRefused
+
+NAME = "pointwise"
+VIEW_OPS = {"broadcast", "broadcast_in_dim", "expand", "permute", "squeeze"}
+
+
+@dataclass(frozen=True)
+class Access:
+    """One read of an input tensor through a dim map (input dim -> loop dim or None)."""
+
+    input_pos: int  # position in execute's input list
+    state: int  # the tensor's state index
+    dim_map: tuple[int | None, ...]
+    dtype: DataType
+
+
+@dataclass(frozen=True)
+class Stmt:
+    var: str
+    dtype: DataType  # the value's dtype (half/bf16 live in float registers)
+    op: str  # 'load', 'scalar', or an op name
+    operands: tuple = ()  # vars, or for 'load' the access index
+    compute: DataType | None = None  # the dtype operands are converted to
+    attrs: tuple = ()
+
+
+@dataclass(frozen=True)
+class Store:
+    var: str
+    state: int
+    dtype: DataType
+    alias_input: int | None  # input position written in place
+
+
+@dataclass(frozen=True)
+class PointwiseProgram:
+    loop_rank: int
+    accesses: tuple[Access, ...]
+    stmts: tuple[Stmt, ...]
+    stores: tuple[Store, ...]
+    scalar_inputs: tuple[tuple[int, DataType], ...]  # (input position, dtype) passed as params
+    output_states: tuple[int, ...]
+    has_alias: bool = False
+
+    def describe(self) -> str:
+        return (
+            f"pointwise: loop rank {self.loop_rank}, {len(self.accesses)} input accesses, "
+            f"{len(self.stmts)} statements, {len(self.stores)} outputs"
+        )
+
+
+@dataclass
+class _Lowering:
+    fd: Any
+    producers: dict[int, Record]
+    input_pos: dict[int, int]
+    accesses: list[Access] = field(default_factory=list)
+    stmts: list[Stmt] = field(default_factory=list)
+    memo: dict[tuple, str] = field(default_factory=dict)
+    scalar_inputs: dict[int, DataType] = field(default_factory=dict)
+
+    def info(self, index: int):
+        return self.fd._infos[index]
+
+    def new_var(self) -> str:
+        return f"v{len(self.stmts)}"
+
+    def emit(self, dtype: DataType, op: str, operands: tuple = (), compute=None, attrs=()) -> str:
+        var = self.new_var()
+        self.stmts.append(Stmt(var, dtype, op, operands, compute, attrs))
+        return var
+
+    # ---- scalars ----------------------------------------------------------------------
+
+    def scalar(self, ref: Ref) -> str:
+        key = ("S", ref.index)
+        if key in self.memo:
+            return self.memo[key]
+        info = self.info(ref.index)
+        if not isinstance(info, ScalarInfo):
+            raise SchedulerRefused(f"{ref} is not a scalar")
+        if info.is_const:
+            var = self.emit(info.dtype, "const", attrs=(("value", info.value),))
+        elif info.is_input:
+            self.scalar_inputs[self.input_pos[ref.index]] = info.dtype
+            var = self.emit(info.dtype, "param", attrs=(("pos", self.input_pos[ref.index]),))
+        else:
+            rec = self.producers.get(ref.index)
+            if rec is None or rec.name not in OPS and rec.name != "cast":
+                raise SchedulerRefused(f"scalar {ref} comes from {rec.name if rec else '?'}")
+            var = self.elementwise(rec, ())
+        self.memo[key] = var
+        return var
+
+    # ---- tensors ----------------------------------------------------------------------
+
+    def tensor(self, index: int, dim_map: tuple[int | None, ...]) -> str:
+        key = ("T", index, dim_map)
+        if key in self.memo:
+            return self.memo[key]
+        info = self.info(index)
+        if index in self.input_pos:
+            self.accesses.append(Access(self.input_pos[index], index, dim_map, info.dtype))
+            var = self.emit(info.dtype, "load", (len(self.accesses) - 1,))
+        else:
+            rec = self.producers[index]
+            var = self.op(rec, dim_map)
+        self.memo[key] = var
+        return var
+
+    def op(self, rec: Record, out_map: tuple) -> str:
+        name = rec.name
+        if name in OPS or name == "cast":
+            return self.elementwise(rec, out_map)
+        if name in VIEW_OPS:
+            src = rec.args[0]
+            return self.tensor(src.index, self.view_map(rec, out_map))
+        if name == "full":
+            fill = self.scalar(rec.kw("fill_value"))
+            dt = rec.kw("dtype")
+            return self.emit(dt, "cast", (fill,), compute=dt)
+        raise SchedulerRefused(f"{name} ({rec.outputs[0]}) is not a pointwise op")
+
+    def elementwise(self, rec: Record, out_map: tuple) -> str:
+        out_info = self.info(rec.outputs[0].index)
+        if is_complex(out_info.dtype):
+            raise SchedulerRefused(f"{rec.name} produces complex values")
+        rank = len(out_map)
+        operands = []
+        for a in rec.args:
+            if a.kind == "S":
+                operands.append(self.scalar(a))
+                continue
+            ainfo = self.info(a.index)
+            if is_complex(ainfo.dtype):
+                raise SchedulerRefused(f"{a} is complex")
+            shift = rank - ainfo.ndim
+            amap = tuple(None if code == 1 else out_map[i + shift] for i, code in enumerate(ainfo.shape))
+            operands.append(self.tensor(a.index, amap))
+        if rec.name == "cast":
+            return self.emit(out_info.dtype, "cast", tuple(operands), compute=out_info.dtype)
+        spec = OPS[rec.name]
+        compute = promoted_dtype(spec, [self.info(a.index) for a in rec.args])
+        if is_integral(compute) and is_float(out_info.dtype):
+            compute = out_info.dtype  # sin(int), truediv(int, int): math happens in the float
+        return self.emit(out_info.dtype, rec.name, tuple(operands), compute=compute)
+
+    def view_map(self, rec: Record, out_map: tuple) -> tuple:
+        src = self.info(rec.args[0].index)
+        name = rec.name
+        if name == "broadcast":
+            kept = [m for m, flag in zip(out_map, rec.kw("is_broadcast_dim")) if not flag]
+            return tuple(None if src.shape[i] == 1 else m for i, m in enumerate(kept))
+        if name == "broadcast_in_dim":
+            rank = len(out_map)
+            bdims = [d % rank for d in rec.kw("broadcast_dims")]
+            return tuple(None if src.shape[i] == 1 else out_map[d] for i, d in enumerate(bdims))
+        if name == "expand":
+            return tuple(None if code == 1 else out_map[i] for i, code in enumerate(src.shape))
+        if name == "permute":
+            result: list = [None] * src.ndim
+            for j, d in enumerate(rec.kw("dims")):
+                result[d % src.ndim] = out_map[j]
+            return tuple(result)
+        if name == "squeeze":
+            dropped = {d % src.ndim for d in rec.kw("dims")}
+            it = iter(out_map)
+            return tuple(None if i in dropped else next(it) for i in range(src.ndim))
+        raise SchedulerRefused(f"unknown view op {name}")
+
+
+def lower_pointwise(fd: Any) -> PointwiseProgram:
+    """Shape-independent lowering of a definition, or SchedulerRefused with the reason."""
+    producers: dict[int, Record] = {}
+    for r in fd._records:
+        if r.kind == "op":
+            for o in r.outputs:
+                producers[o.index] = r
+    input_pos = {ref.index: i for i, ref in enumerate(fd.input_refs())}
+    outs = fd.output_records()
+    if not outs:
+        raise SchedulerRefused("the fusion has no outputs")
+    ranks = set()
+    for r in outs:
+        info = fd._infos[r.args[0].index]
+        if not isinstance(info, TensorInfo):
+            raise SchedulerRefused(f"output {r.args[0]} is a scalar")
+        ranks.add(info.ndim)
+    if len(ranks) != 1:
+        raise SchedulerRefused(f"outputs have different ranks {sorted(ranks)}")
+    rank = ranks.pop()
+    low = _Lowering(fd, producers, input_pos)
+    loop = tuple(range(rank))
+    stores = []
+    for r in outs:
+        idx = r.args[0].index
+        if r.kw("stride_order"):
+            raise SchedulerRefused(f"output {r.args[0]} asks for stride order {r.kw('stride_order')}")
+        var = low.tensor(idx, loop)
+        alias = r.kw("alias_input")
+        stores.append(Store(var, idx, fd._infos[idx].dtype,
+                            None if alias is None else input_pos[alias.index]))  # fmt: skip
+    return PointwiseProgram(
+        loop_rank=rank,
+        accesses=tuple(low.accesses),
+        stmts=tuple(low.stmts),
+        stores=tuple(stores),
+        scalar_inputs=tuple(sorted(low.scalar_inputs.items())),
+        output_states=tuple(r.args[0].index for r in outs),
+        has_alias=any(s.alias_input is not None for s in stores),
+    )
