@@ -20,6 +20,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 
+from .models import VERSION_TABLE
+
 DEFAULT_DIR = "~/.cache/fusion_cache"
 DEFAULT_TIMEOUT_S = 30.0
 DB_FILE = "store.db"
@@ -83,11 +85,14 @@ def resolve_location(url: str | None, cache_dir: str | os.PathLike | None) -> Lo
     if url in (MEMORY_URL, "memory:", "memory"):
         return Location(MEMORY_URL, explicit_dir or env_cache_dir())
     if url.startswith("sqlite"):
-        database = make_url(url).database
-        if not database or database == ":memory:":
+        parsed = make_url(url)
+        database = parsed.database or ""
+        if database in ("", ":memory:") or "mode=memory" in url:
             raise ValueError(f"an in-memory SQLite URL cannot be shared: use {MEMORY_URL}")
-        db = Path(database).expanduser()
-        return Location(f"sqlite:///{db}", explicit_dir or db.parent, db)
+        # A URI filename ("file:...?mode=ro&uri=true") keeps its parameters.
+        db = Path(database.removeprefix("file:")).expanduser()
+        url = url if parsed.query else f"sqlite:///{db}"
+        return Location(url, explicit_dir or db.parent, db)
     return Location(url, explicit_dir or env_cache_dir())
 
 
@@ -175,13 +180,17 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 
 def probe_writable(engine: Engine) -> None:
     """Raise if this process cannot write (read-only file or server, lock held too long)."""
-    with write_transaction(engine) as conn:
-        if engine.dialect.name == "postgresql":
-            if conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
-                raise PermissionError("the PostgreSQL server is read-only")
-        elif engine.dialect.name == "sqlite":
-            # BEGIN IMMEDIATE already took the write lock; a read-only file fails there or here.
-            conn.exec_driver_sql("PRAGMA user_version = 0")
+    with engine.connect() as conn:
+        conn.execution_options(**{_WRITE: True})
+        with conn.begin() as txn:
+            if conn.dialect.name == "postgresql":
+                if conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
+                    raise PermissionError("the PostgreSQL server is read-only")
+            else:
+                # BEGIN IMMEDIATE succeeds on a read-only SQLite file; a write does not.
+                # Rolled back, so nothing reaches the file.
+                conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = version_num")
+            txn.rollback()
 
 
 def insert_ignore(conn: Connection, table, values: dict | list[dict]) -> None:

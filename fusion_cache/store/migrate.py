@@ -14,15 +14,13 @@ Note [Serialised migrations]
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
 import migrations
 
@@ -31,11 +29,22 @@ from .entries import NewerSchemaError, StoreError
 from .locks import file_lock, migration_lock_path
 from .models import VERSION_TABLE
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+# The newest revision in migrations/versions. Opening a store whose schema is already here
+# reads one row and never imports Alembic (a quarter second of a warm start);
+# tests/test_store_migrations.py checks this constant against Alembic's own head.
+HEAD_REVISION = "0002"
+
 SCRIPT_LOCATION = Path(migrations.__file__).resolve().parent
 
 
 def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
     """A Config with no alembic.ini behind it: script_location is the installed package."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(SCRIPT_LOCATION))
     if url is not None:
@@ -44,7 +53,10 @@ def alembic_config(connection: Connection | None = None, url: str | None = None)
     return cfg
 
 
+@functools.cache
 def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
@@ -57,6 +69,8 @@ def _resolve(revision: str) -> str:
 
 
 def current_revision(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
     return ctx.get_current_revision()
 
@@ -67,8 +81,10 @@ def read_revision(engine: Engine) -> str | None:
 
 
 def check_known(revision: str | None) -> None:
-    if revision is None:
+    if revision is None or revision == HEAD_REVISION:
         return
+    from alembic.util import CommandError
+
     try:
         _scripts().get_revision(revision)
     except CommandError:
@@ -80,6 +96,8 @@ def check_known(revision: str | None) -> None:
 
 def upgrade(engine: Engine, loc: Location, timeout_s: float, target: str = "head") -> str:
     """Upgrade to `target` (default head) under the migration lock; returns the revision."""
+    if target == "head" and _fast_revision(engine) == HEAD_REVISION:
+        return HEAD_REVISION
     want = _resolve(target)
     have = read_revision(engine)
     check_known(have)
@@ -102,8 +120,20 @@ def _upgrade_locked(engine: Engine, want: str) -> str:
         have = current_revision(conn)  # someone may have finished while we waited
         check_known(have)
         if have != want:
+            from alembic import command
+
             command.upgrade(alembic_config(conn), want)
         return want
+
+
+def _fast_revision(engine: Engine) -> str | None:
+    """The stored revision by one plain query; None when the table is missing or unreadable."""
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).fetchall()
+    except SQLAlchemyError:
+        return None
+    return rows[0][0] if len(rows) == 1 else None
 
 
 def _advisory_key(conn: Connection) -> int:

@@ -233,15 +233,17 @@ class SqlStore(Store):
     # -- level 3 ----------------------------------------------------------------------------
 
     def get_kernel(self, key: str) -> bytes | None:
-        data = self.kernel_bytes(key)
+        if self._mem.kernel_meta(key) is not None:
+            return self._mem.get_kernel(key)
+        data = self._guard("get_kernel", lambda: self._load(key), lambda: None)
         if data is not None:
             self._count_hit(key)
         return data
 
     def kernel_bytes(self, key: str) -> bytes | None:
         if self._mem.kernel_meta(key) is not None:
-            return self._mem.get_kernel(key)
-        return self._guard("get_kernel", lambda: self._load(key), lambda: None)
+            return self._mem.kernel_bytes(key)
+        return self._guard("kernel_bytes", lambda: self._load(key), lambda: None)
 
     def _load(self, key: str) -> bytes | None:
         """The database decides whether an entry exists and what its hash is; the bytes
