@@ -37,7 +37,7 @@ def _check(result: nvrtc.nvrtcResult, what: str) -> None:
         raise RuntimeError(f"{what} failed: {text.decode(errors='replace')}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nvrtc_version() -> tuple[int, int]:
     """(major, minor) of the NVRTC library actually loaded."""
     err, major, minor = nvrtc.nvrtcVersion()
@@ -45,7 +45,7 @@ def nvrtc_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def supported_archs() -> tuple[int, ...]:
     """Real architectures this NVRTC can emit SASS for, e.g. (75, 80, 86, ..., 120)."""
     err, archs = nvrtc.nvrtcGetSupportedArchs()
@@ -80,7 +80,7 @@ def normalize_arch(arch: str | int | tuple[int, int]) -> int:
     return value
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def default_options(arch: int) -> tuple[str, ...]:
     """NVRTC options for `arch`, in a fixed order (they are part of the kernel key).
 

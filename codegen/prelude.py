@@ -22,7 +22,7 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
 FEATURES: tuple[str, ...] = tuple(_REQUIRES)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _feature_text(feature: str) -> str:
     return (PRELUDE_DIR / f"{feature}.cuh").read_text(encoding="utf-8")
 

@@ -63,15 +63,17 @@ KNOWN_PROFILES: dict[str, DeviceProfile] = {
             l2_bytes=40 * MiB, mem_bandwidth_gbs=2039.0, supports_clusters=False,
             max_blocks_per_sm=32, mem_bytes=80 * GiB,
         ),
-        # H100 SXM5 80GB HBM3: the lent GPU.
-        DeviceProfile(name="h100", mem_bandwidth_gbs=3352.0, mem_bytes=80 * GiB, **_HOPPER_SXM),
+        # H100 SXM5 80GB HBM3, the lent GPU (mem_bytes as its driver reports it).
+        DeviceProfile(name="h100", mem_bandwidth_gbs=3352.0, mem_bytes=85_017_493_504,
+                      **_HOPPER_SXM),
         DeviceProfile(
             name="h100-pcie", mem_bandwidth_gbs=2039.0, mem_bytes=80 * GiB,
             **{**_HOPPER_SXM, "sm_count": 114},
         ),
-        # H200 SXM 141GB HBM3e: an H100 die with more and faster memory.
-        DeviceProfile(name="h200", mem_bandwidth_gbs=4800.0, mem_bytes=141 * 10**9,
-                      **_HOPPER_SXM),
+        # H200 SXM 141GB HBM3e: the H100's SMs with more, faster memory; its driver reports
+        # a 60 MiB L2 (seen on the lent H200s).
+        DeviceProfile(name="h200", mem_bandwidth_gbs=4800.0, mem_bytes=150_109_880_320,
+                      **{**_HOPPER_SXM, "l2_bytes": 60 * MiB}),
         DeviceProfile(
             name="l4", arch=89, sm_count=58, max_threads_per_block=1024,
             max_threads_per_sm=1536, regs_per_block=65536, regs_per_sm=65536,
@@ -131,7 +133,7 @@ def _known_name(device_name: str, arch: int, sm_count: int) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_profile(device_index: int) -> DeviceProfile:
     try:
         from cuda.bindings import driver

@@ -94,12 +94,12 @@ FC_DEVICE double fc_minimum(double a, double b) {
 template <typename T, FC_IF_INT(T)> FC_DEVICE T fc_maximum(T a, T b) { return a < b ? b : a; }
 template <typename T, FC_IF_INT(T)> FC_DEVICE T fc_minimum(T a, T b) { return b < a ? b : a; }
 
-// torch.clamp(x, lo, hi): NaN in x stays NaN; hi wins when lo > hi.
+// torch.clamp(x, lo, hi): a NaN in x or in either bound gives NaN; hi wins when lo > hi.
 FC_DEVICE float fc_clamp(float x, float lo, float hi) {
-  return (x != x) ? x : fminf(fmaxf(x, lo), hi);
+  return fc_minimum(fc_maximum(x, lo), hi);
 }
 FC_DEVICE double fc_clamp(double x, double lo, double hi) {
-  return (x != x) ? x : fmin(fmax(x, lo), hi);
+  return fc_minimum(fc_maximum(x, lo), hi);
 }
 template <typename T, FC_IF_INT(T)> FC_DEVICE T fc_clamp(T x, T lo, T hi) {
   return fc_minimum(fc_maximum(x, lo), hi);

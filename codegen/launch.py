@@ -1,0 +1,315 @@
+"""cubin -> loaded CUDA function -> launches on torch's current stream.
+
+Modules live in the device's primary context, the one torch's runtime uses, so our kernels
+and torch's ops share streams and memory. Launches are on the hot path of every cache hit:
+arguments are packed by one precompiled struct.pack_into into a per-thread buffer whose
+slot addresses form the kernelParams array, handed to cuLaunchKernel as a plain int.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import struct
+import threading
+from collections.abc import Sequence
+
+from cuda.bindings import driver
+
+_SUCCESS = driver.CUresult.CUDA_SUCCESS
+_DEFAULT_MAX_DYNAMIC_SMEM = 48 * 1024
+_STRUCT_CODES = {"ptr": "Q", "i64": "q", "i32": "i", "f64": "d", "f32": "f", "bool": "?"}
+ARG_TYPES = frozenset(_STRUCT_CODES)
+
+
+class ModuleLoadError(RuntimeError):
+    """The driver refused the cubin (wrong arch, corrupt bytes, ...). Treat as a cache miss."""
+
+    def __init__(self, message: str, result_name: str) -> None:
+        super().__init__(message)
+        self.result_name = result_name
+
+
+class LaunchError(RuntimeError):
+    """cuLaunchKernel refused the launch, or the arguments do not match arg_types."""
+
+    def __init__(self, message: str, result_name: str | None = None) -> None:
+        super().__init__(message)
+        self.result_name = result_name
+
+
+def _name(err) -> str:
+    return getattr(err, "name", str(err))
+
+
+def _check(result: tuple, what: str):
+    """Unwrap a cuda-bindings (err, value) result, raising RuntimeError on failure."""
+    err, *values = result
+    if err != _SUCCESS:
+        raise RuntimeError(f"{what} failed: {_name(err)}")
+    return values[0] if len(values) == 1 else None
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """True when a CUDA driver is present and sees at least one device. Never raises."""
+    try:
+        (err,) = driver.cuInit(0)
+        if err != _SUCCESS:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return err == _SUCCESS and count > 0
+    except Exception:
+        return False
+
+
+# ---- contexts and streams -------------------------------------------------------------------
+
+_lock = threading.RLock()
+_contexts: dict[int, driver.CUcontext] = {}
+
+
+def _resolve_device(device_index: int | None) -> int:
+    import torch
+
+    torch.cuda.init()  # torch first: it owns the primary contexts we share
+    return torch.cuda.current_device() if device_index is None else int(device_index)
+
+
+def _primary_context(device_index: int) -> driver.CUcontext:
+    ctx = _contexts.get(device_index)
+    if ctx is None:
+        with _lock:
+            ctx = _contexts.get(device_index)
+            if ctx is None:
+                _check(driver.cuInit(0), "cuInit")
+                dev = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+                # Retained for the life of the process: loaded modules live in it.
+                ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                _contexts[device_index] = ctx
+    return ctx
+
+
+@functools.lru_cache(maxsize=1)
+def _device_count() -> int:
+    return int(_check(driver.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+@functools.lru_cache(maxsize=1)
+def _raw_stream_getter():
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw  # an int, without building a torch.cuda.Stream object
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
+_streams: dict[int, driver.CUstream] = {}
+
+
+def _stream_handle(stream: int) -> driver.CUstream:
+    # cuLaunchKernel would wrap an int in a new CUstream on every call; reuse one per stream.
+    handle = _streams.get(stream)
+    if handle is None:
+        if len(_streams) > 4096:
+            _streams.clear()
+        handle = _streams[stream] = driver.CUstream(stream)
+    return handle
+
+
+# ---- argument packing -----------------------------------------------------------------------
+
+class _Packer:
+    """Packs one arg_types signature into a C-layout buffer; kernelParams points into it."""
+
+    __slots__ = ("pack_into", "buffer", "slots", "params")
+
+    def __init__(self, arg_types: tuple[str, ...]) -> None:
+        try:
+            codes = [_STRUCT_CODES[t] for t in arg_types]
+        except KeyError as exc:
+            raise LaunchError(
+                f"unknown arg type {exc.args[0]!r}; known: {', '.join(sorted(ARG_TYPES))}"
+            ) from None
+        layout = struct.Struct("@" + "".join(codes))  # native alignment, as a C struct
+        # Offset of item i: size of the prefix ending with it, minus its own size.
+        offsets = [
+            struct.calcsize("@" + "".join(codes[: i + 1])) - struct.calcsize(codes[i])
+            for i in range(len(codes))
+        ]
+        self.pack_into = layout.pack_into
+        self.buffer = ctypes.create_string_buffer(max(layout.size, 8))
+        base = ctypes.addressof(self.buffer)
+        self.slots = (ctypes.c_void_p * max(len(codes), 1))(*[base + o for o in offsets])
+        self.params = ctypes.addressof(self.slots) if codes else 0
+
+
+_tls = threading.local()
+
+
+def _packer(arg_types: tuple[str, ...]) -> _Packer:
+    # Per thread: the driver reads the buffer during cuLaunchKernel, which may release the GIL.
+    packers = getattr(_tls, "packers", None)
+    if packers is None:
+        packers = _tls.packers = {}
+    packer = packers.get(arg_types)
+    if packer is None:
+        packer = packers[tuple(arg_types)] = _Packer(tuple(arg_types))
+    return packer
+
+
+# ---- kernels --------------------------------------------------------------------------------
+
+_modules: dict[tuple[str, int], driver.CUmodule] = {}
+_kernels: dict[tuple[str, str, int], LoadedKernel] = {}
+
+
+class LoadedKernel:
+    """One function of a loaded cubin on one device."""
+
+    def __init__(self, name: str, device_index: int, function: driver.CUfunction,
+                 context: driver.CUcontext) -> None:
+        self.name = name
+        self.device_index = device_index
+        self._function = function
+        self._context = context
+        self._context_handle = int(context)
+        self._check_context = _device_count() > 1
+        self._max_dynamic_smem = _DEFAULT_MAX_DYNAMIC_SMEM
+        self._launch = driver.cuLaunchKernel
+        self._current_stream = _raw_stream_getter()
+
+        def attr(a: driver.CUfunction_attribute) -> int:
+            return int(_check(driver.cuFuncGetAttribute(a, function), "cuFuncGetAttribute"))
+
+        fa = driver.CUfunction_attribute
+        self.num_regs = attr(fa.CU_FUNC_ATTRIBUTE_NUM_REGS)
+        self.max_threads_per_block = attr(fa.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        self.static_smem_bytes = attr(fa.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+        self.local_bytes = attr(fa.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+
+    def __repr__(self) -> str:
+        return (f"LoadedKernel({self.name!r}, device={self.device_index}, regs={self.num_regs}, "
+                f"static_smem={self.static_smem_bytes}, local={self.local_bytes})")
+
+    def launch(
+        self,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        arg_types: tuple[str, ...],
+        args: Sequence,
+        shared_mem: int = 0,
+        stream: int | None = None,
+    ) -> None:
+        """Launch on `stream` (a raw cudaStream_t int; None: torch's current stream).
+
+        arg_types items: 'ptr' (an int such as tensor.data_ptr()), 'i64', 'i32', 'f64', 'f32',
+        'bool', in the kernel's parameter order.
+        """
+        packer = _packer(arg_types)
+        try:
+            packer.pack_into(packer.buffer, 0, *args)
+        except struct.error as exc:
+            raise LaunchError(
+                f"{self.name}: arguments {tuple(args)!r} do not fit {tuple(arg_types)}: {exc}"
+            ) from None
+        if shared_mem > self._max_dynamic_smem:
+            self._allow_dynamic_smem(shared_mem)
+        if stream is None:
+            stream = self._current_stream(self.device_index)
+        handle = _stream_handle(stream)
+        if self._check_context:
+            self._launch_in_own_context(grid, block, shared_mem, handle, packer.params)
+            return
+        (err,) = self._launch(self._function, grid[0], grid[1], grid[2], block[0], block[1],
+                              block[2], shared_mem, handle, packer.params, 0)
+        if err != _SUCCESS:
+            if err == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
+                # A thread where neither torch nor we have run CUDA yet has no current
+                # context; adopt the primary one, as torch's runtime would.
+                _check(driver.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
+                (err,) = self._launch(self._function, grid[0], grid[1], grid[2], block[0],
+                                      block[1], block[2], shared_mem, handle, packer.params, 0)
+            if err != _SUCCESS:
+                self._raise_launch_error(err, grid, block, shared_mem)
+
+    def _launch_in_own_context(self, grid, block, shared_mem, handle, params) -> None:
+        # Several GPUs: the thread's current context may belong to another device. Push ours
+        # for the launch instead of switching, so torch's idea of the current device holds.
+        err, current = driver.cuCtxGetCurrent()
+        pushed = err != _SUCCESS or int(current) != self._context_handle
+        if pushed:
+            _check(driver.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
+        try:
+            (err,) = self._launch(self._function, grid[0], grid[1], grid[2], block[0], block[1],
+                                  block[2], shared_mem, handle, params, 0)
+        finally:
+            if pushed:
+                driver.cuCtxPopCurrent()
+        if err != _SUCCESS:
+            self._raise_launch_error(err, grid, block, shared_mem)
+
+    def _allow_dynamic_smem(self, shared_mem: int) -> None:
+        attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        (err,) = driver.cuFuncSetAttribute(self._function, attribute, shared_mem)
+        if err != _SUCCESS:
+            raise LaunchError(
+                f"{self.name}: cannot allow {shared_mem} bytes of dynamic shared memory "
+                f"({_name(err)})", _name(err),
+            )
+        self._max_dynamic_smem = shared_mem
+
+    def _raise_launch_error(self, err, grid, block, shared_mem) -> None:
+        raise LaunchError(
+            f"cuLaunchKernel({self.name}, grid={tuple(grid)}, block={tuple(block)}, "
+            f"shared_mem={shared_mem}) failed: {_name(err)}", _name(err),
+        )
+
+
+def _load_function(cubin: bytes, digest: str, kernel_name: str,
+                   device_index: int) -> driver.CUfunction:
+    # Runs with the device's primary context pushed.
+    module = _modules.get((digest, device_index))
+    if module is None:
+        err, module = driver.cuModuleLoadData(cubin)
+        if err != _SUCCESS:
+            raise ModuleLoadError(
+                f"cuModuleLoadData refused a {len(cubin)}-byte cubin (sha256 {digest[:16]}) "
+                f"on device {device_index}: {_name(err)}", _name(err),
+            )
+        _modules[(digest, device_index)] = module
+    err, function = driver.cuModuleGetFunction(module, kernel_name.encode())
+    if err != _SUCCESS:
+        raise ModuleLoadError(
+            f"kernel {kernel_name!r} not found in cubin {digest[:16]}: {_name(err)}", _name(err)
+        )
+    return function
+
+
+def load_kernel(cubin: bytes, kernel_name: str, device_index: int | None = None) -> LoadedKernel:
+    """Load `kernel_name` from `cubin` on a device (torch's current device by default).
+
+    Cached per (sha256 of cubin, kernel name, device): loading twice returns the same object.
+    Raises ModuleLoadError when the driver refuses the cubin or the kernel is not in it.
+    """
+    device = _resolve_device(device_index)
+    digest = hashlib.sha256(cubin).hexdigest()
+    key = (digest, kernel_name, device)
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is not None:
+            return kernel
+        ctx = _primary_context(device)
+        _check(driver.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        try:
+            function = _load_function(bytes(cubin), digest, kernel_name, device)
+            kernel = LoadedKernel(kernel_name, device, function, ctx)
+        finally:
+            driver.cuCtxPopCurrent()
+        _kernels[key] = kernel
+    return kernel
