@@ -193,7 +193,8 @@ def render_plot(data: dict[str, Any], path: Path) -> bool:
             ax.axhline(ceiling * AT_CEILING / 100, color="black", linestyle="--", linewidth=1,
                        label=f"{AT_CEILING:.0f}% of ceiling")
         ax.set_xticks(list(xs))
-        ax.set_xticklabels([c["name"] for c in cases], rotation=75, ha="right", fontsize=7)
+        labels = [c["name"] + ("" if c.get("correct") else " (failed)") for c in cases]
+        ax.set_xticklabels(labels, rotation=75, ha="right", fontsize=7)
         ax.set_ylabel("GB/s")
         ax.set_title(f"{family} on {data.get('device')}, {run.get('date')}")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))

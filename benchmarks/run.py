@@ -255,25 +255,24 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def print_table(records: list[dict[str, Any]], ceiling: float) -> None:
-    def num(value: float | None, fmt: str) -> str:
-        return format(value, fmt) if value is not None else "-"
-
-    def us(ms: float | None) -> str:
-        return num(ms * 1e3 if ms is not None else None, "7.1f") + "us"
+    def cell(value: float | None, fmt: str, unit: str = "", width: int = 8) -> str:
+        return (format(value, fmt) + unit if value is not None else "-").rjust(width)
 
     print(f"\ncopy ceiling {ceiling:.0f} GB/s")
-    print(f"{'case':<34} {'ok':>4} {'fusion':>7} {'eager':>7} {'compile':>7} {'%ceil':>6} "
+    print(f"{'case':<34} {'ok':>4} {'fusion':>8} {'eager':>8} {'compile':>8} {'%ceil':>6} "
           f"{'x comp':>6}")
     for r in records:
         ok = {True: "yes", False: "NO", None: "ERR"}[r["correct"]]
-        if r["family"] == "host":
-            cells = [us(r[f"{k}_ms"]) for k in ("fusion", "eager", "compile")]
-            print(f"{r['name']:<34} {ok:>4} {' '.join(cells)}")
-            continue
-        cells = [num(r[f"{k}_gbps"], "7.0f") for k in ("fusion", "eager", "compile")]
-        print(f"{r['name']:<34} {ok:>4} {' '.join(cells)} {num(r['pct_of_ceiling'], '5.0f')}% "
-              f"{num(r['speedup_vs_compile'], '6.2f')}")
-    print("GB/s = bytes read + written once, per median call; x comp = torch.compile ms / fusion ms")
+        if r["family"] == "host":  # per-call host time instead of bandwidth
+            cells = [cell(r[f"{k}_ms"] and r[f"{k}_ms"] * 1e3, ".1f", "us")
+                     for k in ("fusion", "eager", "compile")]
+        else:
+            cells = [cell(r[f"{k}_gbps"], ".0f") for k in ("fusion", "eager", "compile")]
+        pct = cell(r["pct_of_ceiling"], ".0f", "%", 6)
+        ratio = cell(r["speedup_vs_compile"], ".2f", "", 6)
+        print(f"{r['name']:<34} {ok:>4} {' '.join(cells)} {pct} {ratio}")
+    print("GB/s: bytes read + written once over the median time; "
+          "x comp: torch.compile time / fusion time")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -195,3 +195,28 @@ def test_report_writes_markdown_and_plot(tmp_path, capsys):
     assert path.with_suffix(".png").exists() == has_matplotlib
     if not has_matplotlib:
         assert "matplotlib is not installed" in capsys.readouterr().err
+
+
+def test_results_merge_by_family(tmp_path):
+    from benchmarks import run
+
+    path = tmp_path / f"{run.device_slug('NVIDIA H100 80GB HBM3')}.json"
+    assert path.name == "nvidia-h100-80gb-hbm3.json"
+    first = {"date": "d1", "copy_ceiling_gbps": 3000.0}
+    run.write_json(path, run.merge_results(path, first, {"pointwise": {"cases": [1]}}))
+    second = {"date": "d2", "copy_ceiling_gbps": 2990.0}
+    merged = run.merge_results(path, second, {"reduction": {"cases": [2]}})
+    assert merged["date"] == "d2"
+    assert merged["families"] == {"pointwise": {"cases": [1]}, "reduction": {"cases": [2]}}
+
+
+def test_rates_from_times():
+    from benchmarks import run
+
+    record = {"family": "pointwise", "bytes": 3 * 10**9,
+              "fusion_ms": 1000.0, "eager_ms": 2000.0, "compile_ms": 1500.0}
+    run.add_rates(record, ceiling=4.0)
+    assert record["fusion_gbps"] == pytest.approx(3.0)
+    assert record["pct_of_ceiling"] == pytest.approx(75.0)
+    assert record["speedup_vs_eager"] == pytest.approx(2.0)
+    assert record["speedup_vs_compile"] == pytest.approx(1.5)
