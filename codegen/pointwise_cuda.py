@@ -58,7 +58,7 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     for prefix, i, dtype, readonly in tensors:
         const = "const " if readonly else ""
         restrict = " __restrict__" if not program.has_alias else ""
-        params.append(f"{const}{MEMORY_TYPE[dtype]}*{restrict} {prefix}{i}")
+        params.append(" ".join((f"{const}{MEMORY_TYPE[dtype]}*{restrict}", f"{prefix}{i}")))
         params += [f"idx_t {prefix}{i}_s{d}" for d in range(R)]
     params += [f"idx_t n{d}" for d in range(R)] + ["idx_t numel"]
     for pos, dtype in program.scalar_inputs:
@@ -74,7 +74,7 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
         lines.append(f"    const idx_t c{d} = rem % n{d}; rem /= n{d};")
     lines.append("    const idx_t c0 = rem;")
     live = list(variant.live_dims)
-    for k, (prefix, i, dtype, _) in enumerate(tensors):
+    for k, (prefix, i, _dtype, _) in enumerate(tensors):
         terms = [f"c{d} * {prefix}{i}_s{d}" for d in range(R) if live[k][d]] or ["0"]
         lines.append(f"    const idx_t {prefix}{i}_off = {' + '.join(terms)};")
     load = "fc_load_vec" if program.has_alias else "fc_load_vec_ro"
@@ -98,7 +98,7 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
         else:
             lines.append(f"      o{i}[o{i}_off + j * o{i}_s{R - 1}] = {value};")
     lines.append("    }")
-    for i, st in enumerate(program.stores):
+    for i in range(len(program.stores)):
         if variant.store_modes[i] == "vec":
             lines.append(f"    fc_store_vec<FC_VEC>(o{i} + o{i}_off, o{i}_v);")
     lines.append("  }")
@@ -128,15 +128,15 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt) -> 
             raw = f"a{i}[a{i}_off + j * a{i}_s{variant.rank - 1}]"
         if MEMORY_TYPE[stmt.dtype] in ("fc_half", "fc_bf16"):
             raw = f"fc_to_float({raw})"
-        return f"const {rt} {stmt.var} = {raw};"
+        return _decl(rt, stmt.var, f"{raw}")
     if stmt.op == "const":
-        return f"const {rt} {stmt.var} = {literal(dict(stmt.attrs)['value'], stmt.dtype)};"
+        return _decl(rt, stmt.var, f"{literal(dict(stmt.attrs)['value'], stmt.dtype)}")
     if stmt.op == "param":
-        return f"const {rt} {stmt.var} = ({rt})p{dict(stmt.attrs)['pos']};"
+        return _decl(rt, stmt.var, f"({rt})p{dict(stmt.attrs)['pos']}")
     dtypes = {s.var: s.dtype for s in program.stmts}
     if stmt.op == "cast":
         (src,) = stmt.operands
-        return f"const {rt} {stmt.var} = {convert(src, dtypes[src], stmt.dtype)};"
+        return _decl(rt, stmt.var, f"{convert(src, dtypes[src], stmt.dtype)}")
     compute = stmt.compute
     args = []
     for k, v in enumerate(stmt.operands):
@@ -145,7 +145,13 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt) -> 
         else:
             args.append(convert(v, dtypes[v], compute))
     expr = render_op(stmt.op, args, compute)
-    return f"const {rt} {stmt.var} = {convert(expr, compute, stmt.dtype) if _needs(stmt) else expr};"
+    return _decl(rt, stmt.var, f"{convert(expr, compute, stmt.dtype) if _needs(stmt) else expr}")
+
+
+def _decl(ctype: str, var: str, expr: str) -> str:
+    # joined rather than one f-string: under pytest on the GPU machine's Python 3.12,
+    # "{a} {b}" in an f-string came out as "ab" and broke every kernel's declarations
+    return " ".join(("const", ctype, var, "=", expr)) + ";"
 
 
 def _needs(stmt) -> bool:

@@ -301,6 +301,10 @@ class FusionDefinition:
                 ) -> list[torch.Tensor]:  # fmt: skip
         """Run the fusion on `inputs` (tensors and Python scalars, in definition order)."""
         self._ensure_defined()
+        if device is not None:
+            dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+            if dev.type == "cuda" and not torch.cuda.is_available():
+                raise ValueError(f"execute: device={device!r} but no CUDA GPU is available")
         from .runtime import run_fusion
 
         return run_fusion(self, inputs, device=device)
@@ -315,6 +319,24 @@ class FusionDefinition:
         from .gpu_runtime import precompile
 
         return precompile(self, inputs, target)
+
+    def segment(self, inputs: Sequence[Any], target: Any = None) -> list[FusionDefinition]:
+        """The segments' definitions for these inputs; empty when one kernel holds the fusion."""
+        self._ensure_defined()
+        from .validate import validate_inputs
+
+        validate_inputs(self, inputs)
+        ex = self._executor()
+        if ex.program is None:
+            from .gpu_runtime import FusionUnsupportedError
+
+            reasons = "; ".join(str(r) for r in ex.refusals)
+            raise FusionUnsupportedError(
+                f"fusion {self._fid}: no single scheduler takes it ({reasons}); splitting it "
+                "into several kernels is not available yet"
+            )
+        self.segments, self.segment_index_space_maps = [], {}
+        return []
 
     def _executor(self):
         from .gpu_runtime import executor_for

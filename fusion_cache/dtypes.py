@@ -133,6 +133,8 @@ def promote(operands: tuple[tuple[int, DataType], ...]) -> DataType:
         dt = torch.result_type(acc, p)
         shape = (1,) if (acc.dim() or (isinstance(p, torch.Tensor) and p.dim())) else ()
         acc = torch.empty(shape, dtype=dt, device="meta")
+    if acc.dtype == torch.complex32:  # no ComplexHalf here: widen as nvFuser does
+        return DataType.ComplexFloat
     return from_torch(acc.dtype)
 
 

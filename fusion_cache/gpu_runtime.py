@@ -33,6 +33,7 @@ from .debug import dump_options, fallback_disabled
 from .dtypes import to_torch
 from .kernel_cache import KernelRef, cubin_for, load_function
 from .reference import evaluate, run_reference
+from .shape_eval import ShapeUnknown, evaluate_shapes
 from .trie import FusionCache
 
 if TYPE_CHECKING:
@@ -122,8 +123,12 @@ class FusionExecutor:
     def make_plan(self, values: Sequence[Any], arch: int | None, load: bool) -> LaunchPlan:
         program = self.program
         fd = self.fd
-        env = evaluate(fd._records, fd._infos, fd.input_refs(), [_meta(v) for v in values])
-        out_shapes = {tuple(env[s].shape) for s in program.output_states}
+        try:
+            env = evaluate_shapes(fd._records, fd._infos, fd.input_refs(), values)
+        except ShapeUnknown:  # an op the shape evaluator lacks: let torch's meta kernels shape it
+            env = evaluate(fd._records, fd._infos, fd.input_refs(), [_meta(v) for v in values])
+            env = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else v for k, v in env.items()}
+        out_shapes = {tuple(env[s]) for s in program.output_states}
         if len(out_shapes) != 1:
             raise FusionUnsupportedError(f"pointwise outputs have different shapes {sorted(out_shapes)}")
         out_shape = out_shapes.pop()
@@ -338,6 +343,10 @@ def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) 
 
     from .validate import validate_inputs
 
+    if target is None:
+        from .warmup import default_target
+
+        target = default_target()
     profile = resolve_target(target)
     values = validate_inputs(fd, inputs)
     ex = executor_for(fd)

@@ -123,10 +123,16 @@ def _float_unary(fn: Callable) -> Callable:
         if not isinstance(a, torch.Tensor):
             return fn(torch.tensor(a, dtype=torch.float64))
         if not (a.is_floating_point() or a.is_complex()):
-            a = a.to(to_torch(dtype))  # torch computes integer inputs in the default float
+            a = a.to(to_torch(float_result(dtype)))  # torch computes ints in the default float
         return fn(a)
 
     return run
+
+
+def _pow(a: Any, b: Any, *, dtype: DataType) -> Any:
+    if isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        return torch.pow(a, b)  # a Python exponent keeps torch's scalar path (bool ** True)
+    return torch.pow(*_tensorize((a, b), dtype, _first_tensor((a, b))))
 
 
 def _erfcinv(t: torch.Tensor) -> torch.Tensor:
@@ -260,7 +266,7 @@ _add("truediv", 2, float_result, _truediv)
 _add("fmod", 2, _not_complex("fmod", _same), _needs_tensors(torch.fmod))
 _add("remainder", 2, _not_complex("remainder", _same), _needs_tensors(torch.remainder))
 _add("mod", 2, _not_complex("mod", _same), _needs_tensors(torch.remainder))
-_add("pow", 2, _same, _needs_tensors(torch.pow))
+_add("pow", 2, _same, _pow)
 _add("atan2", 2, _real_float_only("atan2"), _needs_tensors(torch.atan2))
 _add("minimum", 2, _not_complex("minimum", _same), _needs_tensors(torch.minimum))
 _add("maximum", 2, _not_complex("maximum", _same), _needs_tensors(torch.maximum))

@@ -360,11 +360,13 @@ class Operators:
                 size, a, b, k = info.shape[d], s[d], e[d], st[d]
                 if k is not None and k <= 0:
                     raise ValueError(f"{op}: strides[{d}] must be positive, got {k}")
-                if a is not None and a < 0 or b is not None and b < 0:
-                    raise ValueError(f"{op}: negative index in dim {d} ({a}:{b})")
                 if None in (a, b, k) or size == shapes.SYMBOLIC:
                     out.append(shapes.SYMBOLIC)
                     continue
+                # negative indices count from the end, as in Python (manual_normalization=False)
+                a, b = (a + size if a < 0 else a), (b + size if b < 0 else b)
+                if a < 0 or b < 0:
+                    raise ValueError(f"{op}: slice {s[d]}:{e[d]} is out of bounds for dim {d} of size {size}")
                 if b > size or a > b:
                     raise ValueError(
                         f"{op}: slice {a}:{b} is out of bounds for dim {d} of size {size}"

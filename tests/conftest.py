@@ -1,5 +1,4 @@
 """Shared fixtures: a fresh store and a fresh fusion cache per test, and the gpu marker."""
-import os
 
 import pytest
 

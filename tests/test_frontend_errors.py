@@ -300,3 +300,66 @@ def test_scalar_fd_runs_after_errors():
         fd.execute([x, x])
     (r,) = fd.execute([x, 2.5])
     torch.testing.assert_close(r, x * 2.5)
+
+
+def test_symbolic_extents_that_disagree():
+    with pytest.raises(ValueError, match=r"(?i)size|extent|dim|shape"):
+        two_input_fd().execute([rand(2, 3), rand(3, 3)])
+
+
+def test_static_sizes_from_pytorch_reject_new_shape():
+    x = rand(2, 3)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.neg(fd.from_pytorch(x, static_sizes=True)))
+    fd.execute([x])
+    with pytest.raises(ValueError, match=idx(0)):
+        fd.execute([rand(2, 4)])
+
+
+def test_reshape_of_runtime_sizes_that_cannot_match():
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.reshape(f(fd), [4, 6]))
+    (r,) = fd.execute([rand(2, 12, seed=7)])
+    torch.testing.assert_close(r, rand(2, 12, seed=7).reshape(4, 6))
+    with pytest.raises(ValueError, match=r"(?i)reshape|element|numel|size"):
+        fd.execute([rand(3, 5)])
+
+
+def test_float_into_int_scalar_input():
+    with FusionDefinition() as fd:
+        t0 = f(fd)
+        fd.add_output(fd.ops.mul(t0, fd.define_scalar(dtype=DataType.Int)))
+    with pytest.raises(TypeError, match=idx(1)):
+        fd.execute([rand(2, 3), 2.5])
+
+
+def test_inner_stride_breaks_partial_contiguity():
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[False, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.neg(t0))
+    with pytest.raises(ValueError, match=idx(0)):
+        fd.execute([rand(3, 8)[:, ::2]])
+
+
+def test_row_major_input_for_column_major_definition():
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float,
+                              stride_order=[0, 1])
+        fd.add_output(fd.ops.neg(t0))
+    fd.execute([rand(4, 3).t()])
+    with pytest.raises(ValueError, match=r"(?i)stride|contig|input 0"):
+        fd.execute([rand(3, 4)])
+
+
+def test_execute_undefined_definition():
+    fd = FusionDefinition()
+    with pytest.raises(ValueError, match=r"(?i)defin"):
+        fd.execute([rand(2, 2)])
+
+
+def test_nested_with_same_definition():
+    fd = FusionDefinition()
+    with pytest.raises(ValueError, match=r"(?i)already|defin|open"):  # noqa: SIM117
+        with fd:
+            with fd:
+                pass

@@ -109,9 +109,10 @@ def check(got: torch.Tensor, expected: torch.Tensor, what: str = "", **kw):
     assert got.dtype == expected.dtype, f"{what}: dtype {got.dtype} != torch {expected.dtype}"
     assert tuple(got.shape) == tuple(expected.shape), (
         f"{what}: shape {tuple(got.shape)} != torch {tuple(expected.shape)}")
-    t = {**tol(expected.dtype), **kw}
+    base = expected.dtype
     if expected.is_complex():
-        t = tol(torch.float32 if expected.dtype == torch.complex64 else torch.float64)
+        base = torch.float32 if expected.dtype == torch.complex64 else torch.float64
+    t = {**tol(base), **kw}
     torch.testing.assert_close(got, expected, equal_nan=True, msg=lambda m: f"{what}: {m}", **t)
 
 
@@ -165,7 +166,8 @@ FLOAT_UNARY = [
     ("erf", torch.erf, "any"),
     ("erfc", torch.erfc, "any"),
     ("erfinv", torch.erfinv, "unit"),
-    ("erfcinv", lambda x: torch.erfinv(1 - x.double()).to(x.dtype), "two"),
+    ("erfcinv", lambda x: torch.erfinv(1 - x.double()).to(
+        x.dtype if x.is_floating_point() else torch.float32), "two"),
     ("floor", torch.floor, "any"),
     ("frac", torch.frac, "any"),
     ("lgamma", torch.lgamma, "pos"),
@@ -574,18 +576,14 @@ def torch_reduce(name, x, dims, keepdim, dtype=None):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("dims", RED_DIMS, ids=str)
 @pytest.mark.parametrize("name", ["sum", "prod", "max", "min"])
-def test_reduction(name, dims, keepdim, dtype):
+def test_reduction(name, dims, dtype):
     lo, hi = (0.7, 1.3) if name == "prod" else (-3, 3)
     x = make([3, 4, 5], dtype, 21, lo, hi)
-
-    def build(fd, t):
-        return getattr(fd.ops, name)(t, dims, keepdim)
-
-    _, (r,) = run(build, [x])
-    check(r, torch_reduce(name, x, dims, keepdim), f"{name}{dims} keepdim={keepdim}")
+    for keepdim in (False, True):
+        _, (r,) = run(lambda fd, t, k=keepdim: getattr(fd.ops, name)(t, dims, k), [x])
+        check(r, torch_reduce(name, x, dims, keepdim), f"{name}{dims} keepdim={keepdim}")
 
 
 @pytest.mark.parametrize("dtype", INTS + [torch.bool], ids=str)
@@ -1119,8 +1117,8 @@ def test_from_pytorch():
         _pointwise_check(fd, [x], torch.clone, f"from_pytorch {dtype}")
         with FusionDefinition() as fd2:
             t0 = fd2.from_pytorch(x, static_sizes=True)
-            fd2.add_output(fd2.ops.abs(t0))
-        _pointwise_check(fd2, [x], torch.abs, f"from_pytorch static {dtype}")
+            fd2.add_output(fd2.ops.logical_not(t0))
+        _pointwise_check(fd2, [x], torch.logical_not, f"from_pytorch static {dtype}")
 
 
 def test_subclass_definition():
@@ -1204,3 +1202,557 @@ def test_compute_contiguity_and_descriptor():
     contiguity, stride_order = compute_tensor_descriptor(list(x.shape), list(x.stride()))
     assert list(contiguity) == [True, True, True]
     assert list(stride_order) == [2, 1, 0]
+
+
+# --------------------------------------------------------------------------------------------
+# edge cases: promotion corners, NaN, broadcast and empty inputs, outputs
+
+
+def test_python_truediv_operator_on_ints_is_true_division():
+    a, b = make([3, 4], torch.int64, 110, -50, 50), nonzero([3, 4], torch.int64, 111)
+    _, (r,) = run(lambda fd, x, y: x / y, [a, b])
+    check(r, a / b, "int t0 / t1")
+
+
+def test_reflected_comparison_and_pow_operators():
+    a = make([3, 4], torch.float32, 112, 0.5, 2.0)
+    cases = [("0.5 < t0", lambda x: 0.5 < x), ("2.0 ** t0", lambda x: 2.0 ** x),
+             ("t0 ** t0", lambda x: x ** x), ("1 + t0", lambda x: 1 + x)]
+    for text, fn in cases:
+        _, (r,) = run(lambda fd, x, fn=fn: fn(x), [a])
+        check(r, fn(a), text)
+
+
+@pytest.mark.parametrize("dtype,s", [(torch.bool, 2.5), (torch.int32, True),
+                                     (torch.float16, 3), (torch.bfloat16, True),
+                                     (torch.float32, 2.5j)], ids=str)
+def test_promotion_with_python_constants(dtype, s):
+    x = make([3, 4], dtype, 113, -4, 4)
+
+    def build(fd, t):
+        return [fd.ops.add(t, fd.define_scalar(s)), fd.ops.mul(t, s)]
+
+    _, (r1, r2) = run(build, [x])
+    check(r1, torch.add(x, s), f"add({dtype}, {s!r})")
+    check(r2, torch.mul(x, s), f"mul({dtype}, {s!r})")
+
+
+def test_double_scalar_input_accepts_python_int():
+    x = make([3, 4], seed=114)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.mul(t, fd.define_scalar(dtype=DataType.Double)))
+    (r,) = fd.execute([x, 3])
+    check(r, x * 3.0, "Double scalar fed a Python int")
+    (r,) = fd.execute((x, 0.5))
+    check(r, x * 0.5, "inputs as a tuple")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_nan_propagation(dtype):
+    x = with_specials(make([4, 6], dtype, 115))  # row 0 holds inf, -inf, nan, 0
+    y = make([4, 6], dtype, 116)
+    for name, fn in [("maximum", torch.maximum), ("minimum", torch.minimum)]:
+        check_op(op(name), fn, [x, y], f"{name} with NaN")
+    for name in ["max", "min"]:
+        _, (r,) = run(lambda fd, t, name=name: getattr(fd.ops, name)(t, [1]), [x])
+        check(r, torch_reduce(name, x, [1], False), f"{name} reduction with NaN")
+    _, (r,) = run(lambda fd, t: fd.ops.sum(t, [0]), [x])
+    check(r, x.sum(0), "sum with inf/nan")
+
+
+def test_half_sum_accumulates_in_float():
+    x = make([4, 4096], torch.float16, 117, 0.0, 1.0)
+    _, (r,) = run(lambda fd, t: fd.ops.sum(t, [1]), [x])
+    exact = x.double().sum(1)
+    assert r.dtype == torch.float16
+    torch.testing.assert_close(r.double(), exact, rtol=2e-3, atol=0)
+
+
+def test_reduce_over_broadcast_dim():
+    x = make([3, 1, 4], seed=118)
+    _, (r, r2) = run(lambda fd, t: [fd.ops.sum(t, [1]), fd.ops.max(t, [1, 2], True)], [x])
+    check(r, x.sum(1), "sum over a size-1 dim")
+    check(r2, x.amax((1, 2), keepdim=True), "max over size-1 and other dim")
+
+
+def test_reduce_after_permute_and_broadcast():
+    x, y = make([3, 5], seed=119), make([5, 4], seed=120)
+
+    def build(fd, a, b):
+        p = fd.ops.permute(a, [1, 0])                  # [5, 3]
+        s = fd.ops.sum(p, [1], keepdim=True)           # [5, 1]
+        return fd.ops.mul(fd.ops.add(b, s), fd.ops.broadcast(fd.ops.sum(b, [0]), [True, False]))
+
+    _, (r,) = run(build, [x, y])
+    check(r, (y + x.t().sum(1, keepdim=True)) * y.sum(0).unsqueeze(0), "permute/sum/broadcast")
+
+
+def test_zero_size_inputs():
+    x, y = make([0, 4], seed=121), make([0, 4], seed=122)
+    _, (r,) = run(op("add"), [x, y])
+    check(r, x + y, "add of empty")
+    _, (s,) = run(lambda fd, t: fd.ops.sum(t, [0]), [x])
+    check(s, x.sum(0), "sum over an empty dim")
+    _, (p,) = run(lambda fd, t: fd.ops.prod(t, [0]), [x])
+    check(p, x.prod(0), "prod over an empty dim")
+
+
+def test_zero_dim_tensor_input():
+    x, y = make([], seed=123), make([3, 4], seed=124)
+    _, (r,) = run(op("mul"), [y, x])
+    check(r, y * x, "[3,4] * 0-d")
+    _, (r2,) = run(op("exp"), [x])
+    check(r2, torch.exp(x), "exp of 0-d")
+
+
+def test_expanded_input_from_pytorch():
+    x = make([3, 1], seed=125).expand(3, 4)   # stride 0 on dim 1
+    y = make([3, 4], seed=126)
+    _, (r,) = run(op("add"), [x, y])
+    check(r, x + y, "expanded input + y")
+    _, (s,) = run(lambda fd, t: fd.ops.sum(t, [1]), [x])
+    check(s, x.sum(1), "sum over an expanded dim")
+
+
+def test_column_major_sizes_strides_input():
+    x = make([3, 4], seed=127).t()  # sizes [4, 3], strides [1, 4]
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(sizes=[4, 3], strides=[1, 4], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(t0, fd.ops.sum(t0, [0], keepdim=True)))
+    (r,) = fd.execute([x])
+    check(r, x * x.sum(0, keepdim=True), "column-major input")
+
+
+def test_expand_minus_one_keeps_size():
+    x = make([1, 3], seed=128)
+    _, (r,) = run(lambda fd, a: fd.ops.expand(a, [4, -1]), [x])
+    check(r, x.expand(4, -1), "expand with -1")
+
+
+def test_reshape_minus_one_is_inferred():
+    x = make([2, 12], seed=129)
+    _, (r,) = run(lambda fd, a: fd.ops.reshape(a, [-1, 6]), [x])
+    check(r, x.reshape(-1, 6), "reshape with -1")
+
+
+def test_slice_negative_indices_normalize():
+    x = make([6, 8], seed=130)
+    _, (r,) = run(lambda fd, a: fd.ops.slice(a, [-3, 0], [6, -1]), [x])
+    check(r, x[-3:6, 0:-1], "slice with negative indices")
+
+
+def test_iota_defaults():
+    x = make([5], seed=131)
+
+    def build(fd, a):
+        i = fd.ops.iota(fd.define_scalar(5))
+        return [i, fd.ops.add(a, i)]
+
+    _, (i, s) = run(build, [x])
+    check(i, torch.arange(5), "iota(5)")
+    check(s, x + torch.arange(5), "x + iota(5)")
+
+
+def test_full_with_vector_shape():
+    x = make([2, 3], seed=132)
+
+    def build(fd, a):
+        v = fd.define_vector([fd.ops.size(a, 0), fd.ops.size(a, 1)])
+        return fd.ops.sub(fd.ops.full(v, fd.define_scalar(0.25), DataType.Float), a)
+
+    _, (r,) = run(build, [x])
+    check(r, 0.25 - x, "full(vector) - x")
+
+
+@pytest.mark.parametrize("weights,stats", [(False, True), (True, False), (False, False)])
+def test_batch_norm_optional_args(weights, stats):
+    x = make([4, 3, 5], torch.float32, 133)
+    w, b = (make([3], seed=134), make([3], seed=135)) if weights else (None, None)
+    rm, rv = (make([3], seed=136, low=-0.5, high=0.5),
+              make([3], seed=137, low=0.5, high=1.5)) if stats else (None, None)
+    rm_ref = rm.clone() if stats else None
+    rv_ref = rv.clone() if stats else None
+    inputs = [t for t in (x, w, b, rm, rv) if t is not None]
+
+    def build(fd, *vals):
+        it = iter(vals)
+        t = next(it)
+        w_ = next(it) if weights else None
+        b_ = next(it) if weights else None
+        rm_ = next(it) if stats else None
+        rv_ = next(it) if stats else None
+        out, mean, invstd = fd.ops.batch_norm(t, w_, b_, rm_, rv_, fd.define_scalar(0.2),
+                                              fd.define_scalar(1e-3), True)
+        return [out, mean, invstd]
+
+    _, (out, mean, invstd) = run(build, inputs)
+    e = torch.native_batch_norm(x, w, b, rm_ref, rv_ref, True, 0.2, 1e-3)
+    check(out, e[0], "bn out", rtol=1e-4, atol=1e-4)
+    check(mean, e[1], "bn mean")
+    check(invstd, e[2], "bn invstd", rtol=1e-4, atol=1e-4)
+    if stats:
+        check(rm, rm_ref, "running_mean")
+        check(rv, rv_ref, "running_var", rtol=1e-4, atol=1e-5)
+
+
+def test_complex_arithmetic():
+    a, b = make([3, 4], torch.complex64, 138), make([3, 4], torch.complex64, 139)
+    for name in ["add", "mul", "sub"]:
+        check_op(op(name), getattr(torch, name), [a, b], f"{name}(complex64)")
+    check_op(op("abs"), torch.abs, [a], "abs(complex64)")
+
+
+def test_results_do_not_alias_across_executions():
+    x, y = make([3, 4], seed=140), make([3, 4], seed=141)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.mul(t, fd.define_scalar(2.0)))
+        fd.add_output(fd.ops.set(t))
+    r1 = fd.execute([x])
+    r2 = fd.execute([y])
+    check(r1[0], x * 2.0, "first result after a second execute")
+    check(r2[0], y * 2.0, "second result")
+    r2[1].add_(1.0)
+    check(y, make([3, 4], seed=141), "set() output does not alias its input")
+
+
+def test_output_passthrough_and_duplicate():
+    x = make([3, 4], seed=142)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        e = fd.ops.exp(t)
+        fd.add_output(t)
+        fd.add_output(e)
+        fd.add_output(e)
+    outs = fd.execute([x])
+    assert len(outs) == 3
+    check(outs[0], x, "input as output")
+    check(outs[1], torch.exp(x), "exp")
+    check(outs[2], torch.exp(x), "exp again")
+
+
+def test_output_stride_order():
+    x = make([3, 4], seed=143)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.relu(t), stride_order=[0, 1])
+    (r,) = fd.execute([x])
+    check(r, torch.relu(x), "relu with output stride order")
+    assert r.stride() == (1, 3), f"stride_order [0, 1] should make dim 1 outermost: {r.stride()}"
+
+
+def test_alias_input_updates_in_place():
+    x, acc = make([3, 4], seed=144), make([3, 4], seed=145)
+    expected = acc + x
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        a = fd.from_pytorch(acc)
+        fd.add_output(fd.ops.add(a, t), alias_input=a)
+    fd.execute([x, acc])
+    check(acc, expected, "alias_input written in place")
+
+
+# --------------------------------------------------------------------------------------------
+# dtype sweeps: every dtype pair against torch's promotion (one test per op; failures listed)
+
+SWEEP_DTYPES = [torch.bool, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+                torch.float32, torch.float64]
+NO_ZERO = {"div", "truediv", "fmod", "remainder", "mod"}
+
+
+def _integral(dtype):
+    return dtype == torch.bool or dtype in INTS
+
+
+def _sweep_reference(name):
+    fns = {name: fn for name, fn, _ in FLOAT_BINARY + INT_BINARY}
+
+    def div(a, b):
+        if _integral(a.dtype) and _integral(b.dtype):
+            return torch.div(a, b, rounding_mode="trunc")
+        return torch.true_divide(a, b)
+
+    return div if name == "div" else fns[name]
+
+
+def _sweep_operand(dtype, seed, safe_divisor):
+    if dtype == torch.bool:
+        return torch.ones(3, 4, dtype=torch.bool) if safe_divisor else make([3, 4], dtype, seed)
+    if safe_divisor:
+        return nonzero([3, 4], dtype, seed)
+    return make([3, 4], dtype, seed, -5, 5)
+
+
+def _report(failures):
+    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:40])
+
+
+def _compare(got, expected, what, failures, low_precision=False):
+    try:
+        check(got, expected, what, **(tol(torch.float16) if low_precision else {}))
+    except AssertionError as e:
+        failures.append(str(e).splitlines()[0][:200])
+
+
+SWEEP_OPS = ["add", "sub", "mul", "div", "truediv", "fmod", "remainder", "mod", "pow",
+             "atan2", "minimum", "maximum", "eq", "ne", "lt", "ge", "logical_and",
+             "logical_or", "bitwise_and", "bitwise_xor", "bitwise_left_shift", "gcd",
+             "nextafter"]
+
+
+@pytest.mark.parametrize("name", SWEEP_OPS)
+def test_binary_dtype_sweep(name):
+    ref = _sweep_reference(name)
+    failures: list[str] = []
+    for da in SWEEP_DTYPES:
+        for db in SWEEP_DTYPES:
+            a = _sweep_operand(da, 1, False)
+            b = _sweep_operand(db, 2, name in NO_ZERO)
+            if name in ("pow", "bitwise_left_shift"):
+                b = b.abs() if b.dtype != torch.bool else b
+                a = a.abs() if name == "pow" and a.dtype != torch.bool else a
+            try:
+                expected = ref(a, b)
+            except (RuntimeError, TypeError, NotImplementedError):
+                continue  # torch has no such op for these dtypes
+            what = f"{name}({da}, {db})"
+            try:
+                _, (got,) = run(op(name), [a, b])
+            except Exception as e:  # noqa: BLE001 - collected, reported below
+                failures.append(f"{what}: raised {type(e).__name__}: {e}"[:200])
+                continue
+            _compare(got, expected, what, failures)
+    _report(failures)
+
+
+PY_SCALARS = [True, 3, -2.5, 1.5j]
+
+
+def _c_div(a, b):
+    """nvFuser's div: truncating when both operands are integral, else true division."""
+    if _integral(torch.result_type(a, b)):
+        a_t = a if isinstance(a, torch.Tensor) else torch.tensor(a)
+        return torch.div(a_t, b, rounding_mode="trunc").to(torch.result_type(a, b))
+    return torch.true_divide(a, b)
+
+
+REFLECTED = {
+    "div": _c_div,
+    "add": lambda s, t: s + t, "sub": lambda s, t: s - t, "mul": lambda s, t: s * t,
+    "truediv": lambda s, t: s / t, "eq": lambda s, t: s == t, "lt": lambda s, t: s < t,
+    "pow": lambda s, t: s ** t, "remainder": lambda s, t: s % t,
+    "maximum": lambda s, t: torch.maximum(torch.tensor(s, dtype=torch.result_type(t, s)), t),
+}
+FORWARD = {
+    "div": _c_div,
+    "truediv": torch.true_divide,
+    "maximum": lambda t, s: torch.maximum(t, torch.tensor(s, dtype=torch.result_type(t, s))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFLECTED))
+def test_tensor_python_scalar_sweep(name):
+    """Tensor op Python constant (both orders) follows torch's tensor-scalar promotion."""
+    failures: list[str] = []
+    for dtype in SWEEP_DTYPES + [torch.complex64]:
+        a = make([3, 4], dtype, 3, 1, 4)
+        for s in PY_SCALARS:
+            if dtype == torch.float16 and isinstance(s, complex):
+                continue  # torch gives ComplexHalf, which DataType lacks; see the test below
+            for order in ("ts", "st"):
+                try:
+                    if order == "ts":
+                        fn = FORWARD[name] if name in FORWARD else getattr(torch, name)
+                        expected = fn(a, s)
+                    else:
+                        expected = REFLECTED[name](s, a)
+                except (RuntimeError, TypeError, NotImplementedError):
+                    continue
+                if expected.dtype == torch.complex32:
+                    continue  # no ComplexHalf in DataType
+                what = (f"{name}(t, {s!r})" if order == "ts" else f"{name}({s!r}, t)") + \
+                    f" with t:{dtype}"
+
+                def build(fd, t, order=order, s=s):
+                    c = fd.define_scalar(s)
+                    return getattr(fd.ops, name)(*((t, c) if order == "ts" else (c, t)))
+
+                try:
+                    _, (got,) = run(build, [a])
+                except Exception as e:  # noqa: BLE001 - collected, reported below
+                    failures.append(f"{what}: raised {type(e).__name__}: {e}"[:200])
+                    continue
+                low = dtype in (torch.float16, torch.bfloat16)
+                _compare(got, expected, what, failures, low)
+    _report(failures)
+
+
+def test_half_tensor_compared_with_complex_constant():
+    x = make([3, 4], torch.float16, 4)
+    _, (r,) = run(lambda fd, t: fd.ops.eq(t, fd.define_scalar(1.5j)), [x])
+    check(r, torch.eq(x.to(torch.complex64), 1.5j), "eq(half, 1.5j)")
+
+
+UNARY_SWEEP = [u[0] for u in FLOAT_UNARY] + [u[0] for u in SPECIAL_UNARY] + ["bitwise_not"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.int64], ids=str)
+def test_unary_on_integral_sweep(dtype):
+    """Unary ops on bool/int inputs: value and dtype as torch (float ops promote to float32)."""
+    refs = {n: fn for n, fn, _ in FLOAT_UNARY} | dict(SPECIAL_UNARY) | {
+        "bitwise_not": torch.bitwise_not}
+    x = make([3, 4], dtype, 5, 1, 4)
+    failures: list[str] = []
+    for name in UNARY_SWEEP:
+        try:
+            expected = refs[name](x)
+        except (RuntimeError, TypeError, NotImplementedError):
+            continue
+        try:
+            _, (got,) = run(op(name), [x])
+        except Exception as e:  # noqa: BLE001 - collected, reported below
+            failures.append(f"{name}({dtype}): raised {type(e).__name__}: {e}"[:200])
+            continue
+        _compare(got, expected, f"{name}({dtype})", failures)
+    _report(failures)
+
+
+# --------------------------------------------------------------------------------------------
+# layouts and runtime extents
+
+
+def test_partial_contiguity_accepts_strided_outer_dim():
+    base = make([6, 5], seed=150)
+    x = base[::2, :]  # strides (10, 1): inner dim contiguous, outer not
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[False, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(t0, t0))
+    (r,) = fd.execute([x])
+    check(r, x * x, "contiguity [False, True] with a strided outer dim")
+
+
+def test_size_one_dim_with_any_stride_is_contiguous():
+    x = make([4, 1], seed=151).t()  # shape [1, 4], strides (1, 1); torch calls it contiguous
+    assert x.is_contiguous()
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.neg(t0))
+    (r,) = fd.execute([x])
+    check(r, -x, "size-1 dim with an odd stride")
+
+
+def test_symbolic_dim_accepts_runtime_size_one():
+    x, y = make([1, 4], seed=152), make([1, 4], seed=153)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(t0, t1))
+    (r,) = fd.execute([x, y])
+    check(r, x + y, "symbolic dims bound to 1")
+
+
+def test_slice_end_past_symbolic_extent_clamps():
+    x = make([4, 6], seed=154)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.slice(t0, [1, 0], [100, 2]))
+    (r,) = fd.execute([x])
+    check(r, x[1:100, 0:2], "slice end clamped to the runtime extent")
+
+
+def test_batch_norm_channels_last():
+    x = make([2, 4, 5, 3], torch.float32, 155)  # N, H, W, C
+    w, b = make([3], seed=156), make([3], seed=157)
+    rm, rv = make([3], seed=158, low=-0.5, high=0.5), make([3], seed=159, low=0.5, high=1.5)
+    rm_ref, rv_ref = rm.clone(), rv.clone()
+
+    def build(fd, t, w_, b_, rm_, rv_):
+        out, mean, invstd = fd.ops.batch_norm(t, w_, b_, rm_, rv_, fd.define_scalar(0.1),
+                                              fd.define_scalar(1e-5), True, channels_last=True)
+        return [out, mean, invstd]
+
+    _, (out, mean, invstd) = run(build, [x, w, b, rm, rv])
+    e = torch.native_batch_norm(x.permute(0, 3, 1, 2), w, b, rm_ref, rv_ref, True, 0.1, 1e-5)
+    check(out, e[0].permute(0, 2, 3, 1), "bn channels_last out", rtol=1e-4, atol=1e-4)
+    check(mean, e[1], "bn channels_last mean")
+    check(invstd, e[2], "bn channels_last invstd", rtol=1e-4, atol=1e-4)
+    check(rm, rm_ref, "bn channels_last running_mean")
+    check(rv, rv_ref, "bn channels_last running_var", rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm_composed():
+    """Layer norm composed from var_mean/broadcast/rsqrt, as API.md describes."""
+    x = make([4, 16], torch.float32, 160)
+    w, b = make([16], seed=161), make([16], seed=162)
+
+    def build(fd, t, w_, b_):
+        var, mean = fd.ops.var_mean(t, [1], correction=0, keepdim=False)
+        mean_b = fd.ops.broadcast(mean, [False, True])
+        inv = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(1e-5)))
+        y = fd.ops.mul(fd.ops.sub(t, mean_b), fd.ops.broadcast(inv, [False, True]))
+        return fd.ops.add(fd.ops.mul(y, fd.ops.broadcast(w_, [True, False])),
+                          fd.ops.broadcast(b_, [True, False]))
+
+    _, (r,) = run(build, [x, w, b])
+    check(r, F.layer_norm(x, [16], w, b, 1e-5), "layer_norm", rtol=1e-5, atol=1e-5)
+
+
+def test_define_vector_input():
+    x = make([2, 12], seed=163)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(2)
+        v = fd.define_vector(2)
+        fd.add_output(fd.ops.reshape(t, v))
+    (r,) = fd.execute([x, [4, 6]])
+    check(r, x.reshape(4, 6), "reshape to a vector input")
+    (r,) = fd.execute([x, (3, 8)])
+    check(r, x.reshape(3, 8), "reshape to a vector input (tuple)")
+
+
+def test_segment_single_segment():
+    x, y = make([3, 4], seed=164), make([3, 4], seed=165)
+    with FusionDefinition() as fd:
+        t0, t1 = fd.from_pytorch(x), fd.from_pytorch(y)
+        fd.add_output(fd.ops.add(fd.ops.sum(t0, [1], keepdim=True), t1))
+    assert fd.segment([x, y]) == []
+    assert fd.segments == []
+    (r,) = fd.execute([x, y])
+    check(r, x.sum(1, keepdim=True) + y, "execute after segment()")
+
+
+def test_exports():
+    import fusion_cache
+
+    for name in ["FusionDefinition", "FusionCache", "DataType", "Tensor", "Scalar", "version",
+                 "compute_contiguity", "compute_tensor_descriptor"]:
+        assert hasattr(fusion_cache, name), name
+    assert isinstance(fusion_cache.version(), str)
+    for dt in ["Double", "Float", "Half", "BFloat16", "Int", "Int32", "Bool", "ComplexFloat",
+               "ComplexDouble", "Null"]:
+        assert hasattr(DataType, dt), dt
+
+
+def test_reduction_dtype_arg_on_ints():
+    x = make([4, 5], torch.int32, 166, -9, 9)
+    _, (r,) = run(lambda fd, t: fd.ops.sum(t, [1], dtype=DataType.Int32), [x])
+    check(r, torch.sum(x, 1, dtype=torch.int32), "sum(int32, dtype=Int32)")
+    _, (r,) = run(lambda fd, t: fd.ops.sum(t, [1], dtype=DataType.Float), [x])
+    check(r, torch.sum(x, 1, dtype=torch.float32), "sum(int32, dtype=Float)")
+
+
+def test_reshape_to_list_of_scalars():
+    x = make([2, 12], seed=167)
+
+    def build(fd, a):
+        s0, s1 = fd.ops.size(a, 0), fd.ops.size(a, 1)
+        return fd.ops.reshape(a, [fd.ops.mul(s0, 2), fd.ops.div(s1, 2)])
+
+    _, (r,) = run(build, [x])
+    check(r, x.reshape(4, 6), "reshape to [size*2, size/2]")
+
+
+def test_requires_grad_input():
+    x = make([3, 4], seed=168).requires_grad_()
+    _, (r,) = run(op("sin"), [x])
+    check(r.detach(), torch.sin(x).detach(), "sin of a requires_grad input")

@@ -274,3 +274,62 @@ def test_print_ir_does_not_raise(capsys):
     fd.print_ir()
     out = capsys.readouterr().out
     assert "T0_g[" in out or "T0_g[" in fd.fusion_ir()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 0.1, 1e-300,
+                                   -2.5e17, 2**40, -7, True, False, 1 + 2j], ids=repr)
+def test_repr_round_trips_special_constants(value):
+    def build(fd):
+        t0 = fd.define_tensor(2, DataType.Double)
+        fd.add_output(fd.ops.add(t0, fd.define_scalar(value)))
+
+    fd = define(build)
+    fd2 = rebuild_from_text(repr(fd))
+    assert fd2.id() == fd.id(), repr(fd)
+
+
+def b_io_variants(fd):
+    t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    acc = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    s_int = fd.define_scalar(dtype=DataType.Int)
+    s_bool = fd.define_scalar(dtype=DataType.Bool)
+    s_half = fd.define_scalar(None, dtype=DataType.Float)
+    c = fd.define_scalar(2, dtype=DataType.Double)
+    t1 = fd.ops.where(s_bool, fd.ops.mul(t0, s_int), fd.ops.add(t0, s_half))
+    fd.add_output(fd.ops.mul(t1, c), stride_order=[0, 1])
+    fd.add_output(fd.ops.add(acc, t0), alias_input=acc)
+
+
+def test_repr_round_trips_io_variants():
+    fd = define(b_io_variants)
+    fd2 = rebuild_from_text(repr(fd))
+    assert fd2.id() == fd.id(), repr(fd)
+
+
+def test_repr_of_fusion_bound_by_id():
+    fd = define(b_shapes)
+    again = FusionDefinition(fd.id())
+    assert repr(again) == repr(fd)
+
+
+@pytest.mark.parametrize("var", ["FUSION_CACHE_DUMP", "NVFUSER_DUMP", "PYTORCH_NVFUSER_DUMP"])
+def test_dump_python_definition(var, monkeypatch, capsys):
+    for other in ["FUSION_CACHE_DUMP", "NVFUSER_DUMP", "PYTORCH_NVFUSER_DUMP"]:
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(var, "python_definition")
+    fd = define(b_readme)
+    out = capsys.readouterr().out
+    assert f"def nvfuser_fusion_id{fd.id()}(fd : FusionDefinition) -> None :" in out, out
+
+
+def test_print_writes_the_definition(capsys):
+    fd = define(b_readme)
+    fd.print()
+    assert capsys.readouterr().out.strip() == repr(fd).strip()
+
+
+@pytest.mark.parametrize("name,build", BUILDERS, ids=[b[0] for b in BUILDERS])
+def test_fusion_ir_for_every_builder(name, build):
+    ir = define(build).fusion_ir()
+    assert isinstance(ir, str) and "_g[" in ir, ir
+    assert "%kernel_math" in ir or "=" in ir, ir

@@ -277,3 +277,133 @@ def test_threads_get_consistent_ids():
     assert all(len(v) == 1 for v in merged.values()), merged
     assert len({next(iter(v)) for v in merged.values()}) == 6
     assert FusionCache.get().num_fusions() == 6
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 1e-300, 0.1,
+                                   2**40, True, 1 + 2j], ids=repr)
+def test_special_constants_hit_the_cache(value):
+    def build(fd):
+        t0 = fd.define_tensor(2, DataType.Double)
+        fd.add_output(fd.ops.add(t0, fd.define_scalar(value)))
+
+    first = fid(build)
+    hits = stats()["trie_hits"]
+    assert fid(build) == first, f"constant {value!r} does not match itself in the trie"
+    assert stats()["trie_hits"] > hits
+    assert FusionCache.get().num_fusions() == 1
+
+
+def test_nan_constant_values_execute():
+    x = rand(2, 3, seed=4).double()
+
+    def build(fd):
+        t0 = fd.define_tensor(2, DataType.Double)
+        fd.add_output(fd.ops.maximum(t0, fd.define_scalar(float("-inf"))))
+        fd.add_output(fd.ops.add(t0, fd.define_scalar(float("nan"))))
+
+    r = define(build).execute([x])
+    torch.testing.assert_close(r[0], x)
+    assert torch.isnan(r[1]).all()
+
+
+def test_one_and_one_point_zero_differ_by_dtype():
+    def as_int(fd):
+        fd.add_output(fd.ops.mul(fd.define_tensor(2), fd.define_scalar(1)))
+
+    def as_float(fd):
+        fd.add_output(fd.ops.mul(fd.define_tensor(2), fd.define_scalar(1.0)))
+
+    def as_bool(fd):
+        fd.add_output(fd.ops.mul(fd.define_tensor(2), fd.define_scalar(True)))
+
+    assert len({fid(as_int), fid(as_float), fid(as_bool)}) == 3
+
+
+def test_subclass_and_with_block_share_an_id():
+    def body(fd):
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.exp(t0))
+
+    class Sub(FusionDefinition):
+        def definition(self):
+            body(self)
+
+    sub = Sub()
+    x = rand(2, 2, seed=6)
+    (r,) = sub.execute([x])
+    torch.testing.assert_close(r, torch.exp(x))
+    assert sub.id() == fid(body)
+
+
+def test_unknown_fusion_id_raises():
+    fid(scaled())
+    with pytest.raises((ValueError, KeyError, IndexError)):
+        FusionDefinition(12345).execute([rand(2, 2)])
+
+
+def test_max_length_is_enforced():
+    with pytest.raises(ValueError, match=r"(?i)max_length|length|long"):
+        with FusionDefinition(max_length=3) as fd:
+            t = fd.define_tensor(2)
+            for _ in range(5):
+                t = fd.ops.neg(t)
+            fd.add_output(t)
+
+
+def test_fusion_by_id_in_a_new_process(fresh_store):
+    """FusionDefinition(fid) works in a fresh process that shares the persistent store."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys, torch
+        from fusion_cache import FusionDefinition, DataType
+        x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+        if sys.argv[1] == "define":
+            with FusionDefinition() as fd:
+                t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True],
+                                      dtype=DataType.Float)
+                fd.add_output(fd.ops.mul(fd.ops.add(t0, fd.define_scalar(1.0)), t0))
+            fd.execute([x])
+            print(fd.id())
+        else:
+            (r,) = FusionDefinition(int(sys.argv[2])).execute([x])
+            assert torch.equal(r, (x + 1.0) * x), r
+            print("ok")
+    """)
+    env = {**os.environ, "FUSION_CACHE_DIR": str(fresh_store)}
+    first = subprocess.run([sys.executable, "-c", script, "define"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    fusion_id = first.stdout.strip().splitlines()[-1]
+    second = subprocess.run([sys.executable, "-c", script, "lookup", fusion_id], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().endswith("ok")
+
+
+def test_more_spellings_share_an_id():
+    base = fid(scaled())
+    assert fid(scaled(stride_order=(1, 0))) == base, "default stride order spelled out"
+
+    def sizes_strides(fd):
+        t0 = fd.define_tensor(sizes=[2, 3], strides=[3, 1], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(t0, fd.define_scalar(2.0)))
+
+    assert fid(sizes_strides) == base, "sizes/strides of a contiguous tensor"
+
+
+def test_static_sizes_distinguish_each_other():
+    ids = {fid(scaled(shape=s)) for s in [(4, -1), (5, -1), (-1, 4), (4, 4)]}
+    assert len(ids) == 4
+
+
+def test_failed_definition_is_not_a_fusion():
+    fid(scaled())
+    before = FusionCache.get().num_fusions()
+    with pytest.raises(ValueError):
+        with FusionDefinition() as fd:
+            fd.add_output(fd.ops.sum(fd.define_tensor(2), [5]))
+    assert FusionCache.get().num_fusions() == before

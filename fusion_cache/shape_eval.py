@@ -1,0 +1,117 @@
+"""Run-time shapes of a fusion's tensors from its inputs' sizes, without touching data.
+
+The plan path needs output shapes and the same size checks the reference evaluator makes;
+evaluating on torch meta tensors would do it but pulls in torch's tracing stack (seconds on
+first use), so the ops the kernel schedulers accept are shaped here in plain Python.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .opdefs import OPS, scalar_result
+from .ops import promoted_dtype
+from .records import Record, Ref
+from .values import ScalarInfo
+
+
+class ShapeUnknown(Exception):
+    """An op this evaluator does not shape; the caller falls back to another route."""
+
+
+def _broadcast(r: Record, infos: list, shapes: list[tuple | None]) -> tuple[int, ...]:
+    tensors = [(infos[a.index], s) for a, s in zip(r.args, shapes) if s is not None]
+    rank = max((len(s) for _, s in tensors), default=0)
+    out = []
+    for pos in range(rank):
+        size = 1
+        seen = None
+        for info, s in tensors:
+            d = pos - rank + len(s)
+            if d < 0 or info.shape[d] == 1:
+                continue
+            if seen is not None and s[d] != seen:
+                raise ValueError(
+                    f"{r.name} ({', '.join(map(str, r.outputs))}): sizes {seen} and {s[d]} meet at "
+                    f"dim {pos}; only dims declared broadcast (size 1) in the definition broadcast"
+                )
+            seen = s[d]
+        if seen is not None:
+            size = seen
+        out.append(size)
+    return tuple(out)
+
+
+def evaluate_shapes(records: Sequence[Record], infos: list, input_refs: Sequence[Ref],
+                    values: Sequence[Any]) -> dict[int, Any]:  # fmt: skip
+    """State index -> a tensor's shape (tuple), a scalar's value, or a vector's sizes."""
+    env: dict[int, Any] = {}
+    for ref, v in zip(input_refs, values):
+        env[ref.index] = tuple(v.shape) if ref.kind == "T" else v
+
+    def get(v: Any) -> Any:
+        if isinstance(v, Ref):
+            return env[v.index]
+        if isinstance(v, tuple):
+            return tuple(get(x) for x in v)
+        return v
+
+    def sizes(v: Any) -> list[int]:
+        return [int(x) for x in get(v)]
+
+    for r in records:
+        if r.kind == "scalar" and not r.kw("is_input"):
+            env[r.outputs[0].index] = r.kw("value")
+        elif r.kind == "vector" and not r.kw("is_input"):
+            env[r.outputs[0].index] = tuple(int(get(e)) for e in r.kw("elements"))
+        elif r.kind == "op":
+            env[r.outputs[0].index] = _shape_op(r, infos, env, get, sizes)
+    return env
+
+
+def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
+    name = r.name
+    out_info = infos[r.outputs[0].index]
+    if name in OPS or name == "cast":
+        if isinstance(out_info, ScalarInfo):  # scalar arithmetic, e.g. sizes for a reshape
+            if name == "cast":
+                return scalar_result(get(r.args[0]), out_info.dtype)
+            spec = OPS[name]
+            compute = promoted_dtype(spec, [infos[a.index] for a in r.args])
+            return scalar_result(spec.torch_fn(*(get(a) for a in r.args), dtype=compute),
+                                 out_info.dtype)  # fmt: skip
+        shapes = [get(a) if a.kind == "T" else None for a in r.args]
+        return _broadcast(r, infos, shapes)
+    if len(r.outputs) != 1:
+        raise ShapeUnknown(name)
+    x = get(r.args[0]) if r.args and isinstance(r.args[0], Ref) else None
+    if name == "size":
+        return int(x[r.kw("dim")])
+    if name == "shape":
+        return tuple(x)
+    if name == "broadcast":
+        it = iter(x)
+        return tuple(1 if flag else next(it) for flag in r.kw("is_broadcast_dim"))
+    if name in ("broadcast_in_dim", "expand"):
+        target = sizes(r.kw("shape"))
+        if name == "expand":
+            bdims = list(range(len(target)))
+        else:
+            bdims = [d % len(target) for d in r.kw("broadcast_dims")]
+        for src, dst in enumerate(bdims):
+            if target[dst] == -1:
+                target[dst] = x[src]
+            elif x[src] != 1 and x[src] != target[dst]:
+                raise ValueError(f"{name}: cannot broadcast {list(x)} to {target}")
+        return tuple(target)
+    if name == "permute":
+        return tuple(x[d % len(x)] for d in r.kw("dims"))
+    if name == "squeeze":
+        dims = {d % len(x) for d in r.kw("dims")}
+        for d in dims:
+            if x[d] != 1:
+                raise ValueError(f"squeeze: dim {d} has size {x[d]} at run time, not 1")
+        return tuple(e for i, e in enumerate(x) if i not in dims)
+    if name == "full":
+        return tuple(sizes(r.kw("shape")))
+    raise ShapeUnknown(name)
