@@ -110,7 +110,9 @@ def _source_excerpt(source: str, log_text: str, name: str) -> str:
 def _program_log(prog: nvrtc.nvrtcProgram) -> str:
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
     _check(err, "nvrtcGetProgramLogSize")
-    buf = b" " * size
+    # a fresh mutable buffer: NVRTC writes into it, and `b" " * 1` would be CPython's shared
+    # one-byte constant (writing '\0' there corrupted every b" " in the process)
+    buf = bytearray(size)
     (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
     _check(err, "nvrtcGetProgramLog")
     return buf.rstrip(b"\x00").decode(errors="replace").strip()
@@ -146,8 +148,9 @@ def compile_cubin_with_log(
             )
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        cubin_buf = bytearray(size)
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin_buf)
+        cubin = bytes(cubin_buf)
         _check(err, "nvrtcGetCUBIN")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

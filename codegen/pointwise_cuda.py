@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusion_cache.dtypes import DataType
 from schedulers.pointwise import PointwiseProgram
 
-from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE, REGISTER_TYPE, convert, literal, render_op
+from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE
 from .prelude import prelude_source
+from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
 
 KERNEL_NAME = "fc_pointwise"
 BLOCK = 128
@@ -35,18 +35,9 @@ class PointwiseVariant:
 def arg_types(program: PointwiseProgram, variant: PointwiseVariant) -> tuple[str, ...]:
     idx = "i32" if variant.index_type == "int" else "i64"
     per_tensor = ("ptr",) + (idx,) * variant.rank
-    scalars = tuple(
-        {"Double": "f64", "Float": "f64", "Half": "f64", "BFloat16": "f64", "Bool": "bool"}.get(
-            dt.value, "i64"
-        )
-        for _, dt in program.scalar_inputs
-    )
+    scalars = scalar_arg_types(program)
     return (per_tensor * (len(program.accesses) + len(program.stores))
             + (idx,) * (variant.rank + 1) + scalars)  # fmt: skip
-
-
-def _param_ctype(dtype) -> str:
-    return {"Bool": "bool", "Int": "long long", "Int32": "long long"}.get(dtype.value, "double")
 
 
 def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> str:
@@ -61,8 +52,7 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
         params.append(" ".join((f"{const}{MEMORY_TYPE[dtype]}*{restrict}", f"{prefix}{i}")))
         params += [f"idx_t {prefix}{i}_s{d}" for d in range(R)]
     params += [f"idx_t n{d}" for d in range(R)] + ["idx_t numel"]
-    for pos, dtype in program.scalar_inputs:
-        params.append(f"{_param_ctype(dtype)} p{pos}")
+    params += scalar_params(program)
     lines.append(f"typedef {variant.index_type} idx_t;")
     lines.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {KERNEL_NAME}(')
     lines.append("    " + ",\n    ".join(params) + ") {")
@@ -92,7 +82,7 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     for stmt in program.stmts:
         lines.append("      " + _render_stmt(program, variant, stmt))
     for i, st in enumerate(program.stores):
-        value = _to_memory(st.var, st.dtype)
+        value = to_memory(st.var, st.dtype)
         if variant.store_modes[i] == "vec":
             lines.append(f"      o{i}_v[j] = {value};")
         else:
@@ -106,56 +96,16 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     return "\n".join(lines) + "\n"
 
 
-def _to_memory(var: str, dtype) -> str:
-    mt = MEMORY_TYPE[dtype]
-    if mt == "fc_half":
-        return f"fc_to_half({var})"
-    if mt == "fc_bf16":
-        return f"fc_to_bf16({var})"
-    return var
-
-
 def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt) -> str:
-    rt = REGISTER_TYPE[stmt.dtype]
-    if stmt.op == "load":
-        i = stmt.operands[0]
+    def load(i: int) -> str:
         mode = variant.load_modes[i]
         if mode == "vec":
-            raw = f"a{i}_v[j]"
-        elif mode == "bcast":
-            raw = f"a{i}_b"
-        else:
-            raw = f"a{i}[a{i}_off + j * a{i}_s{variant.rank - 1}]"
-        if MEMORY_TYPE[stmt.dtype] in ("fc_half", "fc_bf16"):
-            raw = f"fc_to_float({raw})"
-        return _decl(rt, stmt.var, f"{raw}")
-    if stmt.op == "const":
-        return _decl(rt, stmt.var, f"{literal(dict(stmt.attrs)['value'], stmt.dtype)}")
-    if stmt.op == "param":
-        return _decl(rt, stmt.var, f"({rt})p{dict(stmt.attrs)['pos']}")
-    dtypes = {s.var: s.dtype for s in program.stmts}
-    if stmt.op == "cast":
-        (src,) = stmt.operands
-        return _decl(rt, stmt.var, f"{convert(src, dtypes[src], stmt.dtype)}")
-    compute = stmt.compute
-    args = []
-    for k, v in enumerate(stmt.operands):
-        if stmt.op == "where" and k == 0:
-            args.append(convert(v, dtypes[v], DataType.Bool))
-        else:
-            args.append(convert(v, dtypes[v], compute))
-    expr = render_op(stmt.op, args, compute)
-    return _decl(rt, stmt.var, f"{convert(expr, compute, stmt.dtype) if _needs(stmt) else expr}")
+            return f"a{i}_v[j]"
+        if mode == "bcast":
+            return f"a{i}_b"
+        return f"a{i}[a{i}_off + j * a{i}_s{variant.rank - 1}]"
 
-
-def _decl(ctype: str, var: str, expr: str) -> str:
-    # joined rather than one f-string: under pytest on the GPU machine's Python 3.12,
-    # "{a} {b}" in an f-string came out as "ab" and broke every kernel's declarations
-    return " ".join(("const", ctype, var, "=", expr)) + ";"
-
-
-def _needs(stmt) -> bool:
-    return stmt.compute is not None and REGISTER_TYPE[stmt.compute] != REGISTER_TYPE[stmt.dtype]
+    return render_stmt(stmt, {s.var: s.dtype for s in program.stmts}, load)
 
 
 def vector_width(dtypes) -> int:

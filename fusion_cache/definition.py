@@ -346,9 +346,9 @@ class FusionDefinition:
 
     def last_cuda_code(self, intrinsic_code: bool = False, **kwargs: Any) -> str:
         plan = self._executor().last_plan
-        if plan is None or plan.ref is None:
+        if plan is None or not plan.refs:
             raise FusionDefinitionError("no kernel has run for this fusion yet")
-        return plan.ref.source
+        return "\n".join(ref.source for ref in plan.refs)
 
     def cuda_code_for(self, inputs: Sequence[Any], intrinsic_code: bool = False,
                       override_user_schedule: bool = False, target: Any = "h100") -> str:  # fmt: skip
@@ -364,8 +364,11 @@ class FusionDefinition:
             lines.append(f"scheduler: {ex.scheduler}; {ex.program.describe()}")
         for r in ex.refusals:
             lines.append(f"refused by {r}")
-        if ex.last_plan is not None and ex.last_plan.variant is not None:
-            lines.append(f"variant: {ex.last_plan.variant.describe()}, grid {ex.last_plan.grid}")
+        if ex.last_plan is not None:
+            spec = ex.last_plan.spec
+            lines.append(f"plan: {spec.description}")
+            for k in spec.kernels:
+                lines.append(f"kernel {k.name}: grid {k.grid} block {k.block} smem {k.shared_mem}")
         return "\n".join(lines)
 
 

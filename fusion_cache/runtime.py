@@ -19,6 +19,13 @@ def _on_gpu(values: Sequence[Any]) -> bool:
 
 
 def run_fusion(fd: FusionDefinition, inputs: Sequence[Any], device: Any = None) -> list[Any]:
+    if fd._cache.executors:
+        from .gpu_runtime import try_cached_launch
+
+        if isinstance(inputs, (list, tuple)):
+            outs = try_cached_launch(fd, inputs)
+            if outs is not None:
+                return outs
     values = validate_inputs(fd, inputs)
     if _on_gpu(values):
         from .gpu_runtime import run_on_gpu

@@ -41,6 +41,7 @@ class FusionCache:
         self._lock = threading.RLock()
         self._by_id: dict[int, TrieNode] = {}
         self._store = store
+        self.executors: dict[int, Any] = {}  # fusion id -> GPU executor (gpu_runtime)
         self.counters: dict[str, int] = {
             "trie_hits": 0,
             "trie_misses": 0,

@@ -25,3 +25,42 @@ class Scheduler(Protocol):
 
     def lower(self, fd: Any) -> Any:
         """Shape-independent analysis: a program, or raise SchedulerRefused(reason)."""
+
+
+@dataclass(frozen=True)
+class ArgRef:
+    """A kernel argument filled in at each run: an input's or output's data pointer, a
+    workspace buffer, or a scalar input's value."""
+
+    kind: str  # 'input', 'output', 'workspace', 'scalar'
+    index: int
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    name: str
+    source: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    arg_types: tuple[str, ...]
+    args: tuple  # constants, with ArgRef where a run supplies the value
+    shared_mem: int = 0
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    shape: tuple[int, ...]
+    dtype: Any  # DataType
+    alias_input: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What a run of one fusion on inputs of one signature needs: outputs, scratch buffers
+    and the kernels in order. Sizes are in the args, so the kernels serve other sizes too."""
+
+    scheduler: str
+    outputs: tuple[OutputSpec, ...]
+    workspaces: tuple[tuple[int, Any], ...]  # (numel, DataType) each, zero-filled
+    kernels: tuple[KernelLaunch, ...]
+    description: str = ""

@@ -11,6 +11,8 @@ type, per-access load mode) depends on the inputs, and sizes are kernel argument
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +22,8 @@ from fusion_cache.ops import promoted_dtype
 from fusion_cache.records import Record, Ref
 from fusion_cache.values import ScalarInfo, TensorInfo
 
-from .base import SchedulerRefused
+from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
+from .layout import access_strides, collapse, index_type, row_major, vector_ok
 
 NAME = "pointwise"
 VIEW_OPS = {"broadcast", "broadcast_in_dim", "expand", "permute", "squeeze"}
@@ -61,6 +64,7 @@ class PointwiseProgram:
     stmts: tuple[Stmt, ...]
     stores: tuple[Store, ...]
     scalar_inputs: tuple[tuple[int, DataType], ...]  # (input position, dtype) passed as params
+    host_scalars: tuple[tuple[int, DataType], ...]  # (state, dtype) computed from sizes
     output_states: tuple[int, ...]
     has_alias: bool = False
 
@@ -80,6 +84,7 @@ class _Lowering:
     stmts: list[Stmt] = field(default_factory=list)
     memo: dict[tuple, str] = field(default_factory=dict)
     scalar_inputs: dict[int, DataType] = field(default_factory=dict)
+    host_scalars: dict[int, DataType] = field(default_factory=dict)
 
     def info(self, index: int):
         return self.fd._infos[index]
@@ -106,6 +111,11 @@ class _Lowering:
         elif info.is_input:
             self.scalar_inputs[self.input_pos[ref.index]] = info.dtype
             var = self.emit(info.dtype, "param", attrs=(("pos", self.input_pos[ref.index]),))
+        elif self.from_sizes(ref):
+            # a function of tensor sizes alone: sizes are in the plan key, so the planner
+            # computes it on the host and passes it as an argument
+            self.host_scalars[ref.index] = info.dtype
+            var = self.emit(info.dtype, "hostval", attrs=(("state", ref.index),))
         else:
             rec = self.producers.get(ref.index)
             if rec is None or rec.name not in OPS and rec.name != "cast":
@@ -113,6 +123,19 @@ class _Lowering:
             var = self.elementwise(rec, ())
         self.memo[key] = var
         return var
+
+    def from_sizes(self, ref: Ref) -> bool:
+        info = self.info(ref.index)
+        if isinstance(info, ScalarInfo) and info.is_const:
+            return True
+        rec = self.producers.get(ref.index)
+        if rec is None:
+            return False
+        if rec.name == "size":
+            return True
+        if rec.name in OPS or rec.name == "cast":
+            return all(isinstance(a, Ref) and a.kind == "S" and self.from_sizes(a) for a in rec.args)
+        return False
 
     # ---- tensors ----------------------------------------------------------------------
 
@@ -228,6 +251,81 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
         stmts=tuple(low.stmts),
         stores=tuple(stores),
         scalar_inputs=tuple(sorted(low.scalar_inputs.items())),
+        host_scalars=tuple(sorted(low.host_scalars.items())),
         output_states=tuple(r.args[0].index for r in outs),
         has_alias=any(s.alias_input is not None for s in stores),
     )
+
+
+def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
+                   profile: Any) -> LaunchSpec:  # fmt: skip
+    """The launch for these inputs: collapse the loop, choose vector width, index type and
+    load modes (Note [Pointwise accesses])."""
+    from codegen.pointwise_cuda import (
+        BLOCK,
+        KERNEL_NAME,
+        PointwiseVariant,
+        arg_types,
+        render_pointwise,
+        vector_width,
+    )
+
+    shapes_out = {tuple(env[s]) for s in program.output_states}
+    if len(shapes_out) != 1:
+        raise SchedulerRefused(f"outputs have different shapes {sorted(shapes_out)}")
+    out_shape = shapes_out.pop()
+    rank = len(out_shape)
+    strides = [access_strides(values[a.input_pos], a.dim_map, rank) for a in program.accesses]
+    ptrs = [values[a.input_pos].data_ptr() for a in program.accesses]
+    outputs = []
+    for st in program.stores:
+        if st.alias_input is not None:
+            t = values[st.alias_input]
+            if tuple(t.shape) != out_shape:
+                raise SchedulerRefused(f"output {st.state} has shape {out_shape}, its alias {list(t.shape)}")
+            strides.append([t.stride(d) if t.shape[d] != 1 else 0 for d in range(rank)])
+            ptrs.append(t.data_ptr())
+        else:
+            strides.append(row_major(out_shape))
+            ptrs.append(0)  # fresh allocations are aligned
+        outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
+    numel = math.prod(out_shape)
+    if numel == 0:
+        return LaunchSpec(NAME, tuple(outputs), (), (), "empty")
+    sizes, strides = collapse(list(out_shape), strides)
+    dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
+    vec = vector_width([dt for dt, s in zip(dtypes, strides) if s[-1] != 0])
+    while vec > 1 and sizes[-1] % vec:
+        vec //= 2
+    modes = []
+    for dt, s, ptr in zip(dtypes, strides, ptrs):
+        if s[-1] == 0:
+            modes.append("bcast")
+        elif vector_ok(ptr, dt, vec, s[-1], s[:-1]):
+            modes.append("vec")
+        else:
+            modes.append("strided")
+    if vec > 1 and "vec" not in modes:
+        vec = 1
+    if vec == 1:
+        modes = ["bcast" if m == "bcast" else "strided" for m in modes]
+    n_acc = len(program.accesses)
+    variant = PointwiseVariant(
+        len(sizes), vec, index_type(sizes, strides), tuple(modes[:n_acc]),
+        tuple("vec" if m == "vec" else "strided" for m in modes[n_acc:]),
+        tuple(tuple(x != 0 for x in s) for s in strides),
+    )  # fmt: skip
+    args: list = []
+    for k, s in enumerate(strides):
+        if k < n_acc:
+            args.append(ArgRef("input", program.accesses[k].input_pos))
+        else:
+            args.append(ArgRef("output", k - n_acc))
+        args.extend(s)
+    args += [*sizes, numel]
+    args += [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
+    args += [env[state] for state, _ in program.host_scalars]
+    blocks = max(1, min(-(-numel // (BLOCK * vec)), 2**31 - 1))
+    kernel = KernelLaunch(KERNEL_NAME, render_pointwise(program, variant), (blocks, 1, 1),
+                          (BLOCK, 1, 1), arg_types(program, variant), tuple(args))  # fmt: skip
+    return LaunchSpec(NAME, tuple(outputs), (), (kernel,), variant.describe())

@@ -4,20 +4,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Reject, SchedulerRefused
+from .base import LaunchSpec, Reject, SchedulerRefused
 from .pointwise import NAME as POINTWISE
-from .pointwise import lower_pointwise
+from .pointwise import lower_pointwise, plan_pointwise
+from .reduction import NAME as REDUCTION
+from .reduction import lower_reduction, plan_reduction
 
-# priority order: the first scheduler that accepts the fusion takes it
-SCHEDULERS: list[tuple[str, Any]] = [(POINTWISE, lower_pointwise)]
+# priority order: the first scheduler whose lowering accepts the fusion takes it
+SCHEDULERS: list[tuple[str, Any, Any]] = [
+    (POINTWISE, lower_pointwise, plan_pointwise),
+    (REDUCTION, lower_reduction, plan_reduction),
+]
+
+
+def register(name: str, lower: Any, plan: Any, before: str | None = None) -> None:
+    entry = (name, lower, plan)
+    names = [n for n, _, _ in SCHEDULERS]
+    if name in names:
+        SCHEDULERS[names.index(name)] = entry
+    elif before in names:
+        SCHEDULERS.insert(names.index(before), entry)
+    else:
+        SCHEDULERS.append(entry)
 
 
 def schedule(fd: Any) -> tuple[str | None, Any, list[Reject]]:
     """(scheduler name, program, refusals); name is None when every scheduler refused."""
     refusals: list[Reject] = []
-    for name, lower in SCHEDULERS:
+    for name, lower, _ in SCHEDULERS:
         try:
             return name, lower(fd), refusals
         except SchedulerRefused as why:
             refusals.append(Reject(name, str(why)))
     return None, None, refusals
+
+
+def plan_for(name: str, program: Any, values: Any, env: dict, profile: Any) -> LaunchSpec:
+    for n, _, plan in SCHEDULERS:
+        if n == name:
+            return plan(program, values, env, profile)
+    raise KeyError(name)

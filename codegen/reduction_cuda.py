@@ -1,0 +1,346 @@
+"""Render reduction programs (Note [Reduction loop space]) as CUDA kernels.
+
+Inner kernel: TX threads per row, TY rows per block; one pass over the row per reduction
+stage and a last pass for element-level outputs, reading loads from registers when the row
+fits (ITERS > 0), from memory (L2 in practice) otherwise.
+Outer kernels: threads own VEC consecutive columns, TY threads and SPLIT blocks share the
+reduced dim; with SPLIT > 1 a second kernel combines the partial results in a fixed order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schedulers.reduction import ReductionProgram, needed
+
+from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE
+from .prelude import prelude_source
+from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
+
+INNER_NAME = "fc_inner_reduction"
+OUTER_NAME = "fc_outer_reduction"
+FINISH_NAME = "fc_outer_finish"
+
+
+@dataclass(frozen=True)
+class InnerVariant:
+    i_rank: int  # collapsed row dims
+    tx: int
+    ty: int
+    vec: int
+    iters: int  # vectors per thread per row when the row's loads are cached; 0 = loop
+    cached: tuple[int, ...]  # accesses held in registers (per-row data, not shared weights)
+    index_type: str
+    modes: tuple[str, ...]  # per access then per store, along K: 'vec', 'strided', 'row'
+    live: tuple[tuple[bool, ...], ...]  # per access then per store: I stride != 0
+
+    def describe(self) -> str:
+        return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
+                f"{'iters ' + str(self.iters) if self.iters else 'uncached'}, {self.index_type}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OuterVariant:
+    tx: int
+    ty: int
+    vec: int
+    split: int
+    index_type: str
+    modes: tuple[str, ...]  # per access then per store, along I: 'vec', 'strided', 'bcast'
+    k_live: tuple[bool, ...]  # per access: K stride != 0
+
+    def describe(self) -> str:
+        return f"outer {self.tx}x{self.ty} threads, vec {self.vec}, split {self.split}, {self.index_type}"
+
+
+_IDENTITY = {"sum": "fc_op_sum", "prod": "fc_op_prod", "max": "fc_op_max", "min": "fc_op_min"}
+
+
+def _op_functor(red) -> str:
+    rt = REGISTER_TYPE[red.dtype]
+    if red.op == "welford":
+        return f"fc_op_welford<{rt}, int>()"
+    return f"{_IDENTITY[red.op]}<{rt}>()"
+
+
+def _acc_type(red) -> str:
+    rt = REGISTER_TYPE[red.dtype]
+    return f"fc_welford<{rt}, int>" if red.op == "welford" else rt
+
+
+def _accumulate(red, value: str, dtypes: dict, acc: str | None = None) -> str:
+    from .cuda_ops import convert
+
+    acc = acc or red.var
+    x = convert(value, dtypes[value], red.dtype)
+    if red.op == "welford":
+        return f"{acc} = fc_welford_update({acc}, {x});"
+    return f"{acc} = {_op_functor(red)}({acc}, {x});"
+
+
+def _row_stmts(program: ReductionProgram, stage: int, dtypes: dict, load) -> list[str]:
+    stage_of = dict(program.stage_of)
+    out = []
+    for st in program.stmts:
+        if st.op == "reduce" or st.var in program.element_vars or stage_of[st.var] != stage:
+            continue
+        out.append(render_stmt(st, dtypes, load))
+    return out
+
+
+def _params(program: ReductionProgram, dims: int, extra: list[str]) -> list[str]:
+    params = []
+    for prefix, items in (("a", program.accesses), ("o", program.stores)):
+        for i, item in enumerate(items):
+            params.append(" ".join((f"const {MEMORY_TYPE[item.dtype]}*" if prefix == "a"
+                                    else f"{MEMORY_TYPE[item.dtype]}*", f"{prefix}{i}")))  # fmt: skip
+            params += [f"idx_t {prefix}{i}_s{d}" for d in range(dims)] + [f"idx_t {prefix}{i}_k"]
+    params += extra
+    params += scalar_params(program)
+    return params
+
+
+def inner_arg_types(program: ReductionProgram, v: InnerVariant) -> tuple[str, ...]:
+    idx = "i32" if v.index_type == "int" else "i64"
+    per = ("ptr",) + (idx,) * (v.i_rank + 1)
+    scal = scalar_arg_types(program)
+    return per * (len(program.accesses) + len(program.stores)) + (idx,) * (v.i_rank + 2) + scal
+
+
+def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
+    dtypes = {s.var: s.dtype for s in program.stmts}
+    n_acc = len(program.accesses)
+    L: list[str] = [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
+                    f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}"]  # fmt: skip
+    extra = ["idx_t rows", "idx_t N"] + [f"idx_t n{d}" for d in range(v.i_rank)]
+    L.append(f'extern "C" __global__ void __launch_bounds__({v.tx * v.ty}) {INNER_NAME}(')
+    L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra)) + ") {")
+    for t in sorted({_acc_type(r) for r in program.reductions}):
+        L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
+    L.append("  const int tx = threadIdx.x;")
+    L.append("  for (idx_t row0 = (idx_t)blockIdx.x * FC_TY; row0 < rows; row0 += (idx_t)gridDim.x * FC_TY) {")
+    L.append("    const idx_t row = row0 + threadIdx.y;")
+    L.append("    const bool row_ok = row < rows;")
+    L.append("    idx_t rem = row_ok ? row : 0;")
+    for d in range(v.i_rank - 1, 0, -1):
+        L.append(f"    const idx_t c{d} = rem % n{d}; rem /= n{d};")
+    L.append("    const idx_t c0 = rem;")
+    tensors = [("a", i) for i in range(n_acc)] + [("o", i) for i in range(len(program.stores))]
+    for k, (p, i) in enumerate(tensors):
+        terms = [f"c{d} * {p}{i}_s{d}" for d in range(v.i_rank) if v.live[k][d]] or ["0"]
+        L.append(f"    const idx_t {p}{i}_row = {' + '.join(terms)};")
+
+    def row_load(i: int) -> str:
+        return f"(row_ok ? a{i}[a{i}_row] : {MEMORY_TYPE[program.accesses[i].dtype]}())"
+
+    def elem_load(i: int) -> str:
+        return f"a{i}_c[it][j]" if (cached and i in v.cached) else f"a{i}_l[j]"
+
+    def fetch(i: int, kb: str, cached: bool) -> list[str]:
+        mt = MEMORY_TYPE[program.accesses[i].dtype]
+        if cached:
+            return []  # read as a{i}_c[it][j]
+        if v.modes[i] == "vec":
+            return [f"fc_vec<{mt}, FC_VEC> a{i}_l;",
+                    f"if (ok) a{i}_l = fc_load_vec_ro<FC_VEC>(a{i} + a{i}_row + {kb});"]  # fmt: skip
+        return [f"{mt} a{i}_l[FC_VEC];",
+                "#pragma unroll",
+                f"for (int j = 0; j < FC_VEC; ++j) a{i}_l[j] = ok ? a{i}[a{i}_row + ({kb} + j) * a{i}_k] : {mt}();"]  # fmt: skip
+
+    cached = v.iters > 0
+    if cached:  # load the row's own data into registers once; shared weights stay in L1/L2
+        for i in v.cached:
+            mt = MEMORY_TYPE[program.accesses[i].dtype]
+            L.append(f"    {mt} a{i}_c[{v.iters}][FC_VEC];")
+        L.append("#pragma unroll")
+        L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
+        L.append("      const idx_t kb = ((idx_t)it * FC_TX + tx) * FC_VEC;")
+        L.append("      const bool ok = row_ok && kb < N;")
+        for i in v.cached:
+            for line in fetch(i, "kb", cached=False):
+                L.append("      " + line.replace(f"a{i}_l", f"a{i}_t"))
+            L.append("#pragma unroll")
+            L.append(f"      for (int j = 0; j < FC_VEC; ++j) a{i}_c[it][j] = a{i}_t[j];")
+        L.append("    }")
+
+    def element_pass(targets: list[str], body_end: list[str]) -> None:
+        stmts = needed(program, targets)
+        loads = sorted({s.operands[0] for s in stmts if s.op == "load"})
+        if cached:
+            L.append("#pragma unroll")
+            L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
+            L.append("      const idx_t kb = ((idx_t)it * FC_TX + tx) * FC_VEC;")
+        else:
+            L.append("    for (idx_t kb = (idx_t)tx * FC_VEC; kb < N; kb += FC_TX * FC_VEC) {")
+        L.append("      const bool ok = row_ok && kb < N;")
+        for i in loads:
+            L.extend("      " + line for line in fetch(i, "kb", cached and i in v.cached))
+        L.append("#pragma unroll")
+        L.append("      for (int j = 0; j < FC_VEC; ++j) {")
+        for st in stmts:
+            L.append("        " + render_stmt(st, dtypes, elem_load))
+        L.extend("        " + line for line in body_end)
+        L.append("      }")
+        L.extend("      " + line for line in post_loop)
+        L.append("    }")
+
+    L.extend("    " + s for s in _row_stmts(program, 0, dtypes, row_load))
+    for stage in range(1, program.stages + 1):
+        reds = [r for r in program.reductions if r.stage == stage]
+        for r in reds:
+            init = (f"fc_welford_init<{REGISTER_TYPE[r.dtype]}, int>()" if r.op == "welford"
+                    else f"{_op_functor(r)}.identity()")  # fmt: skip
+            L.append(f"    {_acc_type(r)} {r.var} = {init};")
+        post_loop = []
+        element_pass([r.input for r in reds], ["if (ok) {"] + [" " + _accumulate(r, r.input, dtypes)
+                                                         for r in reds] + ["}"])  # fmt: skip
+        for r in reds:
+            L.append(f"    {r.var} = fc_block_reduce_x({r.var}, {_op_functor(r)}, smem_{_ident(_acc_type(r))});")
+        L.extend("    " + s for s in _row_stmts(program, stage, dtypes, row_load))
+    elem_stores = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+    if elem_stores:
+        body, post_loop = [], []
+        for k, s in elem_stores:
+            mt = MEMORY_TYPE[s.dtype]
+            if v.modes[n_acc + k] == "vec":
+                body.append(f"o{k}_v[j] = {to_memory(s.var, s.dtype)};")
+                post_loop.append(f"if (ok) fc_store_vec<FC_VEC>(o{k} + o{k}_row + kb, o{k}_v);")
+            else:
+                body.append(f"if (ok) o{k}[o{k}_row + (kb + j) * o{k}_k] = {to_memory(s.var, s.dtype)};")
+        decls = [f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;" for k, s in elem_stores
+                 if v.modes[n_acc + k] == "vec"]  # fmt: skip
+        _element_pass_with_decls(L, element_pass, [s.var for _, s in elem_stores], body, decls)
+    for k, s in enumerate(program.stores):
+        if program.store_rowlevel[k]:
+            L.append(f"    if (tx == 0 && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
+    L.append("  }")
+    L.append("}")
+    return "\n".join(L) + "\n"
+
+
+def _element_pass_with_decls(L, element_pass, targets, body, decls) -> None:
+    # vector stores gather a whole vector inside the j loop and write it after
+    start = len(L)
+    element_pass(targets, body)
+    for i in range(start, len(L)):
+        if L[i].strip().startswith("#pragma unroll") and L[i + 1].strip().startswith("for (int j"):
+            L[i:i] = ["      " + d for d in decls]
+            break
+
+
+def _ident(ctype: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in ctype)
+
+
+# ---- outer ----------------------------------------------------------------------------------
+
+
+def outer_arg_types(program: ReductionProgram, v: OuterVariant, finish: bool) -> tuple[str, ...]:
+    idx = "i32" if v.index_type == "int" else "i64"
+    per = ("ptr", idx, idx)
+    scal = scalar_arg_types(program)
+    work = ("ptr",) * _work_count(program)
+    return per * (len(program.accesses) + len(program.stores)) + (idx, idx) + work + scal
+
+
+def _work_count(program: ReductionProgram) -> int:
+    return sum(3 if r.op == "welford" else 1 for r in program.reductions)
+
+
+def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> str:
+    """finish=False: the partial kernel (and the whole job when split == 1);
+    finish=True: combine `split` partials per column and run the epilogue."""
+    dtypes = {s.var: s.dtype for s in program.stmts}
+    L: list[str] = [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
+                    f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}"]  # fmt: skip
+    extra = ["idx_t cols", "idx_t N"]
+    work = []
+    for r in program.reductions:
+        rt = REGISTER_TYPE[r.dtype]
+        work += ([f"{rt}* w_{r.var}_mean", f"{rt}* w_{r.var}_m2", f"int* w_{r.var}_n"]
+                 if r.op == "welford" else [f"{rt}* w_{r.var}"])  # fmt: skip
+    name = FINISH_NAME if finish else OUTER_NAME
+    threads = v.tx if finish else v.tx * v.ty
+    L.append(f'extern "C" __global__ void __launch_bounds__({threads}) {name}(')
+    L.append("    " + ",\n    ".join(_params(program, 1, extra + work)) + ") {")
+    red_types = sorted({_acc_type(r) for r in program.reductions})
+    if not finish:
+        for t in red_types:
+            L.append(f"  __shared__ {t} smem_{_ident(t)}[FC_TX * FC_TY];")
+    L.append("  const idx_t cb = ((idx_t)blockIdx.x * FC_TX + threadIdx.x) * FC_VEC;")
+    L.append("  const bool col_ok = cb < cols;")
+
+    def col_load(i: int) -> str:
+        mode = v.modes[i]
+        if mode == "bcast":
+            return f"a{i}[0]"
+        return f"a{i}[(cb + j) * a{i}_s0]"
+
+    for r in program.reductions:
+        init = (f"fc_welford_init<{REGISTER_TYPE[r.dtype]}, int>()" if r.op == "welford"
+                else f"{_op_functor(r)}.identity()")  # fmt: skip
+        L.append(f"  {_acc_type(r)} {r.var}_a[FC_VEC];")
+        L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_a[j] = {init};")
+    if not finish:
+        stmts = needed(program, [r.input for r in program.reductions])
+        L.append("  for (idx_t k = (idx_t)blockIdx.y * FC_TY + threadIdx.y; k < N; k += (idx_t)gridDim.y * FC_TY) {")
+        L.append("    if (!col_ok) continue;")
+
+        def elem_load(i: int) -> str:
+            if v.modes[i] == "bcast":
+                return f"a{i}[k * a{i}_k]"
+            return f"a{i}[(cb + j) * a{i}_s0 + k * a{i}_k]"
+
+        L.append("#pragma unroll")
+        L.append("    for (int j = 0; j < FC_VEC; ++j) {")
+        L.append("      if (cb + j >= cols) break;")
+        L.extend("      " + x for x in _row_stmts(program, 0, dtypes, col_load))
+        for st in stmts:
+            L.append("      " + render_stmt(st, dtypes, elem_load))
+        for r in program.reductions:
+            L.append("      " + _accumulate(r, r.input, dtypes, f"{r.var}_a[j]"))
+        L.append("    }")
+        L.append("  }")
+        for r in program.reductions:
+            L.append("#pragma unroll")
+            L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_a[j] = fc_block_reduce_y({r.var}_a[j], "
+                     f"{_op_functor(r)}, smem_{_ident(_acc_type(r))});")  # fmt: skip
+        L.append("  if (threadIdx.y != 0 || !col_ok) return;")
+        if v.split > 1:
+            L.append("  for (int j = 0; j < FC_VEC && cb + j < cols; ++j) {")
+            L.append("    const idx_t w = (idx_t)blockIdx.y * cols + cb + j;")
+            for r in program.reductions:
+                if r.op == "welford":
+                    L.append(f"    w_{r.var}_mean[w] = {r.var}_a[j].mean; w_{r.var}_m2[w] = {r.var}_a[j].m2; "
+                             f"w_{r.var}_n[w] = {r.var}_a[j].count;")  # fmt: skip
+                else:
+                    L.append(f"    w_{r.var}[w] = {r.var}_a[j];")
+            L.append("  }")
+            L.append("}")
+            return "\n".join(L) + "\n"
+    else:
+        L.append("  if (!col_ok) return;")
+        L.append(f"  for (int s = 0; s < {v.split}; ++s) {{")
+        L.append("    for (int j = 0; j < FC_VEC && cb + j < cols; ++j) {")
+        L.append("      const idx_t w = (idx_t)s * cols + cb + j;")
+        for r in program.reductions:
+            if r.op == "welford":
+                rt = REGISTER_TYPE[r.dtype]
+                L.append(f"      fc_welford<{rt}, int> p; p.mean = w_{r.var}_mean[w]; p.m2 = w_{r.var}_m2[w]; "
+                         f"p.count = w_{r.var}_n[w];")  # fmt: skip
+                L.append(f"      {r.var}_a[j] = fc_welford_combine({r.var}_a[j], p);")
+            else:
+                L.append(f"      {r.var}_a[j] = {_op_functor(r)}({r.var}_a[j], w_{r.var}[w]);")
+        L.append("    }")
+        L.append("  }")
+    # the epilogue, per column: row-level statements read the column's accumulators
+    L.append("  for (int j = 0; j < FC_VEC; ++j) {")
+    L.append("    if (cb + j >= cols) break;")
+    for r in program.reductions:
+        L.append(f"    const {_acc_type(r)} {r.var} = {r.var}_a[j];")
+    L.extend("    " + x for x in _row_stmts(program, 0, dtypes, col_load))
+    L.extend("    " + x for x in _row_stmts(program, 1, dtypes, col_load))
+    for k, st in enumerate(program.stores):
+        L.append(f"    o{k}[(cb + j) * o{k}_s0] = {to_memory(st.var, st.dtype)};")
+    L.append("  }")
+    L.append("}")
+    return "\n".join(L) + "\n"

@@ -1,0 +1,148 @@
+"""One fusion region of an aten FX graph: its FusionDefinition, and the module that runs it.
+
+A region's definition depends on its inputs' dtypes, sizes and strides (they decide the
+declared shape codes and contiguity), so `FusedRegion` keeps one definition per input
+signature. Definitions of identical regions are identical record sequences, so the trie
+gives them the same fusion id, and the store and warm restarts apply to them as to any.
+"""
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ..definition import FusionDefinition
+from ..dtypes import DataType, from_torch
+from .fx_support import op_name
+from .lowering import (
+    LoweringContext,
+    LoweringError,
+    bind_schema,
+    is_handle,
+    is_tensor,
+    lower_op,
+)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What a region's definition declares for one input (a tensor or a Python scalar)."""
+
+    dtype: Any  # torch.dtype, or the Python type of a scalar
+    sizes: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    cpu_scalar: bool = False
+    is_tensor: bool = True
+
+
+def spec_of(value: Any) -> InputSpec:
+    if isinstance(value, torch.Tensor):
+        return InputSpec(value.dtype, tuple(value.shape), tuple(value.stride()),
+                         value.device.type == "cpu" and value.dim() == 0)  # fmt: skip
+    if isinstance(value, (bool, int, float)):
+        return InputSpec(type(value), is_tensor=False)
+    raise LoweringError(f"region input of type {type(value).__name__} is not a tensor or scalar")
+
+
+_SCALAR_DTYPES = {bool: DataType.Bool, int: DataType.Int, float: DataType.Double}
+
+
+def _define_input(fd: FusionDefinition, spec: InputSpec) -> Any:
+    if not spec.is_tensor:
+        return fd.define_scalar(dtype=_SCALAR_DTYPES[spec.dtype])
+    return fd.define_tensor(sizes=list(spec.sizes), strides=list(spec.strides),
+                            dtype=from_torch(spec.dtype), is_cpu=spec.cpu_scalar)  # fmt: skip
+
+
+def build_region(gm: GraphModule, specs: Sequence[InputSpec]) -> FusionDefinition:
+    """Lower the region's subgraph into a closed FusionDefinition; raises LoweringError."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(specs):
+        raise LoweringError(f"region has {len(placeholders)} inputs, got {len(specs)} specs")
+    fd = FusionDefinition()
+    with fd:
+        ctx = LoweringContext(fd)
+        env: dict[Node, Any] = {}
+        for node, spec in zip(placeholders, specs):
+            env[node] = _define_input(fd, spec)
+            ctx.hint(env[node], spec.sizes if spec.is_tensor else None)
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                env[node] = _lower_node(ctx, node, env)
+            elif node.op == "output":
+                _add_outputs(fd, node, env)
+            elif node.op != "placeholder":
+                raise LoweringError(f"unexpected {node.op} node {node.name} in a region")
+    return fd
+
+
+def _lower_node(ctx: LoweringContext, node: Node, env: dict[Node, Any]) -> Any:
+    if node.target is operator.getitem:
+        value = env[node.args[0]][node.args[1]]
+        if value is None:
+            raise LoweringError(f"{node.name}: item {node.args[1]} of {node.args[0]} is not lowered")
+        return value
+    name = op_name(node)
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    try:
+        bound = bind_schema(name, node.target._schema, args, kwargs)
+        result = lower_op(ctx, name, bound)
+        return _match_meta(ctx, result, node.meta.get("val"), node.name)
+    except LoweringError as err:
+        raise type(err)(f"{node.name} = {name}: {err}") from err
+    except (TypeError, ValueError) as err:
+        raise LoweringError(f"{node.name} = {name}: {type(err).__name__}: {err}") from err
+
+
+def _match_meta(ctx: LoweringContext, result: Any, val: Any, where: str) -> Any:
+    """Give each result the dtype torch's own kernel gives it, and check its rank."""
+    if isinstance(result, tuple) and isinstance(val, (tuple, list)):
+        return tuple(_match_meta(ctx, r, v, where) for r, v in zip(result, val))
+    if not (is_tensor(result) and isinstance(val, torch.Tensor)):
+        return result
+    if result.ndim != val.dim():
+        raise LoweringError(f"{where}: lowered to rank {result.ndim}, torch gives rank {val.dim()}")
+    want = from_torch(val.dtype)
+    if result.dtype is not want:
+        result = ctx.ops.cast(result, want)
+    ctx.hint(result, tuple(val.shape))
+    return result
+
+
+def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> None:
+    outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
+    inputs = set(fd.inputs())
+    for out in outs:
+        value = env[out]
+        if not is_handle(value):
+            raise LoweringError(f"region output {out} lowered to {value!r}, not a fusion value")
+        if value.index in inputs:
+            value = fd.ops.set(value)  # an input passed through: the output gets its own copy
+        fd.add_output(value)
+
+
+class FusedRegion(torch.nn.Module):
+    """Runs one region through fd.execute; replaces the region's submodule in the graph."""
+
+    def __init__(self, name: str, gm: GraphModule, fd: FusionDefinition,
+                 specs: tuple[InputSpec, ...]) -> None:  # fmt: skip
+        super().__init__()
+        self.region_name = name
+        self.region_graph = gm
+        self._definitions: dict[tuple[InputSpec, ...], FusionDefinition] = {specs: fd}
+        self.fusion_id = fd.id()
+
+    def definition_for(self, args: Sequence[Any]) -> FusionDefinition:
+        key = tuple(spec_of(a) for a in args)
+        fd = self._definitions.get(key)
+        if fd is None:  # strides (or sizes) differ from the traced ones: define again
+            fd = self._definitions[key] = build_region(self.region_graph, key)
+        return fd
+
+    def forward(self, *args: Any) -> tuple[torch.Tensor, ...]:
+        return tuple(self.definition_for(args).execute(list(args)))

@@ -1,0 +1,140 @@
+"""Which aten-level FX nodes a fusion region may take, and why the others stay in eager.
+
+`reject_reason(node)` returns None for a node the lowering takes, else a short reason; the
+partitioner asks it through `FusionSupport`, and the graph dump prints the reasons.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch.fx import Node
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from ..dtypes import from_torch
+from .lowering import has_lowering
+
+# ops that only change how a tensor is viewed: they do not make a region worth launching
+VIEW_OPS = frozenset(
+    "view _unsafe_view _reshape_alias reshape permute t transpose expand expand_as "
+    "unsqueeze squeeze alias detach clone contiguous".split()
+)
+# random or stateful: never fused
+_RANDOM = frozenset("native_dropout dropout bernoulli rand_like randn_like".split())
+_BATCH_NORM_STATS = ("_native_batch_norm_legit_no_training", "native_batch_norm")
+
+
+def op_name(node: Node) -> str:
+    """The qualified name ("aten::add") of a call_function node's OpOverload, else ''."""
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    return schema.name if schema is not None else ""
+
+
+def base_name(node: Node) -> str:
+    return op_name(node).split("::")[-1]
+
+
+def is_getitem(node: Node) -> bool:
+    return node.op == "call_function" and node.target is operator.getitem
+
+
+def is_view(node: Node) -> bool:
+    return node.op == "call_function" and base_name(node) in VIEW_OPS
+
+
+def reject_reason(node: Node) -> str | None:
+    if node.op != "call_function":
+        return f"{node.op} node"
+    if is_getitem(node):
+        src = node.args[0]
+        if not isinstance(src, Node):
+            return "getitem of a non-node"
+        why = reject_reason(src)
+        return None if why is None else f"takes an item of an op left to eager ({why})"
+    name = op_name(node)
+    if not name:
+        return f"not an aten op ({getattr(node.target, '__name__', node.target)})"
+    if name.split("::")[-1] in _RANDOM:
+        return "random op"
+    if not has_lowering(name):
+        return f"no lowering for {name}"
+    return _check_values(node) or _check_op(node)
+
+
+def _check_values(node: Node) -> str | None:
+    vals: list[Any] = [node.meta.get("val")]
+    vals += [a.meta.get("val") for a in node.all_input_nodes]
+    devices = set()
+    for v in _flat(vals):
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return "symbolic sizes (dynamic shapes are not lowered)"
+        if not isinstance(v, torch.Tensor):
+            continue
+        if v.layout != torch.strided:
+            return f"{v.layout} tensor"
+        if any(isinstance(s, torch.SymInt) for s in v.shape):
+            return "symbolic sizes (dynamic shapes are not lowered)"
+        try:
+            from_torch(v.dtype)
+        except TypeError:
+            return f"dtype {v.dtype}"
+        if not (v.device.type == "cpu" and v.dim() == 0):
+            devices.add(v.device.type)
+    if len(devices) > 1:
+        return f"mixes devices {sorted(devices)}"
+    if node.meta.get("val") is None:
+        return "no example value (meta['val']) to type the op"
+    return None
+
+
+def _check_op(node: Node) -> str | None:
+    name = base_name(node)
+    kwargs = node.kwargs
+    if name == "_to_copy":
+        dev = kwargs.get("device")
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], Node) else None
+        if dev is not None and val is not None and torch.device(dev).type != val.device.type:
+            return "copies between devices"
+        if kwargs.get("layout") not in (None, torch.strided):
+            return "changes layout"
+    if name in _BATCH_NORM_STATS:
+        if name == "native_batch_norm" and _arg(node, 5, "training", False):
+            return "batch norm in training mode (running statistics are updated in place)"
+        if any(not (is_getitem(u) and u.args[1] == 0) for u in node.users):
+            return "uses batch norm's saved statistics (empty in eval mode)"
+    if name in ("batch_norm",) and _arg(node, 5, "training", False):
+        return "batch norm in training mode"
+    if name in ("max", "min") and len(node.args) > 1 and not isinstance(node.args[1], Node):
+        return "max/min along a dim returns indices"
+    return None
+
+
+def _arg(node: Node, index: int, name: str, default: Any) -> Any:
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _flat(values: Any) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            out.extend(_flat(v))
+        else:
+            out.append(v)
+    return out
+
+
+class FusionSupport(OperatorSupportBase):
+    """The partitioner's view of `reject_reason`, with the reasons kept for the dump."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[Node, str] = {}
+
+    def is_node_supported(self, submodules: Any, node: Node) -> bool:
+        why = reject_reason(node)
+        if why is not None:
+            self.reasons[node] = why
+        return why is None

@@ -1,0 +1,378 @@
+"""Reduction and normalization scheduling.
+
+Note [Reduction loop space]: the loop space is the shape of the reductions' inputs (all
+reductions of a fusion reduce the same axes K of tensors of one shape); the other dims I
+index rows. Walking back from the outputs as the pointwise scheduler does, each value is
+either *row-level* (a function of I only: reduction results and what follows from them) or
+*element-level* (depends on K too). Reductions come in stages: a reduction whose input needs
+another's result (softmax's sum needs the max) runs one stage later. An inner kernel gives
+each row to TX threads (TY rows per block), keeps the row's loads in registers when they fit
+and makes one pass over the row per stage, plus a last pass for element-level outputs: the
+input is read from memory once. An outer kernel (K strided, I contiguous) gives columns to
+threads and splits K over blocks, with a second kernel combining the partial results.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fusion_cache.dtypes import DataType, is_complex, is_float
+from fusion_cache.records import Record
+from fusion_cache.values import TensorInfo
+
+from .base import SchedulerRefused
+from .pointwise import Access, Stmt, Store, _Lowering
+
+NAME = "reduction"
+REDUCTIONS = {"sum", "prod", "max", "min", "var", "var_mean", "welford"}
+
+
+@dataclass(frozen=True)
+class Reduction:
+    var: str  # the accumulator's name; for Welford the triple's
+    op: str  # 'sum', 'prod', 'max', 'min' or 'welford'
+    input: str
+    dtype: DataType  # accumulator dtype (register type of the result)
+    stage: int
+
+
+@dataclass(frozen=True)
+class ReductionProgram:
+    rank: int
+    reduced: tuple[int, ...]  # K: the reduced loop dims
+    accesses: tuple[Access, ...]
+    stmts: tuple[Stmt, ...]  # in dependence order; reductions appear as 'reduce' stmts
+    reductions: tuple[Reduction, ...]
+    stores: tuple[Store, ...]
+    store_rowlevel: tuple[bool, ...]
+    output_maps: tuple[tuple[int | None, ...], ...]
+    scalar_inputs: tuple[tuple[int, DataType], ...]
+    host_scalars: tuple[tuple[int, DataType], ...]
+    output_states: tuple[int, ...]
+    loop_state: int  # a reduction input: its shape is the loop space
+    element_vars: frozenset[str]  # vars that depend on K
+    stage_of: tuple[tuple[str, int], ...]  # var -> the stage after which it can be computed
+
+    @property
+    def stages(self) -> int:
+        return max((r.stage for r in self.reductions), default=0)
+
+    def describe(self) -> str:
+        ops = ",".join(r.op for r in self.reductions)
+        return (f"reduction: rank {self.rank}, reduced dims {list(self.reduced)}, {ops} in "
+                f"{self.stages} stage(s), {len(self.accesses)} accesses")  # fmt: skip
+
+
+class _ReductionLowering(_Lowering):
+    def __init__(self, fd: Any, producers: dict, input_pos: dict, rank: int,
+                 reduced: tuple[int, ...]) -> None:  # fmt: skip
+        super().__init__(fd, producers, input_pos)
+        self.rank = rank
+        self.reduced = reduced
+        self.reductions: list[Reduction] = []
+        self.loop_state: int = -1
+
+    def op(self, rec: Record, out_map: tuple) -> str:
+        if rec.name not in REDUCTIONS:
+            return super().op(rec, out_map)
+        src = rec.args[0]
+        info = self.info(src.index)
+        if info.ndim != self.rank:
+            raise SchedulerRefused(f"{rec.name} reduces a rank-{info.ndim} tensor, the loop has {self.rank}")
+        axes = tuple(sorted({d % self.rank for d in rec.kw("dims")}))
+        if axes != self.reduced:
+            raise SchedulerRefused(f"reductions over different dims {list(axes)} and {list(self.reduced)}")
+        keep = rec.kw("keepdim", False)
+        kept = [d for d in range(self.rank) if d not in axes]
+        expect = tuple(None if (keep and d in axes) else d for d in (range(self.rank) if keep else kept))
+        if tuple(out_map) != expect:
+            raise SchedulerRefused(f"the result of {rec.name} ({rec.outputs[0]}) is read through a view")
+        x = self.tensor(src.index, tuple(range(self.rank)))
+        if self.loop_state < 0:
+            self.loop_state = src.index
+        out_dtype = self.info(rec.outputs[0].index).dtype
+        if rec.name in ("sum", "prod", "max", "min"):
+            acc = self.new_var()
+            self.stmts.append(Stmt(acc, out_dtype, "reduce", (x,), out_dtype, (("op", rec.name),)))
+            self.reductions.append(Reduction(acc, rec.name, x, out_dtype, 0))
+            return acc
+        if not is_float(info.dtype):
+            raise SchedulerRefused(f"{rec.name} of {info.dtype!r}")
+        acc_dtype = DataType.Double if info.dtype is DataType.Double else DataType.Float
+        w = self.new_var()
+        self.stmts.append(Stmt(w, acc_dtype, "reduce", (x,), acc_dtype, (("op", "welford"),)))
+        self.reductions.append(Reduction(w, "welford", x, acc_dtype, 0))
+        outs = {}
+        if rec.name in ("var", "var_mean"):
+            corr = float(rec.kw("correction"))
+            outs[rec.outputs[0].index] = self.emit(info.dtype, "welford_var", (w,), acc_dtype,
+                                                   (("correction", corr),))  # fmt: skip
+        if rec.name == "var_mean":
+            outs[rec.outputs[1].index] = self.emit(info.dtype, "welford_mean", (w,), acc_dtype)
+        if rec.name == "welford":
+            outs[rec.outputs[0].index] = self.emit(info.dtype, "welford_mean", (w,), acc_dtype)
+            outs[rec.outputs[1].index] = self.emit(info.dtype, "welford_m2", (w,), acc_dtype)
+            outs[rec.outputs[2].index] = self.emit(DataType.Int, "welford_count", (w,), acc_dtype)
+        for idx, var in outs.items():
+            self.memo[("T", idx, out_map)] = var
+        return outs[rec.outputs[0].index]
+
+
+def _loop_space(fd: Any) -> tuple[int, tuple[int, ...]]:
+    found = None
+    for r in fd._records:
+        if r.kind == "op" and r.name in REDUCTIONS:
+            info = fd._infos[r.args[0].index]
+            key = (info.ndim, tuple(sorted({d % max(info.ndim, 1) for d in r.kw("dims")})))
+            if found is not None and key != found:
+                raise SchedulerRefused(f"reductions over different loop spaces {found} and {key}")
+            found = key
+    if found is None:
+        raise SchedulerRefused("the fusion has no reduction")
+    if not found[1]:
+        raise SchedulerRefused("a reduction over no dims")
+    return found
+
+
+def lower_reduction(fd: Any) -> ReductionProgram:
+    rank, reduced = _loop_space(fd)
+    producers = {o.index: r for r in fd._records if r.kind == "op" for o in r.outputs}
+    input_pos = {ref.index: i for i, ref in enumerate(fd.input_refs())}
+    low = _ReductionLowering(fd, producers, input_pos, rank, reduced)
+    kept = [d for d in range(rank) if d not in reduced]
+    stores, maps = [], []
+    for r in fd.output_records():
+        idx = r.args[0].index
+        info = fd._infos[idx]
+        if not isinstance(info, TensorInfo) or is_complex(info.dtype):
+            raise SchedulerRefused(f"output {r.args[0]} is not a real tensor")
+        if r.kw("stride_order"):
+            raise SchedulerRefused(f"output {r.args[0]} asks for a stride order")
+        if info.ndim == rank:
+            omap = tuple(None if (d in reduced and info.shape[d] == 1) else d for d in range(rank))
+        elif info.ndim == len(kept):
+            omap = tuple(kept)
+        else:
+            raise SchedulerRefused(f"output {r.args[0]} of rank {info.ndim} fits neither the loop nor a row")
+        var = low.tensor(idx, omap)
+        alias = r.kw("alias_input")
+        stores.append(Store(var, idx, info.dtype, None if alias is None else input_pos[alias.index]))
+        maps.append(omap)
+    # which values depend on K, and after which stage each can be computed
+    element: set[str] = set()
+    stage: dict[str, int] = {}
+    reductions = []
+    red_by_var = {r.var: r for r in low.reductions}
+    for st in low.stmts:
+        if st.op == "load":
+            acc = low.accesses[st.operands[0]]
+            if any(m in reduced for m in acc.dim_map if m is not None):
+                element.add(st.var)
+            stage[st.var] = 0
+        elif st.op == "reduce":
+            src = st.operands[0]
+            if src not in element:
+                raise SchedulerRefused(f"a reduction of a value that does not vary along {list(reduced)}")
+            stage[st.var] = stage[src] + 1
+            reductions.append(Reduction(st.var, red_by_var[st.var].op, src, st.dtype, stage[st.var]))
+        else:
+            ops = [o for o in st.operands if isinstance(o, str)]
+            if any(o in element for o in ops):
+                element.add(st.var)
+            stage[st.var] = max((stage[o] for o in ops), default=0)
+    rowlevel = tuple(s.var not in element for s in stores)
+    for s, om, row in zip(stores, maps, rowlevel):
+        if not row and any(m is None for m in om):
+            raise SchedulerRefused(f"output {s.state} varies along reduced dims it does not have")
+    return ReductionProgram(
+        rank, reduced, tuple(low.accesses), tuple(low.stmts), tuple(reductions), tuple(stores),
+        rowlevel, tuple(maps), tuple(sorted(low.scalar_inputs.items())),
+        tuple(sorted(low.host_scalars.items())),
+        tuple(s.state for s in stores), low.loop_state, frozenset(element), tuple(stage.items()),
+    )  # fmt: skip
+
+
+def needed(program: ReductionProgram, targets: Sequence[str]) -> list[Any]:
+    """The element-level statements (in order) that `targets` depend on."""
+    by_var = {s.var: s for s in program.stmts}
+    want: set[str] = set()
+    stack = [t for t in targets if t in program.element_vars]
+    while stack:
+        v = stack.pop()
+        if v in want:
+            continue
+        want.add(v)
+        st = by_var[v]
+        if st.op == "reduce":
+            continue
+        stack.extend(o for o in st.operands if isinstance(o, str) and o in program.element_vars)
+    return [s for s in program.stmts if s.var in want and s.op != "reduce"]
+
+
+# ---- planning -----------------------------------------------------------------------------
+
+
+class _Shape:
+    """Shape and strides of a tensor that does not exist yet (a fresh output)."""
+
+    def __init__(self, shape: Sequence[int]) -> None:
+        from .layout import row_major
+
+        self.shape = tuple(shape)
+        self._strides = row_major(shape)
+
+    def stride(self, d: int) -> int:
+        return self._strides[d]
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
+                   profile: Any) -> Any:  # fmt: skip
+    from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec
+    from .layout import access_strides, collapse, index_type
+
+    rank, K = program.rank, program.reduced
+    loop = tuple(env[program.loop_state])
+    tensors: list[Any] = [values[a.input_pos] for a in program.accesses]
+    maps = [a.dim_map for a in program.accesses]
+    outputs = []
+    for k, st in enumerate(program.stores):
+        shape = tuple(env[st.state])
+        if st.alias_input is not None:
+            raise SchedulerRefused("aliased outputs of reductions are not scheduled yet")
+        outputs.append(OutputSpec(shape, st.dtype, None))
+        tensors.append(_Shape(shape))
+        maps.append(program.output_maps[k])
+    strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
+    for t, m in zip(tensors, maps):  # sizes must agree with the loop where they are mapped
+        for i, d in enumerate(m):
+            if d is not None and t.shape[i] not in (1, loop[d]):
+                raise ValueError(f"reduction: a tensor of shape {list(t.shape)} does not fit the loop {list(loop)}")
+    kept_dims = [d for d in range(rank) if d not in K]
+    k_sizes, k_strides = collapse(loop, strides, K)
+    if len(k_sizes) != 1:
+        raise SchedulerRefused(f"the reduced dims {list(K)} are not contiguous with each other")
+    N = k_sizes[0]
+    ks = [s[0] for s in k_strides]
+    i_sizes, i_strides = collapse(loop, strides, kept_dims)
+    rows = 1
+    for n in i_sizes:
+        rows *= n
+    if rows == 0 or N == 0:
+        raise SchedulerRefused("empty reduction")  # the reference handles identities for now
+    n_acc = len(program.accesses)
+    elem = [i for i, a in enumerate(program.accesses) if ks[i] != 0]
+    ptrs = [values[a.input_pos].data_ptr() for a in program.accesses] + [0] * len(program.stores)
+    primary = max(elem, key=lambda i: values[program.accesses[i].input_pos].numel()) if elem else None
+    inner = primary is None or ks[primary] == 1
+    sm = profile.sm_count
+    scalars = [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
+    scalars += [env[state] for state, _ in program.host_scalars]
+    from codegen.cuda_ops import ELEMENT_BYTES
+
+    if inner:
+        from codegen.reduction_cuda import INNER_NAME, InnerVariant, inner_arg_types, render_inner
+
+        moving = [program.accesses[i].dtype for i in elem]
+        moving += [s.dtype for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+        vec = max(1, min(8, 16 // max((ELEMENT_BYTES[d] for d in moving), default=4)))
+        while vec > 1 and N % vec:
+            vec //= 2
+        modes = []
+        for k in range(len(tensors)):
+            is_store = k >= n_acc
+            rowlevel = program.store_rowlevel[k - n_acc] if is_store else ks[k] == 0
+            dt = program.stores[k - n_acc].dtype if is_store else program.accesses[k].dtype
+            if rowlevel:
+                modes.append("row")
+            elif ks[k] == 1 and ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and all(
+                x % vec == 0 for x in i_strides[k]
+            ):
+                modes.append("vec")
+            else:
+                modes.append("strided")
+        if vec > 1 and any(m == "strided" for m in modes):
+            vec = 1
+            modes = ["row" if m == "row" else "strided" for m in modes]
+        nv = -(-N // vec)
+        if nv <= 32:
+            tx = _next_pow2(nv)
+        else:
+            tx = min(1024, max(32, ((nv + 3) // 4 + 31) // 32 * 32))  # about 4 vectors a thread
+        iters = -(-nv // tx)
+        # registers hold the loads that differ per row; weights shared by rows hit in L1/L2
+        cached = tuple(sorted({s.operands[0] for s in program.stmts
+                               if s.op == "load" and s.var in program.element_vars
+                               and any(i_strides[s.operands[0]])}))  # fmt: skip
+        if iters * vec * max(len(cached), 1) > 32 or program.stages == 0:
+            iters, cached = 0, ()
+        ty = max(1, min(256 // tx, _next_pow2(rows)))
+        variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
+                               tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides))  # fmt: skip
+        args: list = []
+        for k in range(len(tensors)):
+            args.append(ArgRef("input", program.accesses[k].input_pos) if k < n_acc
+                        else ArgRef("output", k - n_acc))  # fmt: skip
+            args += list(i_strides[k]) + [ks[k]]
+        args += [rows, N, *i_sizes, *scalars]
+        blocks = max(1, min(-(-rows // ty), sm * 32))
+        kernel = KernelLaunch(INNER_NAME, render_inner(program, variant), (blocks, 1, 1),
+                              (tx, ty, 1), inner_arg_types(program, variant), tuple(args))  # fmt: skip
+        return LaunchSpec(NAME, tuple(outputs), (), (kernel,), variant.describe())
+
+    # outer: columns are the (single, collapsed) row dim, contiguous in the primary input
+    from codegen.reduction_cuda import (
+        FINISH_NAME,
+        OUTER_NAME,
+        OuterVariant,
+        outer_arg_types,
+        render_outer,
+    )
+
+    if not all(program.store_rowlevel) or program.stages != 1:
+        raise SchedulerRefused("an outer reduction with element-level outputs or several stages")
+    if len(i_sizes) != 1 or i_strides[primary][0] != 1:
+        raise SchedulerRefused("the kept dims of an outer reduction are not contiguous")
+    cols = i_sizes[0]
+    modes = []
+    for k in range(len(tensors)):
+        s = i_strides[k][0]
+        modes.append("bcast" if s == 0 else "vec" if s == 1 else "strided")
+    vec = 4 if cols % 4 == 0 else 1
+    tx = min(32, max(1, _next_pow2(-(-cols // vec))))
+    ty = max(1, min(32, 256 // tx))
+    col_blocks = -(-cols // (tx * vec))
+    split = 1
+    want = sm * 4
+    while col_blocks * split < want and N // (split * 2 * ty) >= 8:
+        split *= 2
+    variant = OuterVariant(tx, ty, vec, split, index_type(loop, strides), tuple(modes),
+                           tuple(x != 0 for x in ks[:n_acc]))  # fmt: skip
+    base: list = []
+    for k in range(len(tensors)):
+        base.append(ArgRef("input", program.accesses[k].input_pos) if k < n_acc
+                    else ArgRef("output", k - n_acc))  # fmt: skip
+        base += [i_strides[k][0], ks[k]]
+    base += [cols, N]
+    workspaces, work_args = [], []
+    if split > 1:
+        for r in program.reductions:
+            n = split * cols
+            kinds = [r.dtype, r.dtype, DataType.Int32] if r.op == "welford" else [r.dtype]
+            for dt in kinds:
+                work_args.append(ArgRef("workspace", len(workspaces)))
+                workspaces.append((n, dt))
+    else:
+        work_args = [0] * sum(3 if r.op == "welford" else 1 for r in program.reductions)
+    types = outer_arg_types(program, variant, False)
+    kernels = [KernelLaunch(OUTER_NAME, render_outer(program, variant, False), (col_blocks, split, 1),
+                            (tx, ty, 1), types, tuple(base + work_args + scalars))]  # fmt: skip
+    if split > 1:
+        kernels.append(KernelLaunch(FINISH_NAME, render_outer(program, variant, True),
+                                    (col_blocks, 1, 1), (tx, 1, 1), types,
+                                    tuple(base + work_args + scalars)))  # fmt: skip
+    return LaunchSpec(NAME, tuple(outputs), tuple(workspaces), tuple(kernels), variant.describe())

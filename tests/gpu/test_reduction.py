@@ -1,0 +1,138 @@
+"""Reduction and normalization kernels on the GPU against torch, at odd sizes, on
+non-contiguous inputs and for every float dtype."""
+import pytest
+import torch
+
+from fusion_cache import FusionCache
+
+from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, var_mean
+
+pytestmark = pytest.mark.gpu
+
+FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+TOL = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+SIZES = [1, 7, 1000, 4097, 65537]
+
+
+def rand(shape, dtype, gen, noncontig=False):
+    if noncontig:  # a transposed copy viewed back: same values, permuted strides
+        t = torch.randn(tuple(reversed(shape)), generator=gen, device="cuda").to(dtype)
+        return t.permute(*reversed(range(len(shape))))
+    return torch.randn(shape, generator=gen, device="cuda").to(dtype)
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator(device="cuda").manual_seed(7)
+
+
+def check(got, want, dtype, scale=1.0):
+    if not isinstance(got, (list, tuple)):
+        got, want = [got], [want]
+    for g, w in zip(got, want):
+        tol = TOL[dtype] * scale
+        torch.testing.assert_close(g, w.to(g.dtype), rtol=tol, atol=tol)
+
+
+def ran_kernel(fd):
+    return fd._executor().scheduler == "reduction"
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_inner_reduction(op, n, dtype, gen):
+    build, ref = reduce_op(op, [-1])
+    fd = define(build, dtype, 2)
+    x = rand((33, n), dtype, gen)
+    check(fd.execute([x])[0], ref(x), dtype, scale=max(1.0, n ** 0.5 / 8) if op == "sum" else 1.0)
+    assert ran_kernel(fd)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", [1, 7, 1000, 4097])
+def test_outer_reduction(n, dtype, gen):
+    build, ref = reduce_op("sum", [0])
+    fd = define(build, dtype, 2)
+    x = rand((n, 300), dtype, gen)
+    check(fd.execute([x])[0], ref(x), dtype, scale=max(1.0, n ** 0.5 / 8))
+    assert ran_kernel(fd)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_non_contiguous_inputs(dtype, gen):
+    build, ref = reduce_op("sum", [-1])
+    fd = define(build, dtype, 2)
+    x = rand((1000, 257), dtype, gen, noncontig=True)  # reduced dim strided: outer kernel
+    check(fd.execute([x])[0], ref(x), dtype, scale=4)
+    fd2 = define(softmax()[0], dtype, 2)
+    y = rand((513, 64), dtype, gen, noncontig=True)
+    out = fd2.execute([y])[0]
+    check(out, softmax()[1](y), dtype)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_keepdim_and_several_dims(keepdim, gen):
+    build, ref = reduce_op("max", [1, 2], keepdim=keepdim)
+    fd = define(build, torch.float32, 3)
+    x = rand((6, 7, 1000), torch.float32, gen)
+    check(fd.execute([x])[0], ref(x), torch.float32)
+
+
+def test_integer_and_prod(gen):
+    build, ref = reduce_op("sum", [1])
+    fd = define(build, torch.int32, 2)
+    x = torch.randint(-100, 100, (50, 333), device="cuda", dtype=torch.int32, generator=gen)
+    out = fd.execute([x])[0]
+    assert out.dtype == torch.int64 and torch.equal(out, ref(x))
+    build, ref = reduce_op("prod", [1])
+    fd = define(build, torch.float64, 2)
+    y = 1 + 0.01 * rand((20, 100), torch.float64, gen)
+    check(fd.execute([y])[0], ref(y), torch.float64)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+def test_var_mean(n, dtype, gen):
+    build, ref = var_mean([-1], correction=1 if n > 1 else 0)
+    fd = define(build, dtype, 2)
+    x = 3 + rand((17, n), dtype, gen)
+    check(fd.execute([x]), ref(x), dtype, scale=4)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", SIZES + [262144])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax(log, n, dtype, gen):
+    build, ref = softmax(log)
+    fd = define(build, dtype, 2)
+    x = rand((9, n), dtype, gen)
+    check(fd.execute([x])[0], ref(x), dtype, scale=2)
+    assert ran_kernel(fd)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", [7, 1000, 4097, 65537])
+def test_layer_norm(n, dtype, gen):
+    build, ref = layer_norm()
+    fd = define(build, dtype, 2)
+    x, w, b = rand((13, n), dtype, gen), rand((n,), dtype, gen), rand((n,), dtype, gen)
+    check(fd.execute([x, w, b]), ref(x, w, b), dtype, scale=4)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", [1, 1000, 4097])
+def test_rms_norm(n, dtype, gen):
+    build, ref = rms_norm()
+    fd = define(build, dtype, 3)
+    x, w = rand((3, 5, n), dtype, gen), rand((n,), dtype, gen)
+    check(fd.execute([x, w])[0], ref(x, w), dtype, scale=4)
+
+
+def test_many_row_counts_compile_few_kernels(gen):
+    fd = define(softmax()[0], torch.float32, 2)
+    before = FusionCache.get().stats()["kernels_compiled"]
+    for rows in range(1, 51):
+        x = rand((rows, 1024), torch.float32, gen)
+        check(fd.execute([x])[0], softmax()[1](x), torch.float32)
+    assert FusionCache.get().stats()["kernels_compiled"] - before <= 2

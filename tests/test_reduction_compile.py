@@ -1,0 +1,63 @@
+"""Without a GPU: the reduction scheduler takes each pattern and every kernel variant it
+makes compiles with NVRTC for sm_80 and sm_90."""
+import pytest
+import torch
+
+from fusion_cache import DataType, FusionDefinition
+
+from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, var_mean
+
+
+def meta(*shape, dtype=torch.float32):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+CASES = [
+    ("sum_inner", reduce_op("sum", [-1]), 2, lambda dt: [meta(64, 1000, dtype=dt)]),
+    ("sum_outer", reduce_op("sum", [0]), 2, lambda dt: [meta(4097, 256, dtype=dt)]),
+    ("max_keepdim", reduce_op("max", [1], keepdim=True), 2, lambda dt: [meta(7, 65537, dtype=dt)]),
+    ("min_two_dims", reduce_op("min", [1, 2]), 3, lambda dt: [meta(8, 9, 33, dtype=dt)]),
+    ("prod_outer", reduce_op("prod", [0]), 2, lambda dt: [meta(1000, 7, dtype=dt)]),
+    ("var_mean", var_mean([-1]), 2, lambda dt: [meta(31, 4096, dtype=dt)]),
+    ("var_mean_outer", var_mean([0], correction=0), 2, lambda dt: [meta(4096, 64, dtype=dt)]),
+    ("softmax", softmax(), 2, lambda dt: [meta(5, 262144, dtype=dt)]),
+    ("log_softmax", softmax(log=True), 3, lambda dt: [meta(2, 3, 1000, dtype=dt)]),
+    ("layer_norm", layer_norm(), 2, lambda dt: [meta(32, 1024, dtype=dt), meta(1024, dtype=dt),
+                                                meta(1024, dtype=dt)]),  # fmt: skip
+    ("rms_norm", rms_norm(), 2, lambda dt: [meta(16, 4097, dtype=dt), meta(4097, dtype=dt)]),
+]
+FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("target", ["a100", "h100"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name,pattern,rank,inputs", CASES, ids=[c[0] for c in CASES])
+def test_reduction_kernels_compile(name, pattern, rank, inputs, dtype, target):
+    fd = define(pattern[0], dtype, rank)
+    refs = fd.precompile(inputs(dtype), target=target)
+    assert refs and all(r.arch == (80 if target == "a100" else 90) for r in refs)
+    assert fd._executor().scheduler == "reduction"
+
+
+def test_integer_sum_compiles():
+    fd = define(reduce_op("sum", [1])[0], torch.int32, 2)
+    assert fd.precompile([meta(100, 300, dtype=torch.int32)], target="h100")
+
+
+def test_one_kernel_for_many_rows():
+    from fusion_cache import FusionCache
+
+    fd = define(softmax()[0], torch.float32, 2)
+    before = FusionCache.get().stats()["kernels_compiled"]
+    for rows in range(1, 60, 3):
+        fd.precompile([meta(rows, 4096)], target="h100")
+    assert FusionCache.get().stats()["kernels_compiled"] - before <= 2
+
+
+def test_refusal_names_reasons():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, dims=[0]))
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+    with pytest.raises(RuntimeError, match="reduction: reductions over different"):
+        fd.precompile([meta(8, 8)], target="h100")
