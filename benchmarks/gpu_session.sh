@@ -17,7 +17,7 @@ FUSION_CACHE_DISABLE_FALLBACK=1 timeout 240 python3 -m pytest -q -p no:cacheprov
 echo "== restart: cold then warm on a fresh store"
 export FUSION_CACHE_DIR=/tmp/fc_restart; rm -rf $FUSION_CACHE_DIR
 python3 examples/restart_timing.py | tee "$OUT/restart.jsonl"
-python3 examples/restart_timing.py | tee -a "$OUT/restart.jsonl"
+RESTART_PROFILE=1 python3 examples/restart_timing.py 2>"$OUT/warm_profile.txt" | tee -a "$OUT/restart.jsonl"
 echo "== a store warmed with 'fusion-cache warmup --target h100' on a CPU-only machine"
 cp -r .gpu_store /tmp/carried && FUSION_CACHE_DIR=/tmp/carried python3 examples/restart_timing.py \
   | tee -a "$OUT/restart.jsonl"

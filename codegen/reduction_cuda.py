@@ -8,6 +8,7 @@ reduced dim; with SPLIT > 1 a second kernel combines the partial results in a fi
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schedulers.reduction import ReductionProgram, needed
@@ -162,9 +163,13 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append(f"      for (int j = 0; j < FC_VEC; ++j) a{i}_c[it][j] = a{i}_t[j];")
         L.append("    }")
 
-    def element_pass(targets: list[str], body_end: list[str]) -> None:
-        stmts = needed(program, targets)
+    carried: set[str] = set()  # element values kept in registers by an earlier pass
+
+    def element_pass(targets: list[str], body_end: list[str], carry: Sequence[str] = ()) -> None:
+        stmts, reads = needed(program, targets, frozenset(carried))
         loads = sorted({s.operands[0] for s in stmts if s.op == "load"})
+        for var in carry:
+            L.append(f"    {REGISTER_TYPE[dtypes[var]]} {var}_c[{v.iters}][FC_VEC];")
         if cached:
             L.append("#pragma unroll")
             L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
@@ -176,23 +181,66 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.extend("      " + line for line in fetch(i, "kb", cached and i in v.cached))
         L.append("#pragma unroll")
         L.append("      for (int j = 0; j < FC_VEC; ++j) {")
+        for var in reads:
+            L.append(f"        const {REGISTER_TYPE[dtypes[var]]} {var} = {var}_c[it][j];")
         for st in stmts:
             L.append("        " + render_stmt(st, dtypes, elem_load))
+        for var in carry:
+            L.append(f"        {var}_c[it][j] = {var};")
         L.extend("        " + line for line in body_end)
         L.append("      }")
         L.extend("      " + line for line in post_loop)
         L.append("    }")
+        carried.update(carry)
+
+    def carry_for(reds: list) -> list[str]:
+        """Reduction inputs that later passes read again, if registers allow keeping them."""
+        if not cached:
+            return []
+        later = [r.input for r in program.reductions if r.stage > reds[0].stage]
+        later += [s.var for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+        reused = set()
+        for t in later:
+            reused.update(st.var for st in needed(program, [t])[0])
+        out = [r.input for r in reds if r.input in reused and
+               next(s for s in program.stmts if s.var == r.input).op != "load"]  # fmt: skip
+        budget = 64 - v.iters * v.vec * len(v.cached)
+        return out if v.iters * v.vec * len(out) <= budget else []
 
     L.extend("    " + s for s in _row_stmts(program, 0, dtypes, row_load))
+    from .cuda_ops import convert
+
     for stage in range(1, program.stages + 1):
         reds = [r for r in program.reductions if r.stage == stage]
+        # With the row in registers, Welford is two cheap passes per thread (sum, then squared
+        # deviations from the thread's mean) instead of a division per element.
+        two_pass = [r for r in reds if r.op == "welford" and cached]
+        body = []
         for r in reds:
-            init = (f"fc_welford_init<{REGISTER_TYPE[r.dtype]}, int>()" if r.op == "welford"
+            rt = REGISTER_TYPE[r.dtype]
+            if r in two_pass:
+                L.append(f"    {rt} {r.var}_s = ({rt})0; int {r.var}_n = 0;")
+                x = convert(r.input, dtypes[r.input], r.dtype)
+                body.append(f" {r.var}_s += {x}; {r.var}_n += 1;")
+                continue
+            init = (f"fc_welford_init<{rt}, int>()" if r.op == "welford"
                     else f"{_op_functor(r)}.identity()")  # fmt: skip
             L.append(f"    {_acc_type(r)} {r.var} = {init};")
+            body.append(" " + _accumulate(r, r.input, dtypes))
         post_loop = []
-        element_pass([r.input for r in reds], ["if (ok) {"] + [" " + _accumulate(r, r.input, dtypes)
-                                                         for r in reds] + ["}"])  # fmt: skip
+        element_pass([r.input for r in reds], ["if (ok) {", *body, "}"], carry_for(reds))
+        if two_pass:
+            body = []
+            for r in two_pass:
+                rt = REGISTER_TYPE[r.dtype]
+                L.append(f"    const {rt} {r.var}_tm = {r.var}_n ? {r.var}_s / ({rt}){r.var}_n : ({rt})0;")
+                L.append(f"    {rt} {r.var}_m2 = ({rt})0;")
+                x = convert(r.input, dtypes[r.input], r.dtype)
+                body.append(f" const {rt} {r.var}_d = {x} - {r.var}_tm; {r.var}_m2 += {r.var}_d * {r.var}_d;")
+            element_pass([r.input for r in two_pass], ["if (ok) {", *body, "}"])
+            for r in two_pass:
+                L.append(f"    {_acc_type(r)} {r.var}; {r.var}.mean = {r.var}_tm; "
+                         f"{r.var}.m2 = {r.var}_m2; {r.var}.count = {r.var}_n;")  # fmt: skip
         for r in reds:
             L.append(f"    {r.var} = fc_block_reduce_x({r.var}, {_op_functor(r)}, smem_{_ident(_acc_type(r))});")
         L.extend("    " + s for s in _row_stmts(program, stage, dtypes, row_load))
@@ -281,7 +329,7 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         L.append(f"  {_acc_type(r)} {r.var}_a[FC_VEC];")
         L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_a[j] = {init};")
     if not finish:
-        stmts = needed(program, [r.input for r in program.reductions])
+        stmts, _ = needed(program, [r.input for r in program.reductions])
         L.append("  for (idx_t k = (idx_t)blockIdx.y * FC_TY + threadIdx.y; k < N; k += (idx_t)gridDim.y * FC_TY) {")
         L.append("    if (!col_ok) continue;")
 

@@ -300,14 +300,13 @@ class FusionDefinition:
                 _enable_options: Sequence[str] = (), _disable_options: Sequence[str] = (),
                 ) -> list[torch.Tensor]:  # fmt: skip
         """Run the fusion on `inputs` (tensors and Python scalars, in definition order)."""
-        self._ensure_defined()
+        if self._state != _CLOSED:
+            self._ensure_defined()
         if device is not None:
             dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
             if dev.type == "cuda" and not torch.cuda.is_available():
                 raise ValueError(f"execute: device={device!r} but no CUDA GPU is available")
-        from .runtime import run_fusion
-
-        return run_fusion(self, inputs, device=device)
+        return _runtime().run_fusion(self, inputs, device=device)
 
 
     # ---- ahead of time and debugging -------------------------------------------------------
@@ -370,6 +369,13 @@ class FusionDefinition:
             for k in spec.kernels:
                 lines.append(f"kernel {k.name}: grid {k.grid} block {k.block} smem {k.shared_mem}")
         return "\n".join(lines)
+
+
+def _runtime():
+    """The execution module, imported on first use (it pulls in the schedulers and codegen)."""
+    from . import runtime
+
+    return runtime
 
 
 def _is_input_record(r: Record) -> bool:

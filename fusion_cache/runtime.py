@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .gpu_runtime import try_cached_launch
 from .reference import run_reference
 from .trie import FusionCache
 from .validate import validate_inputs
@@ -19,13 +20,10 @@ def _on_gpu(values: Sequence[Any]) -> bool:
 
 
 def run_fusion(fd: FusionDefinition, inputs: Sequence[Any], device: Any = None) -> list[Any]:
-    if fd._cache.executors:
-        from .gpu_runtime import try_cached_launch
-
-        if isinstance(inputs, (list, tuple)):
-            outs = try_cached_launch(fd, inputs)
-            if outs is not None:
-                return outs
+    if fd._cache.executors and isinstance(inputs, (list, tuple)):
+        outs = try_cached_launch(fd, inputs)
+        if outs is not None:
+            return outs
     values = validate_inputs(fd, inputs)
     if _on_gpu(values):
         from .gpu_runtime import run_on_gpu

@@ -149,11 +149,12 @@ class _Lowering:
             var = self.emit(info.dtype, "load", (len(self.accesses) - 1,))
         else:
             rec = self.producers[index]
-            var = self.op(rec, dim_map)
+            var = self.op(rec, dim_map, index)
         self.memo[key] = var
         return var
 
-    def op(self, rec: Record, out_map: tuple) -> str:
+    def op(self, rec: Record, out_map: tuple, index: int | None = None) -> str:
+        """The value of output `index` of `rec`, read through `out_map`."""
         name = rec.name
         if name in OPS or name == "cast":
             return self.elementwise(rec, out_map)

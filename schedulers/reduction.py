@@ -73,9 +73,9 @@ class _ReductionLowering(_Lowering):
         self.reductions: list[Reduction] = []
         self.loop_state: int = -1
 
-    def op(self, rec: Record, out_map: tuple) -> str:
+    def op(self, rec: Record, out_map: tuple, index: int | None = None) -> str:
         if rec.name not in REDUCTIONS:
-            return super().op(rec, out_map)
+            return super().op(rec, out_map, index)
         src = rec.args[0]
         info = self.info(src.index)
         if info.ndim != self.rank:
@@ -116,7 +116,7 @@ class _ReductionLowering(_Lowering):
             outs[rec.outputs[2].index] = self.emit(DataType.Int, "welford_count", (w,), acc_dtype)
         for idx, var in outs.items():
             self.memo[("T", idx, out_map)] = var
-        return outs[rec.outputs[0].index]
+        return outs[rec.outputs[0].index if index is None else index]
 
 
 def _loop_space(fd: Any) -> tuple[int, tuple[int, ...]]:
@@ -193,21 +193,29 @@ def lower_reduction(fd: Any) -> ReductionProgram:
     )  # fmt: skip
 
 
-def needed(program: ReductionProgram, targets: Sequence[str]) -> list[Any]:
-    """The element-level statements (in order) that `targets` depend on."""
+def needed(program: ReductionProgram, targets: Sequence[str],
+           carried: frozenset[str] = frozenset()) -> tuple[list[Any], list[str]]:  # fmt: skip
+    """The element-level statements (in order) that `targets` depend on, and the carried
+    values (kept in registers by an earlier pass) they read instead of recomputing."""
     by_var = {s.var: s for s in program.stmts}
     want: set[str] = set()
+    leaves: set[str] = set()
     stack = [t for t in targets if t in program.element_vars]
     while stack:
         v = stack.pop()
-        if v in want:
+        if v in want or v in leaves:
+            continue
+        if v in carried:
+            leaves.add(v)
             continue
         want.add(v)
         st = by_var[v]
         if st.op == "reduce":
             continue
         stack.extend(o for o in st.operands if isinstance(o, str) and o in program.element_vars)
-    return [s for s in program.stmts if s.var in want and s.op != "reduce"]
+    order = [s.var for s in program.stmts]
+    return ([s for s in program.stmts if s.var in want and s.op != "reduce"],
+            sorted(leaves, key=order.index))  # fmt: skip
 
 
 # ---- planning -----------------------------------------------------------------------------
@@ -310,7 +318,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                and any(i_strides[s.operands[0]])}))  # fmt: skip
         if iters * vec * max(len(cached), 1) > 32 or program.stages == 0:
             iters, cached = 0, ()
-        ty = max(1, min(256 // tx, _next_pow2(rows)))
+        ty = max(1, 256 // tx)  # not from the row count: one kernel serves every batch size
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides))  # fmt: skip
         args: list = []

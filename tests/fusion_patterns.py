@@ -20,7 +20,7 @@ def _ref_up(x):
 
 def reduce_op(op, dims, keepdim=False):
     def build(fd, dt, rank):
-        x = fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=dt)
+        x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)
         fd.add_output(getattr(fd.ops, op)(x, dims=dims, keepdim=keepdim))
 
     def ref(x):
@@ -38,7 +38,7 @@ def reduce_op(op, dims, keepdim=False):
 
 def var_mean(dims, correction=1):
     def build(fd, dt, rank):
-        x = fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=dt)
+        x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)
         v, m = fd.ops.var_mean(x, dims=dims, correction=correction)
         fd.add_output(v)
         fd.add_output(m)
@@ -51,7 +51,7 @@ def var_mean(dims, correction=1):
 
 def softmax(log=False):
     def build(fd, dt, rank):
-        x = fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=dt)
+        x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)
         xf = _up(fd, x, dt)
         flags = [False] * (rank - 1) + [True]
         m = fd.ops.broadcast(fd.ops.max(xf, dims=[-1]), flags)
@@ -69,7 +69,7 @@ def softmax(log=False):
 
 def layer_norm(eps=1e-5):
     def build(fd, dt, rank):
-        x = fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=dt)
+        x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)
         w = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dt)
         b = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dt)
         xf = _up(fd, x, dt)
@@ -94,7 +94,7 @@ def layer_norm(eps=1e-5):
 
 def rms_norm(eps=1e-6):
     def build(fd, dt, rank):
-        x = fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=dt)
+        x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)
         w = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dt)
         xf = _up(fd, x, dt)
         flags = [False] * (rank - 1) + [True]
@@ -110,7 +110,11 @@ def rms_norm(eps=1e-6):
     return build, ref
 
 
-def define(builder, dtype, rank):
+CONTIGUOUS = [True]  # set to [False] to define fusions that accept any strides
+
+
+def define(builder, dtype, rank, contiguous=True):
+    CONTIGUOUS[0] = contiguous
     with FusionDefinition() as fd:
         builder(fd, from_torch(dtype), rank)
     return fd

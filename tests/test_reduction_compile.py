@@ -2,10 +2,9 @@
 makes compiles with NVRTC for sm_80 and sm_90."""
 import pytest
 import torch
+from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, var_mean
 
 from fusion_cache import DataType, FusionDefinition
-
-from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, var_mean
 
 
 def meta(*shape, dtype=torch.float32):

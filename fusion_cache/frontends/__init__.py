@@ -6,8 +6,6 @@
 """
 from __future__ import annotations
 
-import sys
-
 from .lowering import LoweringError, UnsupportedOpError
 from .torchscript import from_torchscript
 
@@ -18,7 +16,9 @@ def register_backend() -> None:
     """Make `torch.compile(model, backend="fusion_cache")` work in this process.
 
     Installed with the `torch_dynamo_backends` entry point, torch finds the backend by
-    itself on first use; this call is for checkouts installed without it.
+    itself on first use; this call is for checkouts installed without it. Registering at
+    import time instead would break the entry point: torch loads it by importing
+    `dynamo_backend` and then registers the name itself, refusing a duplicate.
     """
     import torch._dynamo
 
@@ -29,9 +29,6 @@ def register_backend() -> None:
     except AssertionError:  # "duplicate name": registered already (or by the entry point)
         pass
 
-
-if "torch._dynamo" in sys.modules:  # already paid for: registering now costs nothing
-    register_backend()
 
 __all__ = [
     "BACKEND_NAME",

@@ -259,6 +259,13 @@ def _silu_backward(ctx: LoweringContext, a: Args) -> Any:
     return _to(ctx, y, a[0].dtype)
 
 
+@lowers("native_dropout_backward")
+def _dropout_backward(ctx: LoweringContext, a: Args) -> Any:
+    grad, mask, scale = a[0], a[1], a[2]  # the mask was drawn in eager: this part is exact
+    return _to(ctx, ctx.ops.mul(ctx.ops.mul(grad, ctx.ops.cast(mask, grad.dtype)), scale),
+               grad.dtype)  # fmt: skip
+
+
 @lowers("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
 def _dropout(ctx: LoweringContext, a: Args) -> Any:
     p, train = a[1], a[2]

@@ -52,6 +52,17 @@ for _name in _BINARY:
     lowers(_name)(_binary(_name))
 
 
+for _dunder, _name in (("__and__", "bitwise_and"), ("__or__", "bitwise_or"),
+                       ("__xor__", "bitwise_xor")):
+    lowers(_dunder)(_binary(_name))
+
+
+@lowers("__invert__")
+def _invert(ctx: LoweringContext, a: Args) -> Any:
+    x = a[0]
+    return ctx.ops.logical_not(x) if x.dtype is DataType.Bool else ctx.ops.bitwise_not(x)
+
+
 @lowers("positive")
 def _positive(ctx: LoweringContext, a: Args) -> Any:
     return a[0]

@@ -82,9 +82,10 @@ def build_region(gm: GraphModule, specs: Sequence[InputSpec]) -> FusionDefinitio
 
 def _lower_node(ctx: LoweringContext, node: Node, env: dict[Node, Any]) -> Any:
     if node.target is operator.getitem:
-        value = env[node.args[0]][node.args[1]]
+        src, index = node.args
+        value = env[src][index]
         if value is None:
-            raise LoweringError(f"{node.name}: item {node.args[1]} of {node.args[0]} is not lowered")
+            raise LoweringError(f"{node.name}: output {index} of {src} is not lowered")
         return value
     name = op_name(node)
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
@@ -136,6 +137,9 @@ class FusedRegion(torch.nn.Module):
         self.region_graph = gm
         self._definitions: dict[tuple[InputSpec, ...], FusionDefinition] = {specs: fd}
         self.fusion_id = fd.id()
+        # the submodule returned a tuple or a single value: the caller indexes accordingly
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        self._returns_tuple = isinstance(output.args[0], (tuple, list))
 
     def definition_for(self, args: Sequence[Any]) -> FusionDefinition:
         key = tuple(spec_of(a) for a in args)
@@ -144,5 +148,6 @@ class FusedRegion(torch.nn.Module):
             fd = self._definitions[key] = build_region(self.region_graph, key)
         return fd
 
-    def forward(self, *args: Any) -> tuple[torch.Tensor, ...]:
-        return tuple(self.definition_for(args).execute(list(args)))
+    def forward(self, *args: Any) -> Any:
+        outs = self.definition_for(args).execute(list(args))
+        return tuple(outs) if self._returns_tuple else outs[0]

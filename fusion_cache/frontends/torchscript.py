@@ -29,7 +29,9 @@ _SCALAR_INPUT_TYPES = {"FloatType": DataType.Double, "IntType": DataType.Int,
                        "BoolType": DataType.Bool}  # fmt: skip
 
 
-def from_torchscript(graph_or_ir: Any, example_inputs: Sequence[Any] | None = None) -> FusionDefinition:
+def from_torchscript(
+    graph_or_ir: Any, example_inputs: Sequence[Any] | None = None
+) -> FusionDefinition:
     """Lower a TorchScript graph into a FusionDefinition (defined and closed).
 
     Tensor inputs need a dtype and rank: from `example_inputs` (one per graph input) when
@@ -164,7 +166,8 @@ def _constant(node: Any) -> Any:
     value = node.output().toIValue()
     if isinstance(value, torch.Tensor):
         raise UnsupportedOpError("tensor constants are not lowered; pass the tensor as an input")
-    if value is not None and not isinstance(value, torch.device) and not isinstance(value, (bool, int, float, str, list, tuple)):
+    plain = (bool, int, float, str, list, tuple, torch.device)
+    if value is not None and not isinstance(value, plain):
         raise UnsupportedOpError(f"a constant of type {type(value).__name__}")
     return value
 

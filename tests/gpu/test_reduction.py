@@ -2,10 +2,9 @@
 non-contiguous inputs and for every float dtype."""
 import pytest
 import torch
+from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, var_mean
 
 from fusion_cache import FusionCache
-
-from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, var_mean
 
 pytestmark = pytest.mark.gpu
 
@@ -62,10 +61,10 @@ def test_outer_reduction(n, dtype, gen):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_non_contiguous_inputs(dtype, gen):
     build, ref = reduce_op("sum", [-1])
-    fd = define(build, dtype, 2)
+    fd = define(build, dtype, 2, contiguous=False)
     x = rand((1000, 257), dtype, gen, noncontig=True)  # reduced dim strided: outer kernel
     check(fd.execute([x])[0], ref(x), dtype, scale=4)
-    fd2 = define(softmax()[0], dtype, 2)
+    fd2 = define(softmax()[0], dtype, 2, contiguous=False)
     y = rand((513, 64), dtype, gen, noncontig=True)
     out = fd2.execute([y])[0]
     check(out, softmax()[1](y), dtype)

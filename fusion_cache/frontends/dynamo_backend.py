@@ -1,0 +1,257 @@
+"""The torch.compile backend "fusion_cache": aten graphs -> fusion regions + eager rest.
+
+Dynamo hands the backend an FX graph; AOTAutograd turns it into aten-level forward and
+backward graphs, and both come to `fuse_graph`. It partitions the graph into the largest
+connected regions of ops the lowering takes (CapabilityBasedPartitioner), lowers each
+region into a FusionDefinition run by fd.execute, and leaves the rest (matmuls,
+embeddings, random ops...) to eager.
+
+Knobs: FUSION_CACHE_SINGLE_NODE=1 keeps regions of a single op (by default a region needs
+two ops that are not views); FUSION_CACHE_DUMP=graph prints each partitioned graph with
+the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
+definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute.
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.fx import GraphModule, Node
+from torch.fx.node import _get_qualified_name
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
+from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+from ..debug import dump_enabled
+from .fx_region import FusedRegion, build_region, spec_of
+from .fx_support import FusionSupport, base_name, is_getitem, is_view
+from .lowering import LoweringError
+
+_PREFIX = "fusion_region_"
+
+
+@dataclass
+class GraphReport:
+    """What fuse_graph did to one aten graph."""
+
+    graph: str  # "forward", "backward" or "inference"
+    index: int
+    regions: int = 0
+    ops_fused: int = 0
+    ops_eager: int = 0  # ops that compute, left to eager
+    views_eager: int = 0  # views left to eager (they cost no copy there)
+    fusion_ids: list[int] = field(default_factory=list)
+    eager_reasons: dict[str, str] = field(default_factory=dict)  # node name -> why
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph, "index": self.index, "regions": self.regions,
+            "ops_fused": self.ops_fused, "ops_eager": self.ops_eager,
+            "views_eager": self.views_eager,
+            "fusion_ids": list(self.fusion_ids), "eager_reasons": dict(self.eager_reasons),
+        }  # fmt: skip
+
+
+_reports: list[GraphReport] = []
+_lock = threading.Lock()
+_counter = itertools.count()
+
+
+def last_report() -> dict[str, Any] | None:
+    """The report of the most recently compiled aten graph, or None."""
+    with _lock:
+        return _reports[-1].as_dict() if _reports else None
+
+
+def reports() -> list[dict[str, Any]]:
+    """Reports of every aten graph compiled in this process (since reset_reports)."""
+    with _lock:
+        return [r.as_dict() for r in _reports]
+
+
+def reset_reports() -> None:
+    with _lock:
+        _reports.clear()
+
+
+def single_node_allowed() -> bool:
+    return os.environ.get("FUSION_CACHE_SINGLE_NODE", "").strip() not in ("", "0", "false")
+
+
+# ---- the backend ----------------------------------------------------------------------------
+
+
+def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+    """torch.compile backend: forward and backward aten graphs both go through fuse_graph."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(
+        fw_compiler=_compiler("forward"),
+        bw_compiler=_compiler("backward"),
+        inference_compiler=_compiler("inference"),
+    )
+    return backend(gm, example_inputs, **kwargs)
+
+
+def _compiler(kind: str) -> Callable[[GraphModule, Sequence[Any]], Callable]:
+    def compile_graph(gm: GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        from functorch.compile import make_boxed_func
+
+        fuse_graph(gm, kind)
+        return make_boxed_func(gm.forward)
+
+    return compile_graph
+
+
+# ---- partitioning ---------------------------------------------------------------------------
+
+
+def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
+    """Replace the fusable regions of an aten graph by FusedRegion modules, in place."""
+    report = GraphReport(kind, next(_counter))
+    support = FusionSupport()
+    proposed = _propose(gm, support)
+    labels: dict[Node, str] = {}
+    kept = _keep_worthwhile(proposed, labels)
+    for node, why in support.reasons.items():
+        labels.setdefault(node, why)
+    in_partition = {n for part in proposed for n in part.nodes}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node not in labels and node not in in_partition:
+            labels[node] = "view outside a region: an eager view costs no copy"
+    listing = _listing(gm, kept) if dump_enabled("graph") else []
+
+    if kept:
+        fuse_by_partitions(gm, [dict.fromkeys(p.nodes) for p in kept], prefix=_PREFIX)
+    for i, part in enumerate(kept):
+        name = f"{_PREFIX}{i}"
+        region = _lower_region(gm, name)
+        ops = [n for n in part.nodes if not is_getitem(n)]
+        if isinstance(region, str):  # lowering failed: the submodule runs the ops in eager
+            for n in ops:
+                labels[n] = f"region {i} did not lower: {region}"
+            continue
+        setattr(gm, name, region)
+        report.regions += 1
+        report.ops_fused += len(ops)
+        report.fusion_ids.append(region.fusion_id)
+    gm.recompile()
+
+    for node, why in labels.items():
+        if node.op == "call_function" and not is_getitem(node):
+            if is_view(node):
+                report.views_eager += 1
+            else:
+                report.ops_eager += 1
+            report.eager_reasons[node.name] = why
+    if dump_enabled("graph"):
+        _print_listing(report, listing, labels)
+    with _lock:
+        _reports.append(report)
+    return report.as_dict()
+
+
+def _propose(gm: GraphModule, support: FusionSupport) -> list[Partition]:
+    """Connected partitions of supported ops, without views at their edges."""
+    view_names = sorted({_get_qualified_name(n.target) for n in gm.graph.nodes if is_view(n)})
+    options: dict[str, Any] = {"allows_single_node_partition": True,
+                               "non_compute_ops": view_names}  # fmt: skip
+    if "skip_horizontal_fusion" in inspect.signature(CapabilityBasedPartitioner).parameters:
+        options["skip_horizontal_fusion"] = True  # torch >= 2.9: merge along edges only
+    partitioner = CapabilityBasedPartitioner(gm, support, **options)
+    proposed = partitioner.propose_partitions()
+    partitioner.remove_bookend_non_compute_ops(proposed)
+    return [c for part in proposed for c in _connected_parts(part)]
+
+
+def _connected_parts(part: Partition) -> list[Partition]:
+    """Split a partition into its connected pieces: a region is one dataflow, and a piece
+    of an acyclic partition cannot close a cycle through the graph outside it."""
+    nodes = list(part.nodes)
+    members, seen, pieces = set(nodes), set(), []
+    order = {n: i for i, n in enumerate(nodes)}
+    for start in nodes:
+        if start in seen:
+            continue
+        piece, stack = [], [start]
+        seen.add(start)
+        while stack:
+            n = stack.pop()
+            piece.append(n)
+            for m in (*n.all_input_nodes, *n.users):
+                if m in members and m not in seen:
+                    seen.add(m)
+                    stack.append(m)
+        pieces.append(Partition(nodes=sorted(piece, key=order.__getitem__)))
+    return pieces
+
+
+def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> list[Partition]:
+    """Regions worth a fusion: at least one op that is not a view, two unless single-node."""
+    least = 1 if single_node_allowed() else 2
+    kept = []
+    for part in partitions:
+        compute = [n for n in part.nodes if not is_getitem(n) and not is_view(n)]
+        if not part.nodes:
+            continue
+        if not compute:
+            why = "only views: eager views cost no copy"
+        elif len(compute) < least:
+            why = (f"region of {len(compute)} op (FUSION_CACHE_SINGLE_NODE=1 fuses single "
+                   "ops)")  # fmt: skip
+        else:
+            kept.append(part)
+            continue
+        for n in part.nodes:
+            labels[n] = why
+    return kept
+
+
+def _lower_region(gm: GraphModule, name: str) -> FusedRegion | str:
+    """The FusedRegion for submodule `name`, or why its definition could not be built."""
+    sub = getattr(gm, name)
+    call = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == name)
+    vals = [a.meta.get("val") if isinstance(a, Node) else a for a in call.args]
+    try:
+        specs = tuple(spec_of(v) for v in vals)
+        fd = build_region(sub, specs)
+    except (LoweringError, NotImplementedError) as err:
+        return str(err)
+    except Exception as err:  # a bug in a lowering: the region runs in eager, loudly
+        warnings.warn(f"fusion_cache: {name} stays in eager after an unexpected "
+                      f"{type(err).__name__} while lowering it: {err}", stacklevel=2)  # fmt: skip
+        return f"{type(err).__name__}: {err}"
+    return FusedRegion(name, sub, fd, specs)
+
+
+# ---- FUSION_CACHE_DUMP=graph ----------------------------------------------------------------
+
+
+def _listing(gm: GraphModule, kept: list[Partition]) -> list[tuple[Node, str, int | None]]:
+    """(node, text, region index) for every op, taken before the graph is rewritten."""
+    region_of = {n: i for i, part in enumerate(kept) for n in part.nodes}
+    rows = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        args = ", ".join(str(a) for a in node.args)
+        target = f"{base_name(node)}" if not is_getitem(node) else "getitem"
+        rows.append((node, f"%{node.name} = {target}({args})", region_of.get(node)))
+    return rows
+
+
+def _print_listing(report: GraphReport, rows: list, labels: dict[Node, str]) -> None:
+    print(f"fusion_cache: {report.graph} graph #{report.index}: {report.regions} regions, "
+          f"{report.ops_fused} ops fused, {report.ops_eager} ops and {report.views_eager} views "
+          "left to eager "
+          f"(fusion ids {report.fusion_ids})")  # fmt: skip
+    for node, text, region in rows:
+        where = f"[region {region}]" if node not in labels and region is not None else (
+            f"[eager: {labels.get(node, 'not in a region')}]"
+        )
+        print(f"  {text:<70} {where}")

@@ -1,0 +1,192 @@
+"""The torch.compile backend "fusion_cache" on CPU: training matches eager, regions reported."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fusion_cache.frontends import dynamo_backend, register_backend
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, hidden)
+        self.fc2 = nn.Linear(hidden, d)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.fc2(F.gelu(self.fc1(self.norm(x)))))
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.scale = d**-0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        scores = torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1)
+        return x + scores @ v
+
+
+class Model(nn.Module):
+    def __init__(self, d: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.attn = Attention(d)
+        self.mlp = MLP(d, hidden)
+        self.head = nn.Linear(d, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mlp(self.attn(x)))
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo(monkeypatch):
+    import torch._dynamo
+
+    register_backend()
+    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
+    monkeypatch.delenv("FUSION_CACHE_SINGLE_NODE", raising=False)
+    torch._dynamo.reset()
+    dynamo_backend.reset_reports()
+    yield
+    torch._dynamo.reset()
+
+
+def _train(model: nn.Module, steps: int, data: list[torch.Tensor]) -> list[tuple]:
+    """Loss, output and parameter gradients of each SGD step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    history = []
+    for x in data[:steps]:
+        opt.zero_grad()
+        out = model(x)
+        loss = out.square().mean()
+        loss.backward()
+        grads = [p.grad.detach().clone() for p in model.parameters()]
+        history.append((loss.detach(), out.detach(), grads))
+        opt.step()
+    return history
+
+
+def test_training_matches_eager():
+    torch.manual_seed(0)
+    eager = Model().eval()  # eval: dropout is the identity, so both runs see the same math
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, backend="fusion_cache")
+    data = [torch.randn(2, 8, 16) for _ in range(3)]
+    want = _train(eager, 3, data)
+    got = _train(compiled, 3, data)
+    for (l1, o1, g1), (l2, o2, g2) in zip(got, want):
+        torch.testing.assert_close(l1, l2, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(o1, o2, rtol=1e-4, atol=1e-5)
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for p1, p2 in zip(compiled_model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p1, p2, rtol=1e-4, atol=1e-5)
+
+    reports = dynamo_backend.reports()
+    kinds = {r["graph"] for r in reports}
+    assert {"forward", "backward"} <= kinds
+    for r in reports:
+        assert r["regions"] > 0 and r["ops_fused"] > 0 and r["ops_eager"] > 0  # mm stays eager
+        assert len(r["fusion_ids"]) == r["regions"]
+    assert dynamo_backend.last_report() == reports[-1]
+
+
+def test_inference_graph_and_single_node_knob(monkeypatch):
+    torch.manual_seed(1)
+    model = Model().eval()
+    x = torch.randn(2, 8, 16)
+    with torch.no_grad():
+        want = model(x)
+        got = torch.compile(model, backend="fusion_cache")(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    default = dynamo_backend.last_report()
+    assert default["graph"] == "inference" and default["regions"] > 0
+
+    torch._dynamo.reset()
+    monkeypatch.setenv("FUSION_CACHE_SINGLE_NODE", "1")
+    with torch.no_grad():
+        got = torch.compile(model, backend="fusion_cache")(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    single = dynamo_backend.last_report()
+    assert single["regions"] > default["regions"]  # the lone gelu and layer norms now fuse
+
+
+def test_identical_regions_share_a_fusion_id(monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_SINGLE_NODE", "1")  # each MLP's lone gelu is a region
+    torch.manual_seed(2)
+    model = nn.Sequential(MLP(16, 32), MLP(16, 32)).eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="fusion_cache")(x), model(x),
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+    ids = dynamo_backend.last_report()["fusion_ids"]
+    assert len(ids) > len(set(ids))  # the trie sees the same records twice
+
+
+def test_dump_graph_gives_reasons(monkeypatch, capsys):
+    monkeypatch.setenv("FUSION_CACHE_DUMP", "graph,python_definition")
+    model = Attention(8).eval()
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        torch.compile(model, backend="fusion_cache")(x)
+    out = capsys.readouterr().out
+    assert "regions" in out and "[eager: no lowering for aten::bmm]" in out
+    assert "region of 1 op (FUSION_CACHE_SINGLE_NODE=1" in out
+    assert "[region 0]" in out
+    assert "def nvfuser_fusion_id" in out  # each region's definition
+
+
+def test_graph_without_fusable_ops_runs_eager():
+    model = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    got = torch.compile(model, backend="fusion_cache")(x)
+    torch.testing.assert_close(got, model(x))
+    assert all(r["regions"] == 0 for r in dynamo_backend.reports())
+
+
+def test_fuse_graph_on_a_traced_aten_graph():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w):
+        y = torch.softmax(x * 2.0, dim=-1) @ w
+        return F.gelu(y) + 1.0
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    gm = make_fx(f)(x, w)
+    report = dynamo_backend.fuse_graph(gm, "forward")
+    assert report["regions"] == 2
+    torch.testing.assert_close(gm(x, w), f(x, w), rtol=1e-5, atol=1e-6)
+
+
+def test_conv_batch_norm_relu_eval():
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    model.eval()
+    with torch.no_grad():
+        model[1].running_mean.normal_()
+        model[1].running_var.uniform_(0.5, 2.0)
+        x = torch.randn(2, 3, 10, 10)
+        got = torch.compile(model, backend="fusion_cache")(x)
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
+    report = dynamo_backend.last_report()
+    assert report["regions"] == 1  # batch norm (eval) + relu; the convolutions stay eager
+
+
+def test_training_mode_dropout_stays_eager():
+    torch.manual_seed(4)
+    model = Model().train()
+    compiled = torch.compile(model, backend="fusion_cache")
+    loss = compiled(torch.randn(2, 8, 16)).square().mean()
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    forward = next(r for r in dynamo_backend.reports() if r["graph"] == "forward")
+    assert "random op" in forward["eager_reasons"].values()
