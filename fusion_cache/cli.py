@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         register_commands(sub)
+        from .describe import install
+
+        install()
     try:
         from .warmup import register_warmup
     except ImportError:

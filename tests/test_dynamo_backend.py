@@ -190,3 +190,36 @@ def test_training_mode_dropout_stays_eager():
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
     forward = next(r for r in dynamo_backend.reports() if r["graph"] == "forward")
     assert "random op" in forward["eager_reasons"].values()
+
+
+def _grads_of(fn):
+    def run(x, w):
+        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+        return torch.autograd.grad(fn(x, w).square().sum(), (x, w))
+
+    return run
+
+
+BACKWARD_CASES = {
+    "relu": lambda x, w: torch.relu(x * w),
+    "sigmoid_tanh": lambda x, w: torch.sigmoid(x) * torch.tanh(w),
+    "log_softmax": lambda x, w: torch.log_softmax(x + w, dim=-1),
+    "gelu_tanh": lambda x, w: F.gelu(x * w, approximate="tanh"),
+    "silu_mean_var": lambda x, w: F.silu(x).mean(dim=0) + x.var(dim=1, keepdim=True) * w,
+    "layer_norm": lambda x, w: F.layer_norm(x, [x.shape[-1]], w[0], w[1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_CASES))
+def test_backward_ops_lower(name, monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    monkeypatch.setenv("FUSION_CACHE_SINGLE_NODE", "1")
+    fn = _grads_of(BACKWARD_CASES[name])
+    x, w = torch.randn(4, 6, dtype=torch.float64), torch.randn(4, 6, dtype=torch.float64)
+    gm = make_fx(fn)(x, w)
+    report = dynamo_backend.fuse_graph(gm, "backward")
+    assert report["regions"] > 0, report["eager_reasons"]
+    x2, w2 = torch.randn_like(x), torch.randn_like(w)
+    for got, want in zip(gm(x2, w2), fn(x2, w2)):
+        torch.testing.assert_close(got, want)
