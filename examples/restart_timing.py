@@ -35,7 +35,7 @@ if profile is not None:
     import pstats
 
     profile.disable()
-    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats("fusion_cache|codegen|schedulers|sqlalchemy/engine/base", 40)
 print(json.dumps({"device": device, "first_results_s": round(t1 - t0, 4),
                   "process_s": round(t1 - start, 3), "ids": [fd.id() for fd in fds],
                   **FusionCache.get().stats()}))  # fmt: skip

@@ -5,6 +5,9 @@ Scripts written for nvFuser's frontend run by changing the import:
 """
 from .definition import Fusion, FusionDefinition, FusionDefinitionError
 from .dtypes import DataType
+
+# after the names above: the frontends build FusionDefinitions (cheap: no torch._dynamo here)
+from .frontends import from_torchscript, register_backend  # noqa: E402
 from .layout import compute_contiguity, compute_tensor_descriptor
 from .trie import FusionCache
 from .values import Scalar, Tensor, Vector
@@ -26,6 +29,8 @@ __all__ = [
     "Tensor",
     "Vector",
     "compute_contiguity",
+    "from_torchscript",
+    "register_backend",
     "compute_tensor_descriptor",
     "version",
 ]

@@ -6,7 +6,7 @@ import os
 DUMP_VARS = ("FUSION_CACHE_DUMP", "NVFUSER_DUMP", "PYTORCH_NVFUSER_DUMP")
 DUMP_OPTIONS = frozenset({
     "python_definition", "fusion_ir", "cuda_kernel", "launch_param", "eff_bandwidth",
-    "print_args", "segments", "scheduler", "kernel_cache",
+    "print_args", "segments", "scheduler", "kernel_cache", "graph",
 })  # fmt: skip
 
 

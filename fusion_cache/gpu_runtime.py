@@ -163,7 +163,8 @@ class FusionExecutor:
         device = plan.device
         outs = [torch.empty(o.shape, dtype=to_torch(o.dtype), device=device)
                 if o.alias_input is None else values[o.alias_input] for o in spec.outputs]  # fmt: skip
-        work = [torch.zeros(n, dtype=to_torch(dt), device=device) for n, dt in spec.workspaces]
+        # scratch is written in full before it is read: no need to clear it
+        work = [torch.empty(n, dtype=to_torch(dt), device=device) for n, dt in spec.workspaces]
         if "print_args" in self.dumps:
             print(f"fusion {self.fid} inputs:", [(tuple(v.shape), v.stride(), v.dtype)
                   if isinstance(v, torch.Tensor) else v for v in values])  # fmt: skip

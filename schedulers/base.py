@@ -61,6 +61,6 @@ class LaunchSpec:
 
     scheduler: str
     outputs: tuple[OutputSpec, ...]
-    workspaces: tuple[tuple[int, Any], ...]  # (numel, DataType) each, zero-filled
+    workspaces: tuple[tuple[int, Any], ...]  # (numel, DataType) each, written before read
     kernels: tuple[KernelLaunch, ...]
     description: str = ""

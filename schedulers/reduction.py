@@ -276,7 +276,11 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     elem = [i for i, a in enumerate(program.accesses) if ks[i] != 0]
     ptrs = [values[a.input_pos].data_ptr() for a in program.accesses] + [0] * len(program.stores)
     primary = max(elem, key=lambda i: values[program.accesses[i].input_pos].numel()) if elem else None
-    inner = primary is None or ks[primary] == 1
+    pure = all(program.store_rowlevel) and program.stages == 1
+    # outer kernels suit pure reductions whose reduced dim is strided; anything else takes
+    # the inner kernel, with strided loads where the reduced dim is not contiguous
+    inner = primary is None or ks[primary] == 1 or not pure or len(i_sizes) != 1 or (
+        i_strides[primary][0] != 1)
     sm = profile.sm_count
     scalars = [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     scalars += [env[state] for state, _ in program.host_scalars]
@@ -307,16 +311,19 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             vec = 1
             modes = ["row" if m == "row" else "strided" for m in modes]
         nv = -(-N // vec)
+        # about 32 values per thread and row (8 float4 or 4 bf16x8 vectors), at most 512
+        # threads a row so a thread keeps up to 128 registers
+        per_thread = max(1, 32 // vec)
         if nv <= 32:
             tx = _next_pow2(nv)
         else:
-            tx = min(1024, max(32, ((nv + 3) // 4 + 31) // 32 * 32))  # about 4 vectors a thread
+            tx = min(512, max(32, (-(-nv // per_thread) + 31) // 32 * 32))
         iters = -(-nv // tx)
         # registers hold the loads that differ per row; weights shared by rows hit in L1/L2
         cached = tuple(sorted({s.operands[0] for s in program.stmts
                                if s.op == "load" and s.var in program.element_vars
                                and any(i_strides[s.operands[0]])}))  # fmt: skip
-        if iters * vec * max(len(cached), 1) > 32 or program.stages == 0:
+        if iters * vec * max(len(cached), 1) > 64 or program.stages == 0:
             iters, cached = 0, ()
         ty = max(1, 256 // tx)  # not from the row count: one kernel serves every batch size
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
@@ -350,7 +357,10 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     for k in range(len(tensors)):
         s = i_strides[k][0]
         modes.append("bcast" if s == 0 else "vec" if s == 1 else "strided")
-    vec = 4 if cols % 4 == 0 else 1
+    widest = max(ELEMENT_BYTES[t.dtype] for t in program.accesses)
+    vec = max(1, 16 // widest)
+    while vec > 1 and cols % vec:
+        vec //= 2
     tx = min(32, max(1, _next_pow2(-(-cols // vec))))
     ty = max(1, min(32, 256 // tx))
     col_blocks = -(-cols // (tx * vec))
