@@ -118,6 +118,8 @@ def family_table(family: str, run: dict[str, Any]) -> list[str]:
     lines = [f"## {family}", "",
              f"Run {run.get('date')}, copy ceiling {_num(run.get('copy_ceiling_gbps'), '.0f')} "
              f"GB/s{quick}.", ""]
+    if run.get("note"):  # e.g. cases re-measured in a later run
+        lines += [f"Note: {run['note']}.", ""]
     correct = {True: "yes", False: "**no**", None: "**error**"}
     if family == "host":
         lines += ["| case | fusion | eager | torch.compile | x eager | x compile | correct |",

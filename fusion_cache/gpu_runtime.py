@@ -144,15 +144,7 @@ class FusionExecutor:
         device = plan.device
         outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in plan.fresh]
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
-            args = list(launch.args)
-            for slot, ref in slots:
-                kind = ref.kind
-                if kind == "input":
-                    args[slot] = values[ref.index].data_ptr()
-                elif kind == "output":
-                    args[slot] = outs[ref.index].data_ptr()
-                else:
-                    args[slot] = values[ref.index]
+            args = _fill_args(launch.args, slots, values, outs, ())
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem)
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
         return outs
@@ -173,17 +165,7 @@ class FusionExecutor:
             torch.cuda.synchronize()
             start = time.perf_counter()
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
-            args = list(launch.args)
-            for slot, ref in slots:
-                kind = ref.kind
-                if kind == "input":
-                    args[slot] = values[ref.index].data_ptr()
-                elif kind == "output":
-                    args[slot] = outs[ref.index].data_ptr()
-                elif kind == "workspace":
-                    args[slot] = work[ref.index].data_ptr()
-                else:
-                    args[slot] = values[ref.index]
+            args = _fill_args(launch.args, slots, values, outs, work)
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem)
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
         if timing:
@@ -193,6 +175,23 @@ class FusionExecutor:
             moved += sum(o.numel() * o.element_size() for o in outs)
             print(f"fusion {self.fid}: {moved / secs / 1e9:.1f} GB/s ({secs * 1e6:.1f} us)")
         return [o for o, s in zip(outs, spec.outputs) if s.alias_input is None]
+
+
+def _fill_args(template: tuple, slots: list, values: Sequence[Any], outs: list,
+               work: Sequence[torch.Tensor]) -> list:  # fmt: skip
+    """A launch's arguments: the plan's template with this run's pointers and scalars."""
+    args = list(template)
+    for slot, ref in slots:
+        kind = ref.kind
+        if kind == "input":
+            args[slot] = values[ref.index].data_ptr()
+        elif kind == "output":
+            args[slot] = outs[ref.index].data_ptr()
+        elif kind == "workspace":
+            args[slot] = work[ref.index].data_ptr()
+        else:
+            args[slot] = values[ref.index]
+    return args
 
 
 def executor_for(fd: FusionDefinition) -> FusionExecutor:

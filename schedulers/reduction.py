@@ -14,7 +14,7 @@ threads and splits K over blocks, with a second kernel combining the partial res
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fusion_cache.dtypes import DataType, is_complex, is_float
@@ -390,7 +390,9 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     kernels = [KernelLaunch(OUTER_NAME, render_outer(program, variant, False), (col_blocks, split, 1),
                             (tx, ty, 1), types, tuple(base + work_args + scalars))]  # fmt: skip
     if split > 1:
-        kernels.append(KernelLaunch(FINISH_NAME, render_outer(program, variant, True),
-                                    (col_blocks, 1, 1), (tx, 1, 1), types,
+        # combining partials is latency-bound: one column a thread, many threads
+        finish = replace(variant, tx=128, ty=1, vec=1)
+        kernels.append(KernelLaunch(FINISH_NAME, render_outer(program, finish, True),
+                                    (-(-cols // 128), 1, 1), (128, 1, 1), types,
                                     tuple(base + work_args + scalars)))  # fmt: skip
     return LaunchSpec(NAME, tuple(outputs), tuple(workspaces), tuple(kernels), variant.describe())
