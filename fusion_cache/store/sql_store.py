@@ -13,6 +13,7 @@ Note [Hit counting]
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import hashlib
 import logging
 import os
@@ -46,6 +47,7 @@ from .entries import (
     VerifyReport,
     check_kernel_args,
     choose_prunable,
+    kernel_entry,
     options_from_json,
     options_to_json,
 )
@@ -285,24 +287,7 @@ class SqlStore(Store):
     def put_kernel(self, key: str, cubin: bytes, meta: KernelMeta) -> None:
         check_kernel_args(key, cubin, meta)
         cubin = bytes(cubin)
-        now = time.time()
-        row = dict(
-            key=key,
-            kernel_name=meta.kernel_name,
-            arch=meta.arch,
-            nvrtc_version=meta.nvrtc_version,
-            options_json=options_to_json(meta.options),
-            source=meta.source,
-            scheduler=meta.scheduler,
-            params_json=meta.params_json,
-            compile_ms=meta.compile_ms,
-            sha256=hashlib.sha256(cubin).hexdigest(),
-            size=len(cubin),
-            cubin=cubin,
-            created_at=now,
-            hits=0,
-            last_used=now,
-        )
+        row = _kernel_row(kernel_entry(key, cubin, meta, time.time()), cubin)
 
         def work() -> None:
             # One row in one transaction: readers see all of it or none of it, also if we
@@ -541,6 +526,14 @@ def _fusion(row) -> FusionEntry:
 
 def _plan(row) -> PlanEntry:
     return PlanEntry(row.fusion_id, row.signature_key, row.target, row.plan_json, row.created_at)
+
+
+def _kernel_row(entry: KernelEntry, cubin: bytes) -> dict:
+    """A kernel's database row: the entry's fields, options as JSON, and the bytes."""
+    row = dataclasses.asdict(entry)
+    row["options_json"] = options_to_json(row.pop("options"))
+    row["cubin"] = cubin
+    return row
 
 
 def _kernel(key: str, row) -> KernelEntry:
