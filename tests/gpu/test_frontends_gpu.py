@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from fusion_cache import FusionCache
+
+# the model examples/train_with_backend.py trains, so what the example reports is what is tested
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from train_with_backend import Block  # noqa: E402
+
 from fusion_cache.frontends import dynamo_backend, from_torchscript, register_backend
 
 pytestmark = [
@@ -67,23 +73,6 @@ def test_torchscript_reductions_on_cuda(monkeypatch):
     torch.testing.assert_close(out, scripted(*inputs), rtol=1e-4, atol=1e-5)
 
 
-class Block(nn.Module):
-    def __init__(self, d: int = 64, hidden: int = 256) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.norm2 = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, hidden)
-        self.fc2 = nn.Linear(hidden, d)
-        self.drop = nn.Dropout(0.1)
-        self.scale = d**-0.5
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
-        x = x + torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1) @ v
-        return x + self.drop(self.fc2(F.gelu(self.fc1(self.norm2(x)))))
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_backend_training_matches_eager_on_cuda(dtype, monkeypatch):
     import torch._dynamo
@@ -93,7 +82,7 @@ def test_backend_training_matches_eager_on_cuda(dtype, monkeypatch):
     torch._dynamo.reset()
     dynamo_backend.reset_reports()
     torch.manual_seed(0)
-    eager = Block().to("cuda", dtype).eval()
+    eager = Block(64, 256).to("cuda", dtype).eval()
     mine = copy.deepcopy(eager)
     compiled = torch.compile(mine, backend="fusion_cache")
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.01)
