@@ -33,10 +33,15 @@ class InnerVariant:
     index_type: str
     modes: tuple[str, ...]  # per access then per store, along K: 'vec', 'strided', 'row'
     live: tuple[tuple[bool, ...], ...]  # per access then per store: I stride != 0
+    # Note [Two reduced dims]: the reduced dims collapse to (K0, K1) when they cannot collapse
+    # to one (batch norm's N and H*W around C); element k sits at (k / K1, k % K1), and a
+    # vector never straddles two K1 runs because K1 is a multiple of VEC
+    k2: bool = False
 
     def describe(self) -> str:
         return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
-                f"{'iters ' + str(self.iters) if self.iters else 'uncached'}, {self.index_type}")  # fmt: skip
+                f"{'iters ' + str(self.iters) if self.iters else 'uncached'}, {self.index_type}"
+                f"{', two reduced dims' if self.k2 else ''}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -88,13 +93,15 @@ def _row_stmts(program: ReductionProgram, stage: int, dtypes: dict, load) -> lis
     return out
 
 
-def _params(program: ReductionProgram, dims: int, extra: list[str]) -> list[str]:
+def _params(program: ReductionProgram, dims: int, extra: list[str], k2: bool = False) -> list[str]:
     params = []
     for prefix, items in (("a", program.accesses), ("o", program.stores)):
         for i, item in enumerate(items):
             params.append(" ".join((f"const {MEMORY_TYPE[item.dtype]}*" if prefix == "a"
                                     else f"{MEMORY_TYPE[item.dtype]}*", f"{prefix}{i}")))  # fmt: skip
             params += [f"idx_t {prefix}{i}_s{d}" for d in range(dims)] + [f"idx_t {prefix}{i}_k"]
+            if k2:
+                params.append(f"idx_t {prefix}{i}_k0")
     params += extra
     params += scalar_params(program)
     return params
@@ -102,9 +109,20 @@ def _params(program: ReductionProgram, dims: int, extra: list[str]) -> list[str]
 
 def inner_arg_types(program: ReductionProgram, v: InnerVariant) -> tuple[str, ...]:
     idx = "i32" if v.index_type == "int" else "i64"
-    per = ("ptr",) + (idx,) * (v.i_rank + 1)
+    per = ("ptr",) + (idx,) * (v.i_rank + 1 + v.k2)
     scal = scalar_arg_types(program)
-    return per * (len(program.accesses) + len(program.stores)) + (idx,) * (v.i_rank + 2) + scal
+    sizes = (idx,) * (v.i_rank + 2 + v.k2)
+    return per * (len(program.accesses) + len(program.stores)) + sizes + scal
+
+
+def _k_offset(name: str, k: str, k2: bool, unit: bool = False) -> str:
+    """Offset of reduced element `k` in tensor `name` (Note [Two reduced dims]); `unit`:
+    the innermost reduced stride is 1."""
+    inner = f"({k})" if unit else f"({k}) * {name}_k"
+    if not k2:
+        return inner
+    inner = f"(({k}) % K1)" if unit else f"(({k}) % K1) * {name}_k"
+    return f"(({k}) / K1) * {name}_k0 + {inner}"
 
 
 def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
@@ -113,8 +131,9 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     L: list[str] = [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
                     f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}"]  # fmt: skip
     extra = ["idx_t rows", "idx_t N"] + [f"idx_t n{d}" for d in range(v.i_rank)]
+    extra += ["idx_t K1"] if v.k2 else []
     L.append(f'extern "C" __global__ void __launch_bounds__({v.tx * v.ty}) {INNER_NAME}(')
-    L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra)) + ") {")
+    L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2)) + ") {")
     for t in sorted({_acc_type(r) for r in program.reductions}):
         L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
     L.append("  const int tx = threadIdx.x;")
@@ -141,11 +160,13 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         if cached:
             return []  # read as a{i}_c[it][j]
         if v.modes[i] == "vec":
+            at = _k_offset(f"a{i}", kb, v.k2, unit=True)
             return [f"fc_vec<{mt}, FC_VEC> a{i}_l;",
-                    f"if (ok) a{i}_l = fc_load_vec_ro<FC_VEC>(a{i} + a{i}_row + {kb});"]  # fmt: skip
+                    f"if (ok) a{i}_l = fc_load_vec_ro<FC_VEC>(a{i} + a{i}_row + {at});"]  # fmt: skip
+        at = _k_offset(f"a{i}", f"{kb} + j", v.k2)
         return [f"{mt} a{i}_l[FC_VEC];",
                 "#pragma unroll",
-                f"for (int j = 0; j < FC_VEC; ++j) a{i}_l[j] = ok ? a{i}[a{i}_row + ({kb} + j) * a{i}_k] : {mt}();"]  # fmt: skip
+                f"for (int j = 0; j < FC_VEC; ++j) a{i}_l[j] = ok ? a{i}[a{i}_row + {at}] : {mt}();"]  # fmt: skip
 
     cached = v.iters > 0
     if cached:  # load the row's own data into registers once; shared weights stay in L1/L2
@@ -251,9 +272,11 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             mt = MEMORY_TYPE[s.dtype]
             if v.modes[n_acc + k] == "vec":
                 body.append(f"o{k}_v[j] = {to_memory(s.var, s.dtype)};")
-                post_loop.append(f"if (ok) fc_store_vec<FC_VEC>(o{k} + o{k}_row + kb, o{k}_v);")
+                at = _k_offset(f"o{k}", "kb", v.k2, unit=True)
+                post_loop.append(f"if (ok) fc_store_vec<FC_VEC>(o{k} + o{k}_row + {at}, o{k}_v);")
             else:
-                body.append(f"if (ok) o{k}[o{k}_row + (kb + j) * o{k}_k] = {to_memory(s.var, s.dtype)};")
+                at = _k_offset(f"o{k}", "kb + j", v.k2)
+                body.append(f"if (ok) o{k}[o{k}_row + {at}] = {to_memory(s.var, s.dtype)};")
         decls = [f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;" for k, s in elem_stores
                  if v.modes[n_acc + k] == "vec"]  # fmt: skip
         _element_pass_with_decls(L, element_pass, [s.var for _, s in elem_stores], body, decls)

@@ -132,19 +132,26 @@ class FusionDefinition:
         base = len(self._infos)
         return tuple(Ref(k, base + i) for i, k in enumerate(kinds))
 
+    def _advance(self, record: Record) -> TrieNode | None:
+        """The trie node after `record`; a record that failed before fails again at once."""
+        node = self._cache.step(self._cursor, record)
+        if node.error is not None:
+            raise node.error[0](node.error[1])
+        return node
+
     def _apply(self, record: Record, infer) -> Any:
         self._check_open()
         if len(self._records) >= self._max_length:
             raise ValueError(f"the definition is longer than max_length={self._max_length} records")
-        node = self._cache.step(self._cursor, record)
-        if node.error is not None:
-            raise node.error[0](node.error[1])
+        node = self._advance(record)
         try:
             infos = infer()
         except (TypeError, ValueError) as err:
-            self._cache.set_error(node, err)
+            if node is not None:
+                self._cache.set_error(node, err)
             raise
-        self._cursor = node
+        if node is not None:
+            self._cursor = node
         self._records.append(record)
         self._infos.extend(infos)
         handles = [HANDLE_TYPES[r.kind](self, r) for r in record.outputs]
@@ -320,22 +327,15 @@ class FusionDefinition:
         return precompile(self, inputs, target)
 
     def segment(self, inputs: Sequence[Any], target: Any = None) -> list[FusionDefinition]:
-        """The segments' definitions for these inputs; empty when one kernel holds the fusion."""
+        """The segments' definitions for these inputs (empty when one kernel holds the
+        fusion); sets `segments` and `segment_index_space_maps` (per segment: its state
+        index -> this definition's). `target` names a GPU profile, as for precompile;
+        without one it is the current GPU, or the h100 profile on a machine with none."""
         self._ensure_defined()
-        from .validate import validate_inputs
+        from .segmented import segment_definition
 
-        validate_inputs(self, inputs)
-        ex = self._executor()
-        if ex.program is None:
-            from .gpu_runtime import FusionUnsupportedError
-
-            reasons = "; ".join(str(r) for r in ex.refusals)
-            raise FusionUnsupportedError(
-                f"fusion {self._fid}: no single scheduler takes it ({reasons}); splitting it "
-                "into several kernels is not available yet"
-            )
-        self.segments, self.segment_index_space_maps = [], {}
-        return []
+        self.segments, self.segment_index_space_maps = segment_definition(self, inputs, target)
+        return self.segments
 
     def _executor(self):
         from .gpu_runtime import executor_for
@@ -345,6 +345,9 @@ class FusionDefinition:
 
     def last_cuda_code(self, intrinsic_code: bool = False, **kwargs: Any) -> str:
         plan = self._executor().last_plan
+        if hasattr(plan, "segments"):  # one kernel (or more) per segment
+            return "\n".join(s.definition.last_cuda_code() for s in plan.segments
+                             if s.scheduler is not None)  # fmt: skip
         if plan is None or not plan.refs:
             raise FusionDefinitionError("no kernel has run for this fusion yet")
         return "\n".join(ref.source for ref in plan.refs)
@@ -363,7 +366,11 @@ class FusionDefinition:
             lines.append(f"scheduler: {ex.scheduler}; {ex.program.describe()}")
         for r in ex.refusals:
             lines.append(f"refused by {r}")
-        if ex.last_plan is not None:
+        if hasattr(ex.last_plan, "segments"):
+            from .segmented import describe_plan
+
+            lines.append(describe_plan(self, ex.last_plan))
+        elif ex.last_plan is not None:
             spec = ex.last_plan.spec
             lines.append(f"plan: {spec.description}")
             for k in spec.kernels:

@@ -36,6 +36,13 @@ class FusionUnsupportedError(RuntimeError):
     """No scheduler took the fusion (or its kernel failed) and fallback is disabled."""
 
 
+@dataclass(frozen=True)
+class ReferencePlan:
+    """Inputs of this signature run on the reference evaluator, for `reason`."""
+
+    reason: str
+
+
 @dataclass
 class LaunchPlan:
     spec: LaunchSpec
@@ -80,10 +87,12 @@ def runtime_shapes(fd: FusionDefinition, values: Sequence[Any]) -> dict:
 
 class FusionExecutor:
     def __init__(self, fd: FusionDefinition) -> None:
-        self.fd = fd
+        from .decompose import expand_composites
+
+        self.fd = expand_composites(fd)  # what the schedulers see: primitives only
         self.fid = fd._fid
         self.dumps = dump_options()
-        self.scheduler, self.program, self.refusals = schedule(fd)
+        self.scheduler, self.program, self.refusals = schedule(self.fd)
         self.plans: dict[tuple, LaunchPlan] = {}
         self.lock = threading.Lock()
         self.last_plan: LaunchPlan | None = None
@@ -95,12 +104,16 @@ class FusionExecutor:
             print(f"fusion {self.fid}: scheduler {taken}; refusals: "
                   f"{[str(r) for r in self.refusals] or 'none'}")  # fmt: skip
 
-    def make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> LaunchPlan:
+    def make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
+        """A LaunchPlan when one scheduler takes the fusion for these inputs, else a
+        SegmentedPlan (Note [Greedy segmentation])."""
         env = runtime_shapes(self.fd, values)
+        if self.program is None:
+            return self.segmented(values, env, profile, "; ".join(str(r) for r in self.refusals))
         try:
             spec = plan_for(self.scheduler, self.program, values, env, profile)
         except SchedulerRefused as why:
-            raise FusionUnsupportedError(f"{self.scheduler}: {why}") from None
+            return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
         kernels, refs, slots = [], [], []
         device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
         for launch in spec.kernels:
@@ -123,7 +136,24 @@ class FusionExecutor:
         fresh = tuple((o.shape, to_torch(o.dtype)) for o in spec.outputs if o.alias_input is None)
         return LaunchPlan(spec, kernels, refs, slots, torch.device("cuda", device), fresh)
 
-    def plan(self, values: Sequence[Any], key: tuple) -> LaunchPlan:
+    def segmented(self, values: Sequence[Any], env: dict, profile: Any, why: str) -> Any:
+        from schedulers.segmenter import segment
+
+        from .segmented import build_plan, describe_plan
+
+        try:
+            drafts = segment(self.fd, values, env, profile)
+        except SchedulerRefused as err:
+            raise FusionUnsupportedError(f"no scheduler takes it ({why}) and it cannot be "
+                                         f"segmented: {err}") from None  # fmt: skip
+        if len(drafts) < 2:
+            raise FusionUnsupportedError(f"no scheduler takes it ({why})")
+        plan = build_plan(self.fd, drafts)
+        if "segments" in self.dumps:
+            print(describe_plan(self.fd, plan))
+        return plan
+
+    def plan(self, values: Sequence[Any], key: tuple) -> Any:
         with self.lock:
             plan = self.plans.get(key)
             if plan is None:
@@ -131,11 +161,16 @@ class FusionExecutor:
 
                 FusionCache.get()._count("plan_cache_misses")
                 device = next(v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda)
-                plan = self.make_plan(values, current_profile(device), load=True)
+                try:
+                    plan = self.make_plan(values, current_profile(device), load=True)
+                except FusionUnsupportedError as why:
+                    plan = ReferencePlan(str(why))  # remembered: no re-analysis per call
                 self.plans[key] = plan
             return plan
 
-    def launch(self, plan: LaunchPlan, values: Sequence[Any]) -> list[torch.Tensor]:
+    def launch(self, plan: Any, values: Sequence[Any]) -> list[torch.Tensor]:
+        if plan.__class__ is not LaunchPlan:
+            return self._launch_other(plan, values)
         self.last_plan = plan
         spec = plan.spec
         if self.dumps or spec.workspaces or any(o.alias_input is not None for o in spec.outputs):
@@ -148,6 +183,15 @@ class FusionExecutor:
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem)
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
         return outs
+
+    def _launch_other(self, plan: Any, values: Sequence[Any]) -> list[Any]:
+        if isinstance(plan, ReferencePlan):
+            return _fallback(self.fd, self, values, plan.reason)
+        from .segmented import run_segments
+
+        self.last_plan = plan
+        self.fd._cache.counters["segmented_runs"] += 1
+        return run_segments(self.fd, plan, values, dump="segments" in self.dumps)
 
     def _launch_general(self, plan: LaunchPlan, values: Sequence[Any]) -> list[torch.Tensor]:
         """Aliased outputs, scratch buffers and the dump knobs."""
@@ -232,9 +276,6 @@ def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], w
 
 def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     ex = executor_for(fd)
-    if ex.program is None:
-        reasons = "; ".join(str(r) for r in ex.refusals)
-        return _fallback(fd, ex, values, f"no scheduler takes it ({reasons})")
     try:
         plan = ex.plan(values, input_key(values))
         return ex.launch(plan, values)
@@ -262,9 +303,13 @@ def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) 
     profile = resolve_target(target)
     values = validate_inputs(fd, inputs)
     ex = executor_for(fd)
-    if ex.program is None:
-        reasons = "; ".join(str(r) for r in ex.refusals)
-        raise FusionUnsupportedError(f"fusion {fd._fid}: no scheduler takes it ({reasons})")
-    plan = ex.make_plan(values, profile, load=False)
+    try:
+        plan = ex.make_plan(values, profile, load=False)
+    except FusionUnsupportedError as err:
+        raise FusionUnsupportedError(f"fusion {fd._fid}: {err}") from None
     ex.last_plan = plan
-    return plan.refs
+    if isinstance(plan, LaunchPlan):
+        return plan.refs
+    from .segmented import precompile_segments
+
+    return precompile_segments(ex.fd, plan, values, target)

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from codegen.nvrtc import compile_cubin, default_options, nvrtc_version
 
@@ -27,7 +27,7 @@ class KernelRef:
     name: str
     arch: int
     compiled_here: bool
-    source: str
+    source: str = field(repr=False)  # kernels are long; print .source to read one
 
     def to_json(self) -> dict:
         return {"key": self.key, "name": self.name, "arch": self.arch}

@@ -65,7 +65,9 @@ def evaluate_shapes(records: Sequence[Record], infos: list, input_refs: Sequence
         elif r.kind == "vector" and not r.kw("is_input"):
             env[r.outputs[0].index] = tuple(int(get(e)) for e in r.kw("elements"))
         elif r.kind == "op":
-            env[r.outputs[0].index] = _shape_op(r, infos, env, get, sizes)
+            shape = _shape_op(r, infos, env, get, sizes)
+            for o in r.outputs if r.name in _REDUCTIONS else r.outputs[:1]:
+                env[o.index] = shape
     return env
 
 
@@ -82,6 +84,8 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
                                  out_info.dtype)  # fmt: skip
         shapes = [get(a) if a.kind == "T" else None for a in r.args]
         return _broadcast(r, infos, shapes)
+    if name in _REDUCTIONS:
+        return _reduced_shape(r, get(r.args[0]))
     if len(r.outputs) != 1:
         raise ShapeUnknown(name)
     x = get(r.args[0]) if r.args and isinstance(r.args[0], Ref) else None
@@ -115,3 +119,17 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
     if name == "full":
         return tuple(sizes(r.kw("shape")))
     raise ShapeUnknown(name)
+
+
+_REDUCTIONS = {"sum", "prod", "max", "min", "var", "var_mean", "welford"}
+
+
+def _reduced_shape(r: Record, x: tuple[int, ...]) -> Any:
+    """The shape of every output of a reduction (welford's count included)."""
+    rank = max(len(x), 1)
+    axes = {d % rank for d in r.kw("dims")}
+    if r.kw("keepdim", False):
+        shape = tuple(1 if d in axes else e for d, e in enumerate(x))
+    else:
+        shape = tuple(e for d, e in enumerate(x) if d not in axes)
+    return shape

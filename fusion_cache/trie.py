@@ -51,6 +51,7 @@ class FusionCache:
             "plan_cache_misses": 0,
             "reference_runs": 0,
             "kernel_launches": 0,
+            "segmented_runs": 0,
         }
 
     # ---- the process-wide instance ----------------------------------------------------

@@ -185,6 +185,11 @@ def lower_reduction(fd: Any) -> ReductionProgram:
     for s, om, row in zip(stores, maps, rowlevel):
         if not row and any(m is None for m in om):
             raise SchedulerRefused(f"output {s.state} varies along reduced dims it does not have")
+        if row and any(m in reduced for m in om if m is not None):
+            # a per-row value spread over the reduced dims: cheaper to hand the row value to
+            # a pointwise consumer than to write it out at full size here
+            raise SchedulerRefused(f"output {s.state} broadcasts a per-row value over the "
+                                   "reduced dims")  # fmt: skip
     return ReductionProgram(
         rank, reduced, tuple(low.accesses), tuple(low.stmts), tuple(reductions), tuple(stores),
         rowlevel, tuple(maps), tuple(sorted(low.scalar_inputs.items())),
@@ -251,21 +256,32 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     for k, st in enumerate(program.stores):
         shape = tuple(env[st.state])
         if st.alias_input is not None:
-            raise SchedulerRefused("aliased outputs of reductions are not scheduled yet")
-        outputs.append(OutputSpec(shape, st.dtype, None))
-        tensors.append(_Shape(shape))
+            # in place, as batch norm's running statistics: one value per row, written
+            # by one thread after the row is reduced
+            target = values[st.alias_input]
+            if tuple(target.shape) != shape or not program.store_rowlevel[k]:
+                raise SchedulerRefused(f"output {st.state} is written in place but varies "
+                                       "along the reduced dims")  # fmt: skip
+            outputs.append(OutputSpec(shape, st.dtype, st.alias_input))
+            tensors.append(target)
+        else:
+            outputs.append(OutputSpec(shape, st.dtype, None))
+            tensors.append(_Shape(shape))
         maps.append(program.output_maps[k])
     strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
     for t, m in zip(tensors, maps):  # sizes must agree with the loop where they are mapped
         for i, d in enumerate(m):
             if d is not None and t.shape[i] not in (1, loop[d]):
-                raise ValueError(f"reduction: a tensor of shape {list(t.shape)} does not fit the loop {list(loop)}")
+                raise SchedulerRefused(f"a tensor of shape {list(t.shape)} does not fit the loop {list(loop)}")
     kept_dims = [d for d in range(rank) if d not in K]
     k_sizes, k_strides = collapse(loop, strides, K)
-    if len(k_sizes) != 1:
-        raise SchedulerRefused(f"the reduced dims {list(K)} are not contiguous with each other")
-    N = k_sizes[0]
-    ks = [s[0] for s in k_strides]
+    if len(k_sizes) > 2:
+        raise SchedulerRefused(f"the reduced dims {list(K)} form {len(k_sizes)} strided runs; "
+                               "at most two are scheduled")  # fmt: skip
+    k2 = len(k_sizes) == 2  # Note [Two reduced dims]
+    N = k_sizes[0] * k_sizes[-1] if k2 else k_sizes[0]
+    ks = [s[-1] for s in k_strides]
+    k0s = [s[0] for s in k_strides]
     i_sizes, i_strides = collapse(loop, strides, kept_dims)
     rows = 1
     for n in i_sizes:
@@ -275,24 +291,34 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     n_acc = len(program.accesses)
     elem = [i for i, a in enumerate(program.accesses) if ks[i] != 0]
     ptrs = [values[a.input_pos].data_ptr() for a in program.accesses] + [0] * len(program.stores)
+    written = {st.alias_input for st in program.stores if st.alias_input is not None}
+    for i, a in enumerate(program.accesses):
+        if a.input_pos in written and ks[i] != 0:
+            raise SchedulerRefused(f"input {a.input_pos} is read along the reduced dims and "
+                                   "written in place")  # fmt: skip
     primary = max(elem, key=lambda i: values[program.accesses[i].input_pos].numel()) if elem else None
     pure = all(program.store_rowlevel) and program.stages == 1
     # outer kernels suit pure reductions whose reduced dim is strided; anything else takes
     # the inner kernel, with strided loads where the reduced dim is not contiguous
-    inner = primary is None or ks[primary] == 1 or not pure or len(i_sizes) != 1 or (
+    inner = k2 or primary is None or ks[primary] == 1 or not pure or len(i_sizes) != 1 or (
         i_strides[primary][0] != 1)
     sm = profile.sm_count
     scalars = [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     scalars += [env[state] for state, _ in program.host_scalars]
     from codegen.cuda_ops import ELEMENT_BYTES
 
+    if inner and primary is not None and ks[primary] not in (0, 1) and not pure:
+        # a row whose elements are strided apart is read uncoalesced, once per stage:
+        # outer reductions and a pointwise kernel (segments) read it coalesced instead
+        raise SchedulerRefused("a normalization along a strided dim (outer normalization) is "
+                               "not scheduled as one kernel")  # fmt: skip
     if inner:
         from codegen.reduction_cuda import INNER_NAME, InnerVariant, inner_arg_types, render_inner
 
         moving = [program.accesses[i].dtype for i in elem]
         moving += [s.dtype for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
         vec = max(1, min(8, 16 // max((ELEMENT_BYTES[d] for d in moving), default=4)))
-        while vec > 1 and N % vec:
+        while vec > 1 and k_sizes[-1] % vec:
             vec //= 2
         modes = []
         for k in range(len(tensors)):
@@ -303,7 +329,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                 modes.append("row")
             elif ks[k] == 1 and ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and all(
                 x % vec == 0 for x in i_strides[k]
-            ):
+            ) and (not k2 or k0s[k] % vec == 0):
                 modes.append("vec")
             else:
                 modes.append("strided")
@@ -326,14 +352,19 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         if iters * vec * max(len(cached), 1) > 64 or program.stages == 0:
             iters, cached = 0, ()
         ty = max(1, 256 // tx)  # not from the row count: one kernel serves every batch size
+        if iters == 0 and nv >= 4096 and rows < 2 * sm:
+            # few long rows (batch norm's channels) leave SMs idle: a wider block per row
+            # keeps more loads in flight on the SMs that have one
+            tx, ty = 1024, 1
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
-                               tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides))  # fmt: skip
+                               tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
+                               k2)  # fmt: skip
         args: list = []
         for k in range(len(tensors)):
             args.append(ArgRef("input", program.accesses[k].input_pos) if k < n_acc
                         else ArgRef("output", k - n_acc))  # fmt: skip
-            args += list(i_strides[k]) + [ks[k]]
-        args += [rows, N, *i_sizes, *scalars]
+            args += list(i_strides[k]) + [ks[k]] + ([k0s[k]] if k2 else [])
+        args += [rows, N, *i_sizes, *([k_sizes[-1]] if k2 else []), *scalars]
         blocks = max(1, min(-(-rows // ty), sm * 32))
         kernel = KernelLaunch(INNER_NAME, render_inner(program, variant), (blocks, 1, 1),
                               (tx, ty, 1), inner_arg_types(program, variant), tuple(args))  # fmt: skip

@@ -31,12 +31,28 @@ def register(name: str, lower: Any, plan: Any, before: str | None = None) -> Non
 def schedule(fd: Any) -> tuple[str | None, Any, list[Reject]]:
     """(scheduler name, program, refusals); name is None when every scheduler refused."""
     refusals: list[Reject] = []
+    boundary = _segment_boundary(fd)
+    if boundary is not None:
+        return None, None, [Reject("segmenter", boundary)]
     for name, lower, _ in SCHEDULERS:
         try:
             return name, lower(fd), refusals
         except SchedulerRefused as why:
             refusals.append(Reject(name, str(why)))
     return None, None, refusals
+
+
+def _segment_boundary(fd: Any) -> str | None:
+    """A segment_set whose value is read inside the fusion asks for a kernel boundary."""
+    marked = {r.outputs[0].index: r for r in fd._records if r.kind == "op" and r.name == "segment_set"}
+    if not marked:
+        return None
+    for r in fd._records:
+        if r.kind == "op":
+            for ref in r.refs():
+                if ref.index in marked:
+                    return f"segment_set ({ref}) asks for a segment boundary before {r.name}"
+    return None
 
 
 def plan_for(name: str, program: Any, values: Any, env: dict, profile: Any) -> LaunchSpec:

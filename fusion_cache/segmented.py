@@ -1,0 +1,153 @@
+"""Running a segmented fusion: the original definition as the argument manager.
+
+Each segment is a definition of its own (its own fusion id, executor, plan cache and
+kernels); see Note [Segment index space]. A run keeps a map from the original's state
+indices to values, feeds each segment what it reads, files what it returns, and drops
+every intermediate as soon as no later segment or output needs it, so peak memory is the
+live set at one boundary, not the sum of all intermediates.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .definition import FusionDefinition
+    from .subfusion import SubFusion
+
+
+@dataclass(frozen=True)
+class Segment:
+    definition: FusionDefinition
+    sub: SubFusion
+    scheduler: str | None  # None: no scheduler takes it (the reference evaluator runs it)
+    drop_after: tuple[int, ...]  # original states no later segment or output reads
+
+
+@dataclass(frozen=True)
+class SegmentedPlan:
+    segments: tuple[Segment, ...]
+    input_states: tuple[int, ...]  # the original's inputs, in execute order
+    output_states: tuple[int, ...]  # the original's returned (not in-place) outputs
+    description: str
+
+
+def build_plan(fd: FusionDefinition, drafts: Sequence[Any]) -> SegmentedPlan:
+    """Register each draft as a definition and work out when each value dies."""
+    outputs = tuple(r.args[0].index for r in fd.output_records() if r.kw("alias_input") is None)
+    last_use: dict[int, int] = {}
+    for k, d in enumerate(drafts):
+        for v in d.sub.inputs:
+            last_use[v] = k
+    inputs = {r.index for r in fd.input_refs()}
+    drops: list[list[int]] = [[] for _ in drafts]
+    for v, k in last_use.items():
+        if v not in inputs and v not in outputs:
+            drops[k].append(v)
+    segments = []
+    for k, d in enumerate(drafts):
+        # values computed but read by no later segment and not returned die at once too
+        dead = [v for v in d.sub.outputs if v not in last_use and v not in outputs]
+        segments.append(Segment(d.sub.build(), d.sub, d.scheduler, tuple(drops[k] + dead)))
+    text = ", ".join(f"{s.scheduler or 'reference'}[fusion {s.definition.id()}]" for s in segments)
+    return SegmentedPlan(tuple(segments), tuple(r.index for r in fd.input_refs()), outputs,
+                         f"{len(segments)} segments: {text}")  # fmt: skip
+
+
+def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any],
+                 dump: bool = False) -> list[Any]:  # fmt: skip
+    env = dict(zip(plan.input_states, inputs))
+    for k, seg in enumerate(plan.segments):
+        args = [env[v] for v in seg.sub.inputs]
+        outs = seg.definition.execute(args)
+        for v, value in zip(seg.sub.outputs, outs):
+            env[v] = value
+        for v in seg.drop_after:
+            env.pop(v, None)
+        if dump:
+            print(describe_segment(k, seg))
+    inputs_set = set(plan.input_states)
+    # an input returned as an output is copied, as a kernel would
+    return [env[v].clone() if v in inputs_set else env[v] for v in plan.output_states]
+
+
+def describe_segment(k: int, seg: Segment) -> str:
+    ex = seg.definition._cache.executors.get(seg.definition._fid)
+    last = ex.last_plan if ex is not None else None
+    launches = last.spec.kernels if last is not None and hasattr(last, "spec") else ()
+    kernels = [f"{k.name} grid {k.grid} block {k.block}" for k in launches]
+    ran = "; ".join(kernels) if kernels else "reference evaluator"
+    maps = ", ".join(f"{a}->{b}" for a, b in seg.sub.index_map.items())
+    return (f"  segment {k}: fusion {seg.definition.id()} ({seg.scheduler or 'no scheduler'}) "
+            f"maps {maps}: {ran}")  # fmt: skip
+
+
+def describe_plan(fd: FusionDefinition, plan: SegmentedPlan) -> str:
+    lines = [f"fusion {fd._fid}: {plan.description}"]
+    lines += [describe_segment(k, s) for k, s in enumerate(plan.segments)]
+    return "\n".join(lines)
+
+
+def precompile_segments(fd: FusionDefinition, plan: SegmentedPlan, values: Sequence[Any],
+                        target: Any) -> list:  # fmt: skip
+    """Compile every segment's kernels ahead, intermediates standing in as meta tensors."""
+    import torch
+
+    from .dtypes import to_torch
+    from .gpu_runtime import runtime_shapes
+
+    env = runtime_shapes(fd, values)
+    known = dict(zip(plan.input_states, values))
+    refs: list = []
+    for seg in plan.segments:
+        if seg.scheduler is None:
+            continue  # runs on the reference evaluator: nothing to compile
+        args = [known[v] if v in known else torch.empty(
+            env[v], dtype=to_torch(fd._infos[v].dtype), device="meta") for v in seg.sub.inputs]  # fmt: skip
+        refs += seg.definition.precompile(args, target)
+    return refs
+
+
+# the profile fd.segment() plans against on a machine without a GPU when no target is named
+DEFAULT_SEGMENT_TARGET = "h100"
+
+
+class SegmentMaps(dict):
+    """Segment definition -> {segment state index: original state index}; a segment's
+    position in `fd.segments` works as a key too."""
+
+    def __init__(self, segments: Sequence[Any], maps: Sequence[dict]) -> None:
+        super().__init__(zip(segments, maps))
+        self._order = list(segments)
+
+    def __getitem__(self, key: Any) -> dict:
+        if isinstance(key, int) and not isinstance(key, bool):
+            return super().__getitem__(self._order[key])
+        return super().__getitem__(key)
+
+
+def segment_definition(fd: FusionDefinition, inputs: Sequence[Any],
+                       target: Any) -> tuple[list, SegmentMaps]:  # fmt: skip
+    from schedulers.device import resolve_target
+    from schedulers.segmenter import segment, whole_fusion_refusal
+
+    from .gpu_runtime import executor_for, runtime_shapes
+    from .validate import validate_inputs
+    from .warmup import default_target
+
+    values = validate_inputs(fd, inputs)
+    ex = executor_for(fd)
+    fd = ex.fd  # composite ops expanded: the definition the schedulers see
+    target = default_target() if target is None else target
+    try:
+        profile = resolve_target(target)
+    except RuntimeError:  # no GPU here and none named: segments hardly depend on the GPU
+        profile = resolve_target(DEFAULT_SEGMENT_TARGET)
+    env = runtime_shapes(fd, values)
+    if whole_fusion_refusal(fd, values, env, profile) is None:
+        return [], SegmentMaps([], [])
+    plan = build_plan(fd, segment(fd, values, env, profile))
+    ex.last_plan = plan
+    segments = [s.definition for s in plan.segments]
+    return segments, SegmentMaps(segments, [dict(s.sub.index_map) for s in plan.segments])

@@ -1,0 +1,311 @@
+"""The segmenter: a fusion no single scheduler takes becomes a DAG of sub-fusions, each
+one kernel (or, for an op no scheduler knows, one reference-evaluator step).
+
+Note [Greedy segmentation]: start from the finest groups, one tensor op each. Repeatedly
+merge two groups, a producer with its consumer first and then two siblings that read the
+same tensor, if the merged group keeps the group graph acyclic and a scheduler accepts it
+for these input sizes (its lowering and its plan both succeed: a plan can refuse what the
+lowering allowed, e.g. a reduction whose epilogue runs over a different extent). Stop when
+no pair merges. `segment_set` forces a boundary: its consumers never join its group.
+Trials are cached by group, and planned against stand-ins (meta tensors for intermediates),
+so segmenting needs no GPU and compiles nothing.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fusion_cache.subfusion import FusionGraph, SubFusion
+
+from .base import SchedulerRefused
+from .registry import plan_for, schedule
+
+# cheap elementwise work is worth redoing; these are not
+_NOT_RECOMPUTED = {"sum", "prod", "max", "min", "var", "var_mean", "welford", "batch_norm",
+                   "segment_set", "uniform", "normal", "rand_like", "cat", "pad", "slice"}
+
+
+@dataclass(frozen=True)
+class _Group:
+    owned: frozenset[int]  # tensor ops this group is responsible for (a partition)
+    ops: frozenset[int]  # what it computes: its own ops plus any it recomputes
+
+
+@dataclass(frozen=True)
+class SegmentDraft:
+    ops: frozenset[int]  # record positions of the original's tensor ops
+    sub: SubFusion
+    scheduler: str | None  # None: no scheduler takes it; it runs on the reference
+
+
+def whole_fusion_refusal(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> str | None:
+    """Why no single scheduler runs the fusion on these inputs (None when one does)."""
+    name, program, refusals = schedule(fd)
+    if program is None:
+        return "; ".join(str(r) for r in refusals)
+    try:
+        plan_for(name, program, values, env, profile)
+    except SchedulerRefused as why:
+        return f"{name}: {why}"
+    return None
+
+
+class _Segmenter:
+    def __init__(self, fd: Any, values: Sequence[Any], env: dict, profile: Any) -> None:
+        import torch
+
+        from fusion_cache.dtypes import to_torch
+
+        self.graph = FusionGraph(fd)
+        self.profile = profile
+        self.tried: dict[tuple, str | None] = {}
+        positions = {ref.index: i for i, ref in enumerate(fd.input_refs())}
+        self.inputs = set(positions)
+        # what a segment's planner sees for each state: the real input, or for an
+        # intermediate a meta tensor of its run-time shape (fresh outputs are contiguous)
+        self.stand_in: dict[int, Any] = {}
+        for v, shape in env.items():
+            if v in positions:
+                self.stand_in[v] = values[positions[v]]
+            elif isinstance(shape, tuple) and v in self.graph.producer:
+                info = fd._infos[v]
+                if hasattr(info, "shape"):
+                    self.stand_in[v] = torch.empty(shape, dtype=to_torch(info.dtype), device="meta")
+        self.forbidden: list[tuple[int, frozenset[int]]] = []
+        records = fd._records
+        for pos in self.graph.ops:
+            if records[pos].name == "segment_set":
+                out = records[pos].outputs[0].index
+                self.forbidden.append((pos, frozenset(self.graph.consumers.get(out, ()))))
+
+    # ---- trials -----------------------------------------------------------------------------
+
+    def scheduler_for(self, ops: frozenset[int], finals: frozenset[int],
+                      shared: frozenset[int]) -> str | None:  # fmt: skip
+        key = (ops, finals, shared)
+        if key not in self.tried:
+            self.tried[key] = self._try(self.graph.carve(ops, set(finals), set(shared)))
+        return self.tried[key]
+
+    def _try(self, sub: SubFusion) -> str | None:
+        from fusion_cache.gpu_runtime import runtime_shapes
+
+        try:
+            fd = sub.build(scratch=True)
+        except (TypeError, ValueError):
+            return None
+        name, program, _ = schedule(fd)
+        if program is None:
+            return None
+        values = [self.stand_in[v] for v in sub.inputs]
+        try:
+            plan_for(name, program, values, runtime_shapes(fd, values), self.profile)
+        except (SchedulerRefused, ValueError):
+            return None
+        return name
+
+    # ---- the group graph --------------------------------------------------------------------
+
+    def outputs_of(self, groups: list[_Group], i: int, owned: frozenset[int],
+                   ops: frozenset[int]) -> tuple[frozenset[int], frozenset[int]]:  # fmt: skip
+        """(caller outputs, values other groups read) of a group owning `owned` and
+        computing `ops`, among `groups` (group i's slot is the one being replaced)."""
+        made = self.graph.produced(owned)
+        finals = frozenset(made & self.graph.final)
+        shared = set()
+        for k, g in enumerate(groups):
+            if k == i or g is None:
+                continue
+            inside = self.graph.produced(g.ops)
+            for pos in g.ops:
+                shared.update(v for v in self.graph.needs[pos] if v in made and v not in inside)
+        return finals, frozenset(shared)
+
+    def accepts(self, groups: list, i: int, owned: frozenset[int], ops: frozenset[int]) -> bool:
+        finals, shared = self.outputs_of(groups, i, owned, ops)
+        return self.scheduler_for(ops, finals, shared) is not None
+
+    def edges(self, groups: list[_Group]) -> dict[int, set[int]]:
+        """Group i -> the groups that read something group i owns."""
+        owner = {pos: i for i, g in enumerate(groups) for pos in g.owned}
+        made = {v: owner[pos] for pos in owner for v in self.graph.produced((pos,))}
+        out: dict[int, set[int]] = {i: set() for i in range(len(groups))}
+        for i, g in enumerate(groups):
+            inside = self.graph.produced(g.ops)
+            for pos in g.ops:
+                for v in self.graph.needs[pos]:
+                    if v in made and v not in inside and made[v] != i:
+                        out[made[v]].add(i)
+        return out
+
+    @staticmethod
+    def _reaches(edges: dict[int, set[int]], src: int, dst: int, skip_direct: bool) -> bool:
+        stack = [n for n in edges[src] if not (skip_direct and n == dst)]
+        seen = set()
+        while stack:
+            n = stack.pop()
+            if n == dst:
+                return True
+            if n not in seen:
+                seen.add(n)
+                stack.extend(edges[n])
+        return False
+
+    def allowed(self, ops: frozenset[int]) -> bool:
+        return not any(pos in ops and readers & ops for pos, readers in self.forbidden)
+
+    def can_merge(self, groups: list, edges: dict, a: int, b: int) -> bool:
+        if not self.allowed(groups[a].ops | groups[b].ops):
+            return False
+        # another path between them would run through a third group: merging makes a cycle
+        return not (self._reaches(edges, a, b, True) or self._reaches(edges, b, a, True))
+
+    def merge_pass(self, groups: list[_Group]) -> list[_Group]:
+        while True:
+            edges = self.edges(groups)
+            first = {i: min(g.owned) for i, g in enumerate(groups)}
+            pairs = sorted((first[a], first[b], a, b) for a in edges for b in edges[a])
+            pairs += sorted((first[a], first[b], a, b) for a, b in self.siblings(groups))
+            for _, _, a, b in pairs:
+                if not self.can_merge(groups, edges, a, b):
+                    continue
+                merged = _Group(groups[a].owned | groups[b].owned, groups[a].ops | groups[b].ops)
+                rest = [None if k == b else g for k, g in enumerate(groups)]
+                if self.accepts(rest, a, merged.owned, merged.ops):
+                    groups = [g for k, g in enumerate(groups) if k not in (a, b)] + [merged]
+                    break
+            else:
+                return groups
+
+    def siblings(self, groups: list[_Group]) -> list[tuple[int, int]]:
+        """Pairs of groups that read a common tensor: merged, it is read once."""
+        readers: dict[int, set[int]] = {}
+        for i, g in enumerate(groups):
+            inside = self.graph.produced(g.ops)
+            for pos in g.ops:
+                for v in self.graph.needs[pos]:
+                    if v not in inside:
+                        readers.setdefault(v, set()).add(i)
+        pairs = set()
+        for rs in readers.values():
+            ordered = sorted(rs)
+            pairs.update((a, b) for k, a in enumerate(ordered) for b in ordered[k + 1:])
+        return sorted(pairs)
+
+    # ---- recomputation ----------------------------------------------------------------------
+
+    def chain(self, v: int) -> frozenset[int] | None:
+        """The elementwise ops computing `v` from the fusion's inputs (None when a
+        reduction or anything else that is not cheap to redo is on the way)."""
+        ops: set[int] = set()
+        stack = [v]
+        records = self.graph.fd._records
+        while stack:
+            pos = self.graph.producer[stack.pop()]
+            rec = records[pos]
+            if rec.kind != "op":
+                continue  # a fusion input
+            if pos in ops:
+                continue
+            if rec.name in _NOT_RECOMPUTED or len(rec.outputs) != 1 or len(ops) >= 32:
+                return None
+            ops.add(pos)
+            stack.extend(self.graph.needs[pos])
+        return frozenset(ops)
+
+    def bytes_of(self, v: int) -> int:
+        t = self.stand_in.get(v)
+        return t.numel() * t.element_size() if t is not None and hasattr(t, "numel") else 0
+
+    def recompute_pass(self, groups: list[_Group]) -> list[_Group]:
+        """Note [Recomputing producers]: a group that reads an intermediate made by
+        elementwise ops from the fusion's inputs may compute it itself instead. It pays
+        off when the inputs it must read in addition (small ones, such as per-row stats,
+        count for nothing) weigh no more than writing plus reading the intermediate."""
+        changed = True
+        while changed:
+            changed = False
+            for i, g in enumerate(groups):
+                inside = self.graph.produced(g.ops)
+                reads = {v for pos in g.ops for v in self.graph.needs[pos] if v not in inside}
+                for v in sorted(reads):
+                    if v in self.inputs:
+                        continue
+                    ops = self.chain(v)
+                    if ops is None:
+                        continue
+                    extra = {u for pos in ops for u in self.graph.needs[pos]}
+                    extra -= reads | self.graph.produced(ops)
+                    cost = sum(b for u in extra if (b := self.bytes_of(u)) * 8 > self.bytes_of(v))
+                    new_ops = g.ops | ops
+                    if cost > 2 * self.bytes_of(v) or not self.allowed(new_ops):
+                        continue
+                    if self.accepts(groups, i, g.owned, new_ops):
+                        groups[i] = _Group(g.owned, new_ops)
+                        changed = True
+                        break
+                if changed:
+                    break
+            # a group whose every value is recomputed where it is needed has nothing to do
+            groups = [g for i, g in enumerate(groups) if any(self.outputs_of(groups, i, g.owned, g.ops))]
+        return groups
+
+    def run(self) -> list[_Group]:
+        groups = [_Group(frozenset((pos,)), frozenset((pos,))) for pos in self.graph.ops]
+        groups = self.merge_pass(groups)
+        before = None
+        while before != groups:
+            before = groups
+            groups = self.merge_pass(self.recompute_pass(list(groups)))
+        return groups
+
+    def order(self, groups: list[_Group]) -> list[_Group]:
+        """Topological order; a group writing an input in place runs after its readers."""
+        edges = self.edges(groups)
+        records = self.graph.fd._records
+        for r in self.graph.output_records:
+            alias = r.kw("alias_input")
+            if alias is None:
+                continue
+            writer = next((i for i, g in enumerate(groups)
+                           if r.args[0].index in self.graph.produced(g.owned)), None)  # fmt: skip
+            for i, g in enumerate(groups):
+                if i != writer and writer is not None and any(
+                        alias.index in self.graph.needs[pos] for pos in g.ops):
+                    edges[i].add(writer)
+        indegree = {i: 0 for i in edges}
+        for i in edges:
+            for j in edges[i]:
+                indegree[j] += 1
+        ready = sorted((min(groups[i].owned), i) for i, d in indegree.items() if d == 0)
+        done = []
+        while ready:
+            _, i = ready.pop(0)
+            done.append(groups[i])
+            for j in edges[i]:
+                indegree[j] -= 1
+                if indegree[j] == 0:
+                    ready.append((min(groups[j].owned), j))
+                    ready.sort()
+        if len(done) != len(groups):
+            names = sorted(records[p].name for g in groups for p in g.ops)
+            raise SchedulerRefused(f"segments would form a cycle ({names})")
+        return done
+
+
+def segment(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> list[SegmentDraft]:
+    """The segments of `fd` for these inputs, in run order (Note [Greedy segmentation])."""
+    seg = _Segmenter(fd, values, env, profile)
+    if not seg.graph.ops:
+        raise SchedulerRefused("the fusion has no tensor ops to split")
+    for r in seg.graph.output_records:
+        if r.args[0].kind != "T":
+            raise SchedulerRefused(f"output {r.args[0]} is a scalar; segments pass tensors only")
+    groups = seg.order(seg.run())
+    drafts = []
+    for i, g in enumerate(groups):
+        finals, shared = seg.outputs_of(groups, i, g.owned, g.ops)
+        sub = seg.graph.carve(g.ops, set(finals), set(shared))
+        drafts.append(SegmentDraft(g.ops, sub, seg.scheduler_for(g.ops, finals, shared)))
+    return drafts

@@ -1,0 +1,183 @@
+"""Segmented fusions on the GPU: every segment a generated kernel, the whole equal to
+eager, intermediates freed as the segments run."""
+import pytest
+import torch
+from segment_patterns import (
+    DTYPES,
+    chain_eager,
+    chain_with_boundaries,
+    layer_norm_backward,
+    layer_norm_backward_eager,
+    layer_norm_backward_inputs,
+    max_then_scale,
+    max_then_scale_eager,
+    row_sum_spread,
+    row_sum_spread_eager,
+    seed_002,
+    seed_002_eager,
+)
+
+from fusion_cache import DataType, FusionCache, FusionDefinition
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def rand(*shape, dtype=torch.float32, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, generator=gen, device="cuda").to(dtype)
+
+
+def check(got, want, dtype):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def counters():
+    return dict(FusionCache.get().stats())
+
+
+def test_seed_002_runs_as_two_kernels():
+    fd = seed_002()
+    inputs = [rand(2, 32, seed=1), rand(2, 128, seed=2)]
+    before = counters()
+    check(fd.execute(inputs), seed_002_eager(*inputs), torch.float32)
+    after = counters()
+    assert after["segmented_runs"] - before["segmented_runs"] == 1
+    assert after["kernel_launches"] - before["kernel_launches"] == 2
+    assert after["reference_runs"] == before["reference_runs"]
+    # the same sizes again: the parent's plan and each segment's plan are cache hits
+    check(fd.execute(inputs), seed_002_eager(*inputs), torch.float32)
+    assert counters()["plan_cache_hits"] - after["plan_cache_hits"] == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows,k,m", [(1, 7, 1000), (7, 1000, 4097), (33, 4097, 65537)])
+def test_reduction_feeding_a_differently_shaped_pointwise(dtype, rows, k, m):
+    fd = max_then_scale(dtype)
+    x, y = rand(rows, k, dtype=dtype, seed=3), rand(rows, m, dtype=dtype, seed=4)
+    before = counters()["reference_runs"]
+    check(fd.execute([x, y]), max_then_scale_eager(x, y), dtype)
+    assert counters()["reference_runs"] == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows,cols", [(7, 1000), (64, 4097), (1000, 256), (4096, 1024)])
+def test_layer_norm_backward(dtype, rows, cols):
+    fd = layer_norm_backward(dtype)
+    inputs = layer_norm_backward_inputs(rows, cols, dtype, device="cuda", seed=5)
+    before = counters()
+    got = fd.execute(inputs)
+    after = counters()
+    assert after["reference_runs"] == before["reference_runs"]
+    assert after["kernel_launches"] - before["kernel_launches"] >= 2
+    # column sums over many rows accumulate in a different order than torch's
+    check(got, layer_norm_backward_eager(*inputs), dtype)
+
+
+def test_reshape_between_two_reductions():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        groups = fd.define_scalar(dtype=DataType.Int)
+        per_row = fd.ops.sum(x, [1])
+        grouped = fd.ops.reshape(per_row, [groups, -1])
+        fd.add_output(fd.ops.max(grouped, [1]))
+    x = rand(48, 1000, seed=6)
+    before = counters()["reference_runs"]
+    got = fd.execute([x, 6])
+    check(got, [x.sum(1).reshape(6, -1).amax(1)], torch.float32)
+    assert counters()["reference_runs"] == before
+    check(fd.execute([x, 4]), [x.sum(1).reshape(4, -1).amax(1)], torch.float32)
+
+
+def test_peak_memory_stays_below_the_sum_of_intermediates():
+    fd = chain_with_boundaries(4)
+    x = rand(4096, 4096, seed=7)  # 64 MiB per value
+    fd.execute([x])  # compile and plan first
+    size = x.numel() * x.element_size()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fd.execute([x])[0]
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    check([out], chain_eager(4)(x), torch.float32)
+    # three intermediates and the output are four values; at most two live at once
+    assert peak <= 2 * size + (1 << 20), (peak, size)
+
+
+def test_segments_dump_shows_segments_and_kernels(monkeypatch, capsys):
+    monkeypatch.setenv("FUSION_CACHE_DUMP", "segments")
+    fd = seed_002()
+    inputs = [rand(4, 32, seed=8), rand(4, 128, seed=9)]
+    fd.execute(inputs)
+    out = capsys.readouterr().out
+    assert "2 segments" in out
+    assert "fc_inner_reduction" in out and "fc_pointwise" in out
+
+
+def test_explicit_segments_match_execute():
+    fd = layer_norm_backward(torch.float32)
+    inputs = layer_norm_backward_inputs(128, 512, torch.float32, device="cuda", seed=10)
+    segments = fd.segment(inputs)
+    assert len(segments) == 2
+    # running the segments by hand with the index maps gives what execute gives
+    env = dict(zip(fd.inputs(), inputs))
+    for seg in segments:
+        smap = fd.segment_index_space_maps[seg]
+        args = [env[smap[i]] for i in seg.inputs()]
+        for i, value in zip(seg.outputs(), seg.execute(args)):
+            env[smap[i]] = value
+    by_hand = [env[i] for i in fd.outputs()]
+    check(by_hand, fd.execute(inputs), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=str)
+def test_chain_of_segments_every_float_dtype(dtype):
+    fd = chain_with_boundaries(3, dtype)
+    x = rand(1000, 37, dtype=dtype, seed=11)
+    check(fd.execute([x]), chain_eager(3)(x), dtype)
+
+
+@pytest.mark.parametrize("rows,cols", [(5, 12), (1000, 4097)])
+def test_row_value_returned_at_full_size(rows, cols):
+    fd = row_sum_spread(rows, cols)
+    x = rand(rows, cols, seed=12)
+    check(fd.execute([x]), row_sum_spread_eager(x), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", [(4, 6, 5, 8), (32, 64, 7, 7), (2, 3, 1, 1), (8, 16, 33, 17)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batch_norm_training(dtype, shape, channels_last):
+    dt = DTYPES[dtype]
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 4, dtype=dt)
+        w, b = fd.define_tensor(shape=[-1], dtype=dt), fd.define_tensor(shape=[-1], dtype=dt)
+        rm = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        rv = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        y, mean, invstd = fd.ops.batch_norm(x, w, b, rm, rv, fd.define_scalar(0.1),
+                                            fd.define_scalar(1e-5), True, channels_last)  # fmt: skip
+        for t in (y, mean, invstd):
+            fd.add_output(t)
+    c = shape[-1] if channels_last else shape[1]
+    xs = rand(*shape, dtype=dtype, seed=13)
+    w_, b_ = rand(c, dtype=dtype, seed=14), rand(c, dtype=dtype, seed=15)
+    rm0, rv0 = rand(c, seed=16), rand(c, seed=17).abs() + 0.5
+    rm1, rv1, rm2, rv2 = rm0.clone(), rv0.clone(), rm0.clone(), rv0.clone()
+    before = counters()
+    got = fd.execute([xs, w_, b_, rm1, rv1])
+    after = counters()
+    assert after["reference_runs"] == before["reference_runs"]
+    launches = after["kernel_launches"] - before["kernel_launches"]
+    # channels first: one kernel; channels last: an outer (column) Welford, then pointwise
+    assert launches == 1 if not channels_last else 2 <= launches <= 4
+    xt = xs.movedim(-1, 1) if channels_last else xs
+    want = list(torch.native_batch_norm(xt, w_, b_, rm2, rv2, True, 0.1, 1e-5))
+    if channels_last:
+        want[0] = want[0].movedim(1, -1)
+    check(got, want, dtype)
+    torch.testing.assert_close(rm1, rm2, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(rv1, rv2, rtol=1e-3, atol=1e-3)

@@ -1,0 +1,237 @@
+"""Segmentation on a machine without a GPU: the segments and index maps the segmenter
+finds, their Python definitions, ahead-of-time compilation of every segment, and the
+argument manager running the segments (each on the reference evaluator here) against
+torch eager."""
+import re
+
+import pytest
+import torch
+from segment_patterns import (
+    chain_eager,
+    chain_with_boundaries,
+    layer_norm_backward,
+    layer_norm_backward_eager,
+    layer_norm_backward_inputs,
+    max_then_scale,
+    max_then_scale_eager,
+    row_sum_spread,
+    row_sum_spread_eager,
+    seed_002,
+    seed_002_eager,
+)
+
+from fusion_cache import DataType, FusionCache, FusionDefinition
+from fusion_cache.segmented import run_segments
+
+
+def rand(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def body(fd) -> str:
+    """The definition's text without its id line."""
+    return re.sub(r"nvfuser_fusion_id\d+", "nvfuser_fusion_id", repr(fd))
+
+
+def run_segmented(fd, inputs):
+    plan = fd._executor().last_plan
+    return run_segments(fd, plan, inputs)
+
+
+def check(got, want, tol=1e-5):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+
+
+# ---- seed document 002 --------------------------------------------------------------------
+
+SEED_SEGMENT_0 = """def nvfuser_fusion_id(fd : FusionDefinition) -> None :
+    T0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)
+    T1 = fd.ops.sum(T0, dims=[1], keepdim=False, dtype=DataType.Float)
+    T2 = fd.ops.broadcast(T1, is_broadcast_dim=[False, True])
+    fd.add_output(T2)
+"""
+
+SEED_SEGMENT_1 = """def nvfuser_fusion_id(fd : FusionDefinition) -> None :
+    T0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)
+    T1 = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float, is_cpu=False)
+    T2 = fd.ops.add(T0, T1)
+    fd.add_output(T2)
+"""
+
+
+def test_seed_002_gives_the_two_segments_and_maps_of_the_seed():
+    fd = seed_002()
+    inputs = [rand(2, 32, seed=1), rand(2, 128, seed=2)]
+    segments = fd.segment(inputs, target="h100")
+    assert len(segments) == 2 and fd.segments == segments
+    assert body(segments[0]).strip() == SEED_SEGMENT_0.strip()
+    assert body(segments[1]).strip() == SEED_SEGMENT_1.strip()
+    # segment index -> original index: T0:T0, T2:T3 then T0:T1, T1:T3, T2:T4
+    assert fd.segment_index_space_maps[segments[0]] == {0: 0, 2: 3}
+    assert fd.segment_index_space_maps[segments[1]] == {0: 1, 1: 3, 2: 4}
+    assert fd.segment_index_space_maps[1] == {0: 1, 1: 3, 2: 4}  # by position too
+    check(run_segmented(fd, inputs), seed_002_eager(*inputs))
+    check(fd.execute(inputs), seed_002_eager(*inputs))
+
+
+def test_each_segment_repr_is_a_definition_with_the_same_id():
+    fd = seed_002()
+    for seg in fd.segment([rand(3, 5, seed=3), rand(3, 9, seed=4)], target="a100"):
+        scope = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+        exec(repr(seg), scope)
+        func = next(v for k, v in scope.items() if k.startswith("nvfuser_fusion_id"))
+        with FusionDefinition() as again:
+            func(again)
+        assert again.id() == seg.id()
+
+
+def test_one_kernel_fusions_are_not_segmented():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        m = fd.ops.max(x, [1], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(x, m))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
+    assert fd.segment([rand(8, 100, seed=5)], target="h100") == []
+    assert fd.segments == [] and dict(fd.segment_index_space_maps) == {}
+
+
+def test_the_seed_fusion_is_one_segment_when_the_extents_agree():
+    # the same definition with equal row lengths fits one reduction kernel
+    fd = seed_002()
+    assert fd.segment([rand(4, 64, seed=6), rand(4, 64, seed=7)], target="h100") == []
+
+
+# ---- the segmenter's choices ----------------------------------------------------------------
+
+
+def test_segment_set_forces_boundaries():
+    fd = chain_with_boundaries(4)
+    x = rand(16, 33, seed=8)
+    segments = fd.segment([x], target="h100")
+    assert len(segments) == 4
+    check(run_segmented(fd, [x]), chain_eager(4)(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_reduction_feeding_another_extent(dtype):
+    fd = max_then_scale(dtype)
+    x, y = rand(6, 40, seed=9, dtype=dtype), rand(6, 72, seed=10, dtype=dtype)
+    segments = fd.segment([x, y], target="h100")
+    assert len(segments) == 2
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    check(run_segmented(fd, [x, y]), max_then_scale_eager(x, y), tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_layer_norm_backward_is_one_row_and_one_column_kernel(dtype):
+    fd = layer_norm_backward(dtype)
+    inputs = layer_norm_backward_inputs(24, 80, dtype, seed=11)
+    segments = fd.segment(inputs, target="h100")
+    plan = fd._executor().last_plan
+    # dx in a row kernel; dw and db in one column kernel that recomputes x-hat rather
+    # than reading it back from memory
+    assert len(segments) == 2
+    assert [s.scheduler for s in plan.segments] == ["reduction", "reduction"]
+    assert all(len(s.sub.outputs) in (1, 2) for s in plan.segments)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    check(run_segmented(fd, inputs), layer_norm_backward_eager(*inputs), tol)
+
+
+def test_precompile_compiles_every_segment_without_a_gpu():
+    fd = layer_norm_backward(torch.float32)
+    inputs = layer_norm_backward_inputs(16, 64, torch.float32, seed=12)
+    before = FusionCache.get().stats()["kernels_compiled"]
+    refs = fd.precompile(inputs, target="h100")
+    assert {r.arch for r in refs} == {90}
+    assert len(refs) >= 2
+    assert FusionCache.get().stats()["kernels_compiled"] - before == len(refs)
+    assert fd.precompile(inputs, target="a100")[0].arch == 80
+
+
+def test_segments_dump_names_segments_and_schedulers(monkeypatch, capsys):
+    monkeypatch.setenv("FUSION_CACHE_DUMP", "segments")
+    fd = seed_002()
+    fd.precompile([rand(2, 32, seed=13), rand(2, 128, seed=14)], target="h100")
+    out = capsys.readouterr().out
+    assert "2 segments" in out
+    assert "segment 0" in out and "segment 1" in out
+    assert "reduction" in out and "pointwise" in out
+
+
+def test_intermediates_die_after_their_last_reader():
+    fd = chain_with_boundaries(4)
+    fd.segment([rand(4, 4, seed=15)], target="h100")
+    plan = fd._executor().last_plan
+    produced = [set(s.sub.outputs) for s in plan.segments]
+    for k, seg in enumerate(plan.segments[1:], start=1):
+        # what the previous segment made is dropped as soon as this one has read it
+        assert produced[k - 1] & set(seg.drop_after) == produced[k - 1]
+    assert not set(plan.segments[-1].drop_after) & set(plan.output_states)  # returned
+
+
+def test_argument_manager_frees_values(monkeypatch):
+    """Count live intermediates while the chain runs: at most two at a time."""
+    import fusion_cache.segmented as segmented
+
+    fd = chain_with_boundaries(4)
+    x = rand(4, 4, seed=16)
+    fd.segment([x], target="h100")
+    plan = fd._executor().last_plan
+    live = []
+    real_execute = FusionDefinition.execute
+
+    def spy(self, args, **kw):
+        out = real_execute(self, args, **kw)
+        live.append(len(args) + len(out))
+        return out
+
+    monkeypatch.setattr(FusionDefinition, "execute", spy)
+    got = segmented.run_segments(fd, plan, [x])
+    check(got, chain_eager(4)(x))
+    assert max(live) <= 2
+
+
+def test_a_row_value_returned_at_full_size_is_written_by_a_pointwise_segment():
+    # the reduction kernel writes one value per row; spreading it over the row is a
+    # pointwise kernel's job (it once came out as a row-level store of a full-size output)
+    fd = row_sum_spread(5, 12)
+    x = rand(5, 12, seed=17)
+    segments = fd.segment([x], target="h100")
+    assert [s.scheduler for s in fd._executor().last_plan.segments] == ["reduction", "pointwise"]
+    assert len(segments) == 2
+    check(run_segmented(fd, [x]), row_sum_spread_eager(x))
+
+
+def test_batch_norm_training_is_one_kernel_with_running_stats_in_place():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
+        w, b = fd.define_tensor(shape=[-1]), fd.define_tensor(shape=[-1])
+        rm, rv = fd.define_tensor(shape=[-1]), fd.define_tensor(shape=[-1])
+        y, mean, invstd = fd.ops.batch_norm(x, w, b, rm, rv, fd.define_scalar(0.1),
+                                            fd.define_scalar(1e-5), True)  # fmt: skip
+        for t in (y, mean, invstd):
+            fd.add_output(t)
+    inputs = [rand(4, 6, 5, 8, seed=18), rand(6, seed=19), rand(6, seed=20),
+              rand(6, seed=21), rand(6, seed=22).abs() + 0.5]  # fmt: skip
+    # the composite op is expanded for the schedulers: Welford over N, H, W (two reduced
+    # runs around C), normalisation and the running statistics' update, all one kernel
+    assert fd.segment(inputs, target="h100") == []
+    refs = fd.precompile(inputs, target="h100")
+    assert [r.name for r in refs] == ["fc_inner_reduction"]
+    assert "two reduced dims" in fd._executor().last_plan.spec.description
+    rm, rv = inputs[3].clone(), inputs[4].clone()
+    want = torch.native_batch_norm(inputs[0], inputs[1], inputs[2], rm, rv, True, 0.1, 1e-5)
+    got = fd.execute(inputs)  # the reference evaluator here: the same function
+    check(got, list(want))
+    check([inputs[3], inputs[4]], [rm, rv])
+
+
+def test_debug_views_of_a_segmented_fusion():
+    fd = seed_002()
+    fd.precompile([rand(2, 32, seed=23), rand(2, 128, seed=24)], target="h100")
+    text = fd.last_scheduled_fusion_ir()
+    assert "2 segments" in text and "segment 1" in text
+    code = fd.last_cuda_code()
+    assert "fc_inner_reduction" in code and "fc_pointwise" in code
