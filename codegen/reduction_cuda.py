@@ -37,6 +37,12 @@ class InnerVariant:
     # to one (batch norm's N and H*W around C); element k sits at (k / K1, k % K1), and a
     # vector never straddles two K1 runs because K1 is a multiple of VEC
     k2: bool = False
+    # Note [Column partials]: element-level stores summed over the rows a thread visits
+    # into registers instead of written (the column sums of layer norm backward); a thread
+    # keeps the same columns for every row it visits. After the row loop a block adds its
+    # TY thread rows in shared memory and writes one row of a [blocks, N] buffer of
+    # partials, for a finish kernel to add up in a fixed order. Needs ITERS > 0.
+    acc: tuple[int, ...] = ()
 
     def describe(self) -> str:
         return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
@@ -93,12 +99,19 @@ def _row_stmts(program: ReductionProgram, stage: int, dtypes: dict, load) -> lis
     return out
 
 
-def _params(program: ReductionProgram, dims: int, extra: list[str], k2: bool = False) -> list[str]:
+def acc_type(dtype) -> str:
+    """The register type column partials are summed in."""
+    return "double" if REGISTER_TYPE[dtype] == "double" else "float"
+
+
+def _params(program: ReductionProgram, dims: int, extra: list[str], k2: bool = False,
+            acc: tuple[int, ...] = ()) -> list[str]:  # fmt: skip
     params = []
     for prefix, items in (("a", program.accesses), ("o", program.stores)):
         for i, item in enumerate(items):
-            params.append(" ".join((f"const {MEMORY_TYPE[item.dtype]}*" if prefix == "a"
-                                    else f"{MEMORY_TYPE[item.dtype]}*", f"{prefix}{i}")))  # fmt: skip
+            ptr = (f"const {MEMORY_TYPE[item.dtype]}*" if prefix == "a" else
+                   f"{acc_type(item.dtype) if i in acc else MEMORY_TYPE[item.dtype]}*")  # fmt: skip
+            params.append(f"{ptr} {prefix}{i}")
             params += [f"idx_t {prefix}{i}_s{d}" for d in range(dims)] + [f"idx_t {prefix}{i}_k"]
             if k2:
                 params.append(f"idx_t {prefix}{i}_k0")
@@ -133,10 +146,15 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     extra = ["idx_t rows", "idx_t N"] + [f"idx_t n{d}" for d in range(v.i_rank)]
     extra += ["idx_t K1"] if v.k2 else []
     L.append(f'extern "C" __global__ void __launch_bounds__({v.tx * v.ty}) {INNER_NAME}(')
-    L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2)) + ") {")
+    L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2, v.acc)) + ") {")
     for t in sorted({_acc_type(r) for r in program.reductions}):
         L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
     L.append("  const int tx = threadIdx.x;")
+    for k in v.acc:
+        at = acc_type(program.stores[k].dtype)
+        L.append(f"  {at} acc{k}[{v.iters}][FC_VEC];")
+        L.append("#pragma unroll")
+        L.append(f"  for (int it = 0; it < {v.iters}; ++it) for (int j = 0; j < FC_VEC; ++j) acc{k}[it][j] = 0;")
     L.append("  for (idx_t row0 = (idx_t)blockIdx.x * FC_TY; row0 < rows; row0 += (idx_t)gridDim.x * FC_TY) {")
     L.append("    const idx_t row = row0 + threadIdx.y;")
     L.append("    const bool row_ok = row < rows;")
@@ -269,7 +287,9 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     if elem_stores:
         body, post_loop = [], []
         for k, s in elem_stores:
-            mt = MEMORY_TYPE[s.dtype]
+            if k in v.acc:
+                body.append(f"if (ok) acc{k}[it][j] += ({acc_type(s.dtype)}){s.var};")
+                continue
             if v.modes[n_acc + k] == "vec":
                 body.append(f"o{k}_v[j] = {to_memory(s.var, s.dtype)};")
                 at = _k_offset(f"o{k}", "kb", v.k2, unit=True)
@@ -278,14 +298,61 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
                 at = _k_offset(f"o{k}", "kb + j", v.k2)
                 body.append(f"if (ok) o{k}[o{k}_row + {at}] = {to_memory(s.var, s.dtype)};")
         decls = [f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;" for k, s in elem_stores
-                 if v.modes[n_acc + k] == "vec"]  # fmt: skip
+                 if v.modes[n_acc + k] == "vec" and k not in v.acc]  # fmt: skip
         _element_pass_with_decls(L, element_pass, [s.var for _, s in elem_stores], body, decls)
     for k, s in enumerate(program.stores):
         if program.store_rowlevel[k]:
             L.append(f"    if (tx == 0 && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
     L.append("  }")
+    for k in v.acc:  # the block's column partials: its TY thread rows added in a fixed order
+        at = acc_type(program.stores[k].dtype)
+        L.append(f"  __shared__ {at} part{k}[FC_TY][FC_TX * FC_VEC];")
+        L.append("#pragma unroll")
+        L.append(f"  for (int it = 0; it < {v.iters}; ++it) {{")
+        L.append("    const idx_t kb = ((idx_t)it * FC_TX + tx) * FC_VEC;")
+        L.append("#pragma unroll")
+        L.append(f"    for (int j = 0; j < FC_VEC; ++j) part{k}[threadIdx.y][tx * FC_VEC + j] = acc{k}[it][j];")
+        L.append("    __syncthreads();")
+        L.append("    if (threadIdx.y == 0) {")
+        L.append("#pragma unroll")
+        L.append("      for (int j = 0; j < FC_VEC; ++j) {")
+        L.append(f"        {at} s = part{k}[0][tx * FC_VEC + j];")
+        L.append(f"        for (int y = 1; y < FC_TY; ++y) s += part{k}[y][tx * FC_VEC + j];")
+        L.append(f"        if (kb + j < N) o{k}[(idx_t)blockIdx.x * N + kb + j] = s;")
+        L.append("      }")
+        L.append("    }")
+        L.append("    __syncthreads();")
+        L.append("  }")
     L.append("}")
     return "\n".join(L) + "\n"
+
+
+COLUMN_FINISH_NAME = "fc_column_finish"
+
+
+def render_column_finish(acc_ctype: str, out_dtype, index_type: str) -> str:
+    """Sum a [blocks, N] buffer of column partials over its blocks, in a fixed order, and
+    store the sums in the output's dtype (Note [Column partials])."""
+    mt = MEMORY_TYPE[out_dtype]
+    # 32 columns a block, read coalesced; 8 threads share a column's partials, then add
+    # their sums in a fixed order
+    return "\n".join([
+        prelude_source("core"), f"typedef {index_type} idx_t;",
+        f'extern "C" __global__ void __launch_bounds__(256) {COLUMN_FINISH_NAME}(',
+        f"    const {acc_ctype}* __restrict__ part, {mt}* __restrict__ out, idx_t N, idx_t blocks) {{",
+        f"  __shared__ {acc_ctype} sums[8][32];",
+        "  const idx_t col = (idx_t)blockIdx.x * 32 + threadIdx.x;",
+        f"  {acc_ctype} s = 0;",
+        "  if (col < N)",
+        "    for (idx_t b = threadIdx.y; b < blocks; b += 8) s += part[b * N + col];",
+        "  sums[threadIdx.y][threadIdx.x] = s;",
+        "  __syncthreads();",
+        "  if (threadIdx.y != 0 || col >= N) return;",
+        f"  {acc_ctype} t = sums[0][threadIdx.x];",
+        "  for (int y = 1; y < 8; ++y) t += sums[y][threadIdx.x];",
+        f"  out[col] = fc_cast<{mt}>(t);",
+        "}",
+    ]) + "\n"  # fmt: skip
 
 
 def _element_pass_with_decls(L, element_pass, targets, body, decls) -> None:

@@ -296,21 +296,23 @@ class Operators:
             original_shape, new_shape = new_shape, extra[0]
         ref = self._tensor(arg, op)
         sizes = self._size_list(new_shape, op, "new_shape")
+        outs = self._out("T")
+        where = f"{op} ({outs[0]})"
         if original_shape is not None:
             have = self._info(ref).shape
             orig = list(original_shape)
             if len(orig) != len(have) or any(
                 h not in (shapes.SYMBOLIC, 1) and o != h for o, h in zip(orig, have)
             ):
-                raise ValueError(f"{op}: original_shape {orig} does not match the tensor {list(have)}")
+                raise ValueError(f"{where}: original_shape {orig} does not match the tensor "
+                                 f"{shapes.format_shape(have, codes=True)}")  # fmt: skip
 
         def infer() -> list:
             info = self._info(ref)
-            return [TensorInfo(info.dtype, shapes.infer_reshape(op, info.shape,
-                                                                self._static_sizes(sizes)))]
+            new = shapes.infer_reshape(where, info.shape, self._static_sizes(sizes))
+            return [TensorInfo(info.dtype, new)]
 
-        return self._apply(Record("op", op, (ref,), (("new_shape", sizes),), self._out("T")),
-                           infer)  # fmt: skip
+        return self._apply(Record("op", op, (ref,), (("new_shape", sizes),), outs), infer)
 
     def permute(self, arg, dims):
         op = "permute"

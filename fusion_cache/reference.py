@@ -16,6 +16,7 @@ from .dtypes import to_torch
 from .opdefs import OPS, scalar_result
 from .ops import promoted_dtype
 from .records import Record, Ref
+from .shape_eval import reshape_shape
 from .values import TensorInfo
 
 if TYPE_CHECKING:
@@ -154,16 +155,8 @@ def _expand(run: _Run, r: Record) -> list:
 
 def _reshape(run: _Run, r: Record) -> list:
     x = run.get(r.args[0])
-    shape = _resolve_sizes(run, r.kw("new_shape"))
-    if shape.count(-1) > 1 or any(s < -1 for s in shape):
-        raise ValueError(f"reshape: new shape {shape} is invalid for {list(x.shape)}")
-    known = math.prod(s for s in shape if s != -1)
-    if (-1 in shape and (known == 0 or x.numel() % known)) or (-1 not in shape and known != x.numel()):
-        raise ValueError(
-            f"reshape ({r.outputs[0]}): cannot reshape {list(x.shape)} ({x.numel()} elements) "
-            f"to {shape}"
-        )
-    return [x.reshape(shape)]
+    rank = run.infos[r.outputs[0].index].ndim
+    return [x.reshape(reshape_shape(r, rank, x.shape, _resolve_sizes(run, r.kw("new_shape"))))]
 
 
 def _squeeze(run: _Run, r: Record) -> list:

@@ -13,6 +13,7 @@ from .opdefs import OPS, scalar_result
 from .ops import promoted_dtype
 from .records import Record, Ref
 from .values import ScalarInfo
+from .view import infer_new_shape
 
 
 class ShapeUnknown(Exception):
@@ -118,7 +119,19 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
         return tuple(e for i, e in enumerate(x) if i not in dims)
     if name == "full":
         return tuple(sizes(r.kw("shape")))
+    if name == "reshape":
+        return reshape_shape(r, out_info.ndim, x, sizes(r.kw("new_shape")))
     raise ShapeUnknown(name)
+
+
+def reshape_shape(r: Record, rank: int, old: Sequence[int], new: Sequence[int]) -> tuple[int, ...]:
+    """A reshape's run-time shape (a -1 resolved); errors name the reshape and both shapes."""
+    where = f"reshape ({r.outputs[0]})"
+    if len(new) != rank:
+        # only a vector input can change length; the definition fixed the result's rank
+        raise ValueError(f"{where}: cannot reshape {list(old)} to {list(new)}: the size "
+                         f"vector has {len(new)} entries, the result's rank is {rank}")  # fmt: skip
+    return infer_new_shape(old, new, where)
 
 
 _REDUCTIONS = {"sum", "prod", "max", "min", "var", "var_mean", "welford"}

@@ -62,31 +62,36 @@ def static_numel(shape: Sequence[int]) -> int | None:
 
 
 def infer_reshape(op: str, old: tuple[int, ...], new: Sequence[int | None]) -> tuple[int, ...]:
-    """new: ints (one -1 allowed) or None for a size only known at execute time."""
+    """new: ints (one -1 allowed) or None for a size only known at execute time. `op` names
+    the reshape in errors (e.g. "reshape (T3)"), which also name both shapes."""
+
+    def error(why: str) -> ValueError:
+        shapes = f"{format_shape(old, codes=True)} to {format_shape(new)}"
+        return ValueError(f"{op}: cannot reshape {shapes}: {why}")
+
     if sum(1 for e in new if e == -1) > 1:
-        raise ValueError(f"{op}: new shape {_fmt(new)} has more than one -1")
+        raise error("more than one -1")
     for e in new:
         if e is not None and e < -1:
-            raise ValueError(f"{op}: new shape {_fmt(new)} has a negative size {e}")
+            raise error(f"negative size {e} (only -1, for 'infer', is allowed)")
     old_numel = static_numel(old)
     known = [e for e in new if e is not None and e != -1]
     if -1 in new:
         if old_numel is not None and None not in new:
             rest = math.prod(known)
-            if rest == 0 or old_numel % rest:
-                raise ValueError(
-                    f"{op}: cannot infer -1 in new shape {_fmt(new)} from shape {_fmt(old)} "
-                    f"with {old_numel} elements"
-                )
+            if rest == 0:
+                raise error("-1 is ambiguous because the other sizes multiply to 0")
+            if old_numel % rest:
+                raise error(f"{old_numel} elements do not divide into parts of {rest}")
             return tuple(old_numel // rest if e == -1 else e for e in new)
         return tuple(SYMBOLIC if e is None else e for e in new)
     if old_numel is not None and None not in new and math.prod(known) != old_numel:
-        raise ValueError(
-            f"{op}: shape {_fmt(old)} has {old_numel} elements but new shape {_fmt(new)} "
-            f"has {math.prod(known)}"
-        )
+        raise error(f"{old_numel} elements, but the new shape holds {math.prod(known)}")
     return tuple(SYMBOLIC if e is None else e for e in new)
 
 
-def _fmt(shape: Sequence) -> str:
-    return "[" + ", ".join("?" if e is None else str(e) for e in shape) + "]"
+def format_shape(shape: Sequence, codes: bool = False) -> str:
+    """A shape for messages, '?' for a size known only at execute time: None in a size list,
+    or SYMBOLIC in shape codes (where -1 is not 'infer')."""
+    unknown = (lambda e: e == SYMBOLIC) if codes else (lambda e: e is None)
+    return "[" + ", ".join("?" if unknown(e) else str(e) for e in shape) + "]"

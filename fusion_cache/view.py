@@ -119,9 +119,11 @@ class ViewAnalysis:
         return ", ".join(_describe(s) for s in self.steps) or "no dims"
 
 
-def infer_new_shape(original: Sequence[int], new: Sequence[int]) -> tuple[int, ...]:
-    """The new shape with its -1 (if any) resolved against the original's element count."""
-    return _resolve(original, new)[1]
+def infer_new_shape(original: Sequence[int], new: Sequence[int],
+                    where: str = "reshape") -> tuple[int, ...]:  # fmt: skip
+    """The new shape with its -1 (if any) resolved against the original's element count;
+    errors start with `where` (e.g. "reshape (T3)") and name both shapes."""
+    return _resolve(original, new, where)[1]
 
 
 def analyze_view(original: Sequence[int], new: Sequence[int]) -> ViewAnalysis:
@@ -166,11 +168,12 @@ def apply_view_strides(
 # resolving shapes
 
 
-def _resolve(original: Sequence[int], new: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+def _resolve(original: Sequence[int], new: Sequence[int],
+             where: str = "reshape") -> tuple[tuple[int, ...], ...]:  # fmt: skip
     orig, want = _sizes(original, "original shape"), _sizes(new, "new shape")
 
     def error(why: str) -> ValueError:
-        return ValueError(f"reshape: cannot reshape {list(orig)} to {list(want)}: {why}")
+        return ValueError(f"{where}: cannot reshape {list(orig)} to {list(want)}: {why}")
 
     if any(s < 0 for s in orig):
         raise error("the original shape has a negative size")

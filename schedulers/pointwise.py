@@ -8,6 +8,8 @@ broadcast dim)", until an input is reached. An input read through a given map is
 expands and arbitrary input strides all become "pointer + sum(coord_d * stride_d)". The
 program is the same for every size; only the variant (collapsed rank, vector width, index
 type, per-access load mode) depends on the inputs, and sizes are kernel arguments.
+A reshape is lowered as a frame around its source (Note [Reshape frames] in views.py) and
+becomes strides at plan time too.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from fusion_cache.values import ScalarInfo, TensorInfo
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major, vector_ok
+from .views import ReshapeFrame, describe_views, resolve_access
 
 NAME = "pointwise"
 VIEW_OPS = {"broadcast", "broadcast_in_dim", "expand", "permute", "squeeze"}
@@ -31,12 +34,19 @@ VIEW_OPS = {"broadcast", "broadcast_in_dim", "expand", "permute", "squeeze"}
 
 @dataclass(frozen=True)
 class Access:
-    """One read of an input tensor through a dim map (input dim -> loop dim or None)."""
+    """One read of an input tensor through a dim map (input dim -> loop dim or None, or
+    inside reshapes, -> the innermost reshape source's dim)."""
 
     input_pos: int  # position in execute's input list
     state: int  # the tensor's state index
     dim_map: tuple[int | None, ...]
     dtype: DataType
+    frames: tuple[ReshapeFrame, ...] = ()  # the reshapes it is read through, innermost last
+
+    @property
+    def loop_map(self) -> tuple[int | None, ...]:
+        """The dims of the loop this access can vary along (a superset, with reshapes)."""
+        return self.frames[0].out_map if self.frames else self.dim_map
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class PointwiseProgram:
     host_scalars: tuple[tuple[int, DataType], ...]  # (state, dtype) computed from sizes
     output_states: tuple[int, ...]
     has_alias: bool = False
+    views: tuple[tuple[int, int], ...] = ()  # (reshape output state, its source state)
 
     def describe(self) -> str:
         return (
@@ -85,6 +96,8 @@ class _Lowering:
     memo: dict[tuple, str] = field(default_factory=dict)
     scalar_inputs: dict[int, DataType] = field(default_factory=dict)
     host_scalars: dict[int, DataType] = field(default_factory=dict)
+    frame: tuple[ReshapeFrame, ...] = ()  # the reshapes being lowered, innermost last
+    views: dict[int, int] = field(default_factory=dict)  # reshape output -> its source
 
     def info(self, index: int):
         return self.fd._infos[index]
@@ -139,13 +152,18 @@ class _Lowering:
 
     # ---- tensors ----------------------------------------------------------------------
 
+    def key(self, index: int, dim_map: tuple) -> tuple:
+        # a dim map means something else inside a reshape's frame
+        return ("T", index, dim_map, self.frame)
+
     def tensor(self, index: int, dim_map: tuple[int | None, ...]) -> str:
-        key = ("T", index, dim_map)
+        key = self.key(index, dim_map)
         if key in self.memo:
             return self.memo[key]
         info = self.info(index)
         if index in self.input_pos:
-            self.accesses.append(Access(self.input_pos[index], index, dim_map, info.dtype))
+            self.accesses.append(Access(self.input_pos[index], index, dim_map, info.dtype,
+                                        self.frame))  # fmt: skip
             var = self.emit(info.dtype, "load", (len(self.accesses) - 1,))
         else:
             rec = self.producers[index]
@@ -161,6 +179,8 @@ class _Lowering:
         if name in VIEW_OPS:
             src = rec.args[0]
             return self.tensor(src.index, self.view_map(rec, out_map))
+        if name == "reshape":
+            return self.reshaped(rec, out_map)
         if name == "full":
             fill = self.scalar(rec.kw("fill_value"))
             dt = rec.kw("dtype")
@@ -190,6 +210,27 @@ class _Lowering:
         if is_integral(compute) and is_float(out_info.dtype):
             compute = out_info.dtype  # sin(int), truediv(int, int): math happens in the float
         return self.emit(out_info.dtype, rec.name, tuple(operands), compute=compute)
+
+    def reshaped(self, rec: Record, out_map: tuple) -> str:
+        """The reshape's output read through `out_map`: its source, lowered in its own dims
+        inside a new frame (Note [Reshape frames])."""
+        src = rec.args[0]
+        out = rec.outputs[0].index
+        if is_complex(self.info(src.index).dtype):
+            raise SchedulerRefused(f"reshape ({rec.outputs[0]}) of a complex tensor")
+        sizes = rec.kw("new_shape")
+        if isinstance(sizes, Ref) and sizes.index in self.input_pos:
+            # plans are keyed on tensor sizes and scalar inputs, not on a vector's values,
+            # and the strides a plan bakes in depend on them
+            raise SchedulerRefused(f"reshape ({rec.outputs[0]}) takes its sizes from the vector "
+                                   f"input {sizes}")  # fmt: skip
+        self.views.setdefault(out, src.index)
+        outer = self.frame
+        self.frame = (*outer, ReshapeFrame(out, tuple(out_map), src.index))
+        try:
+            return self.tensor(src.index, tuple(range(self.info(src.index).ndim)))
+        finally:
+            self.frame = outer
 
     def view_map(self, rec: Record, out_map: tuple) -> tuple:
         src = self.info(rec.args[0].index)
@@ -255,6 +296,7 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
         host_scalars=tuple(sorted(low.host_scalars.items())),
         output_states=tuple(r.args[0].index for r in outs),
         has_alias=any(s.alias_input is not None for s in stores),
+        views=tuple(low.views.items()),
     )
 
 
@@ -276,7 +318,8 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         raise SchedulerRefused(f"outputs have different shapes {sorted(shapes_out)}")
     out_shape = shapes_out.pop()
     rank = len(out_shape)
-    strides = [access_strides(values[a.input_pos], a.dim_map, rank) for a in program.accesses]
+    seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
+    strides = [access_strides(t, m, rank) for t, m in seen]
     ptrs = [values[a.input_pos].data_ptr() for a in program.accesses]
     outputs = []
     for st in program.stores:
@@ -291,8 +334,9 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
             ptrs.append(0)  # fresh allocations are aligned
         outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
     numel = math.prod(out_shape)
+    notes = describe_views(program.views, env)
     if numel == 0:
-        return LaunchSpec(NAME, tuple(outputs), (), (), "empty")
+        return LaunchSpec(NAME, tuple(outputs), (), (), "empty" + notes)
     sizes, strides = collapse(list(out_shape), strides)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
     vec = vector_width([dt for dt, s in zip(dtypes, strides) if s[-1] != 0])
@@ -329,4 +373,4 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     blocks = max(1, min(-(-numel // (BLOCK * vec)), 2**31 - 1))
     kernel = KernelLaunch(KERNEL_NAME, render_pointwise(program, variant), (blocks, 1, 1),
                           (BLOCK, 1, 1), arg_types(program, variant), tuple(args))  # fmt: skip
-    return LaunchSpec(NAME, tuple(outputs), (), (kernel,), variant.describe())
+    return LaunchSpec(NAME, tuple(outputs), (), (kernel,), variant.describe() + notes)

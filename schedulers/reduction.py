@@ -10,6 +10,11 @@ each row to TX threads (TY rows per block), keeps the row's loads in registers w
 and makes one pass over the row per stage, plus a last pass for element-level outputs: the
 input is read from memory once. An outer kernel (K strided, I contiguous) gives columns to
 threads and splits K over blocks, with a second kernel combining the partial results.
+
+A reshape before the reductions (a prologue) is read through strides as in the pointwise
+scheduler (Note [Reshape frames] in views.py). A reshape of a reduction's result, or of any
+value computed from one, is refused: its rows would be regrouped, which one kernel's row
+assignment cannot follow, so the segmenter cuts the fusion there.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ class ReductionProgram:
     loop_state: int  # a reduction input: its shape is the loop space
     element_vars: frozenset[str]  # vars that depend on K
     stage_of: tuple[tuple[str, int], ...]  # var -> the stage after which it can be computed
+    views: tuple[tuple[int, int], ...] = ()  # (reshape output state, its source state)
 
     @property
     def stages(self) -> int:
@@ -76,6 +82,11 @@ class _ReductionLowering(_Lowering):
     def op(self, rec: Record, out_map: tuple, index: int | None = None) -> str:
         if rec.name not in REDUCTIONS:
             return super().op(rec, out_map, index)
+        if self.frame:
+            raise SchedulerRefused(
+                f"reshape (T{self.frame[-1].state}) of a value computed from {rec.name} "
+                f"({rec.outputs[0]}): a reshape after a reduction regroups its rows"
+            )
         src = rec.args[0]
         info = self.info(src.index)
         if info.ndim != self.rank:
@@ -115,7 +126,7 @@ class _ReductionLowering(_Lowering):
             outs[rec.outputs[1].index] = self.emit(info.dtype, "welford_m2", (w,), acc_dtype)
             outs[rec.outputs[2].index] = self.emit(DataType.Int, "welford_count", (w,), acc_dtype)
         for idx, var in outs.items():
-            self.memo[("T", idx, out_map)] = var
+            self.memo[self.key(idx, out_map)] = var
         return outs[rec.outputs[0].index if index is None else index]
 
 
@@ -167,7 +178,7 @@ def lower_reduction(fd: Any) -> ReductionProgram:
     for st in low.stmts:
         if st.op == "load":
             acc = low.accesses[st.operands[0]]
-            if any(m in reduced for m in acc.dim_map if m is not None):
+            if any(m in reduced for m in acc.loop_map if m is not None):
                 element.add(st.var)
             stage[st.var] = 0
         elif st.op == "reduce":
@@ -195,6 +206,7 @@ def lower_reduction(fd: Any) -> ReductionProgram:
         rowlevel, tuple(maps), tuple(sorted(low.scalar_inputs.items())),
         tuple(sorted(low.host_scalars.items())),
         tuple(s.state for s in stores), low.loop_state, frozenset(element), tuple(stage.items()),
+        tuple(low.views.items()),
     )  # fmt: skip
 
 
@@ -239,19 +251,57 @@ class _Shape:
         return self._strides[d]
 
 
+def _check_fit(program: ReductionProgram, tensors: Sequence[Any], maps: Sequence[tuple],
+               loop: tuple[int, ...]) -> None:  # fmt: skip
+    """Sizes must agree with the loop where they are mapped. A reshape's output that does
+    not has regrouped the loop's dims, e.g. merged a reduced dim into a kept one."""
+    for k, (t, m) in enumerate(zip(tensors, maps)):
+        for i, d in enumerate(m):
+            if d is None or t.shape[i] in (1, loop[d]):
+                continue
+            frames = program.accesses[k].frames if k < len(program.accesses) else ()
+            if frames:
+                raise SchedulerRefused(
+                    f"reshape (T{frames[0].state}) gives shape {list(t.shape)} where the loop is "
+                    f"{list(loop)}: it mixes reduced and kept dims"
+                )
+            raise SchedulerRefused(f"a tensor of shape {list(t.shape)} does not fit the loop "
+                                   f"{list(loop)}")  # fmt: skip
+
+
+def _store_refs(count: int, accumulate: tuple[int, ...]) -> list:
+    """Where each store's pointer comes from: the next output, or for a store summed into
+    column partials, the next workspace."""
+    from .base import ArgRef
+
+    refs, outs = [], 0
+    for k in range(count):
+        if k in accumulate:
+            refs.append(ArgRef("workspace", accumulate.index(k)))
+        else:
+            refs.append(ArgRef("output", outs))
+            outs += 1
+    return refs
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
 def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
-                   profile: Any) -> Any:  # fmt: skip
+                   profile: Any, accumulate: tuple[int, ...] = ()) -> Any:  # fmt: skip
+    """The launch for these inputs. `accumulate`: element-level stores summed over rows
+    into per-block column partials instead of written (Note [Column partials]); they get
+    workspaces of [blocks, N] partials, in order, and no outputs."""
     from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec
     from .layout import access_strides, collapse, index_type
+    from .views import describe_views, resolve_access
 
     rank, K = program.rank, program.reduced
     loop = tuple(env[program.loop_state])
-    tensors: list[Any] = [values[a.input_pos] for a in program.accesses]
-    maps = [a.dim_map for a in program.accesses]
+    seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
+    tensors: list[Any] = [t for t, _ in seen]
+    maps = [m for _, m in seen]
     outputs = []
     for k, st in enumerate(program.stores):
         shape = tuple(env[st.state])
@@ -265,14 +315,12 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             outputs.append(OutputSpec(shape, st.dtype, st.alias_input))
             tensors.append(target)
         else:
-            outputs.append(OutputSpec(shape, st.dtype, None))
+            if k not in accumulate:
+                outputs.append(OutputSpec(shape, st.dtype, None))
             tensors.append(_Shape(shape))
         maps.append(program.output_maps[k])
     strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
-    for t, m in zip(tensors, maps):  # sizes must agree with the loop where they are mapped
-        for i, d in enumerate(m):
-            if d is not None and t.shape[i] not in (1, loop[d]):
-                raise SchedulerRefused(f"a tensor of shape {list(t.shape)} does not fit the loop {list(loop)}")
+    _check_fit(program, tensors, maps, loop)
     kept_dims = [d for d in range(rank) if d not in K]
     k_sizes, k_strides = collapse(loop, strides, K)
     if len(k_sizes) > 2:
@@ -316,13 +364,17 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         from codegen.reduction_cuda import INNER_NAME, InnerVariant, inner_arg_types, render_inner
 
         moving = [program.accesses[i].dtype for i in elem]
-        moving += [s.dtype for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+        moving += [s.dtype for k, s in enumerate(program.stores)
+                   if not program.store_rowlevel[k] and k not in accumulate]  # fmt: skip
         vec = max(1, min(8, 16 // max((ELEMENT_BYTES[d] for d in moving), default=4)))
         while vec > 1 and k_sizes[-1] % vec:
             vec //= 2
         modes = []
         for k in range(len(tensors)):
             is_store = k >= n_acc
+            if is_store and k - n_acc in accumulate:
+                modes.append("vec")  # kept in registers: no memory access to shape
+                continue
             rowlevel = program.store_rowlevel[k - n_acc] if is_store else ks[k] == 0
             dt = program.stores[k - n_acc].dtype if is_store else program.accesses[k].dtype
             if rowlevel:
@@ -340,7 +392,11 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # about 32 values per thread and row (8 float4 or 4 bf16x8 vectors), at most 512
         # threads a row so a thread keeps up to 128 registers
         per_thread = max(1, 32 // vec)
-        if nv <= 32:
+        if vec >= 8 and nv <= 128:
+            # short 16-bit rows: a few threads a row with four loads each in flight; one
+            # load a thread leaves these rows latency-bound (f32 rows do best with two)
+            tx = _next_pow2(-(-nv // 4))
+        elif nv <= 32:
             tx = _next_pow2(nv)
         else:
             tx = min(512, max(32, (-(-nv // per_thread) + 31) // 32 * 32))
@@ -349,8 +405,17 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         cached = tuple(sorted({s.operands[0] for s in program.stmts
                                if s.op == "load" and s.var in program.element_vars
                                and any(i_strides[s.operands[0]])}))  # fmt: skip
+        while accumulate and iters * vec * (len(cached) + len(accumulate)) > 64 and tx < 512:
+            # the cached row and the column partials share the registers: more threads a
+            # row, fewer values each, so two blocks fit on an SM
+            tx *= 2
+            iters = -(-nv // tx)
         if iters * vec * max(len(cached), 1) > 64 or program.stages == 0:
             iters, cached = 0, ()
+        budget = 128 if tx <= 256 else 64  # values a thread keeps, under its register cap
+        if accumulate and (iters == 0 or iters * vec * (len(cached) + len(accumulate)) > budget):
+            raise SchedulerRefused("column partials need the row and the partial sums in "
+                                   "registers; this row is too long")  # fmt: skip
         ty = max(1, 256 // tx)  # not from the row count: one kernel serves every batch size
         if iters == 0 and nv >= 4096 and rows < 2 * sm:
             # few long rows (batch norm's channels) leave SMs idle: a wider block per row
@@ -358,18 +423,30 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             tx, ty = 1024, 1
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
-                               k2)  # fmt: skip
+                               k2, tuple(accumulate))  # fmt: skip
         args: list = []
+        ref_of = _store_refs(len(program.stores), accumulate)
         for k in range(len(tensors)):
             args.append(ArgRef("input", program.accesses[k].input_pos) if k < n_acc
-                        else ArgRef("output", k - n_acc))  # fmt: skip
+                        else ref_of[k - n_acc])  # fmt: skip
             args += list(i_strides[k]) + [ks[k]] + ([k0s[k]] if k2 else [])
         args += [rows, N, *i_sizes, *([k_sizes[-1]] if k2 else []), *scalars]
         blocks = max(1, min(-(-rows // ty), sm * 32))
+        workspaces: tuple = ()
+        if accumulate:
+            from codegen.reduction_cuda import acc_type
+
+            # enough blocks to fill the GPU; each adds a row of partials to sum later
+            blocks = max(1, min(-(-rows // ty), sm * 4))
+            workspaces = tuple((blocks * N, DataType.Double if acc_type(program.stores[k].dtype)
+                                == "double" else DataType.Float) for k in accumulate)  # fmt: skip
         kernel = KernelLaunch(INNER_NAME, render_inner(program, variant), (blocks, 1, 1),
                               (tx, ty, 1), inner_arg_types(program, variant), tuple(args))  # fmt: skip
-        return LaunchSpec(NAME, tuple(outputs), (), (kernel,), variant.describe())
+        return LaunchSpec(NAME, tuple(outputs), workspaces, (kernel,),
+                          variant.describe() + describe_views(program.views, env))
 
+    if accumulate:
+        raise SchedulerRefused("column partials ride on the inner kernel only")
     # outer: columns are the (single, collapsed) row dim, contiguous in the primary input
     from codegen.reduction_cuda import (
         FINISH_NAME,
@@ -426,4 +503,5 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         kernels.append(KernelLaunch(FINISH_NAME, render_outer(program, finish, True),
                                     (-(-cols // 128), 1, 1), (128, 1, 1), types,
                                     tuple(base + work_args + scalars)))  # fmt: skip
-    return LaunchSpec(NAME, tuple(outputs), tuple(workspaces), tuple(kernels), variant.describe())
+    return LaunchSpec(NAME, tuple(outputs), tuple(workspaces), tuple(kernels),
+                      variant.describe() + describe_views(program.views, env))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .base import LaunchSpec, Reject, SchedulerRefused
+from .inner_outer import NAME as INNER_OUTER
+from .inner_outer import lower_inner_outer, plan_inner_outer
 from .pointwise import NAME as POINTWISE
 from .pointwise import lower_pointwise, plan_pointwise
 from .reduction import NAME as REDUCTION
@@ -14,6 +16,7 @@ from .reduction import lower_reduction, plan_reduction
 SCHEDULERS: list[tuple[str, Any, Any]] = [
     (POINTWISE, lower_pointwise, plan_pointwise),
     (REDUCTION, lower_reduction, plan_reduction),
+    (INNER_OUTER, lower_inner_outer, plan_inner_outer),
 ]
 
 

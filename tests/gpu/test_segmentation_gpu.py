@@ -75,6 +75,8 @@ def test_layer_norm_backward(dtype, rows, cols):
     assert after["kernel_launches"] - before["kernel_launches"] >= 2
     # column sums over many rows accumulate in a different order than torch's
     check(got, layer_norm_backward_eager(*inputs), dtype)
+    assert fd._executor().scheduler == "inner_outer"
+    check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
 
 
 def test_reshape_between_two_reductions():
@@ -120,8 +122,8 @@ def test_segments_dump_shows_segments_and_kernels(monkeypatch, capsys):
 
 def test_explicit_segments_match_execute():
     fd = layer_norm_backward(torch.float32)
-    inputs = layer_norm_backward_inputs(128, 512, torch.float32, device="cuda", seed=10)
-    segments = fd.segment(inputs)
+    inputs = layer_norm_backward_inputs(8, 65536, torch.float32, device="cuda", seed=10)
+    segments = fd.segment(inputs)  # rows too long for column partials: a row and a column kernel
     assert len(segments) == 2
     # running the segments by hand with the index maps gives what execute gives
     env = dict(zip(fd.inputs(), inputs))
@@ -175,7 +177,7 @@ def test_batch_norm_training(dtype, shape, channels_last):
     # channels first: one kernel; channels last (or H = W = 1, the same layout): an outer
     # (column) Welford, then a pointwise kernel
     one_kernel = not channels_last and shape[2] * shape[3] > 1
-    assert launches == 1 if one_kernel else 2 <= launches <= 4
+    assert launches == 1 if one_kernel else 1 <= launches <= 4
     xt = xs.movedim(-1, 1) if channels_last else xs
     want = list(torch.native_batch_norm(xt, w_, b_, rm2, rv2, True, 0.1, 1e-5))
     if channels_last:

@@ -1,0 +1,171 @@
+"""The inner-outer scheduler: row reductions and column sums of the same rows in one pass.
+
+Layer norm and RMS norm backward reduce each row (for dx) and sum over the rows (for dw
+and db). Split in two kernels, the column sums read the inputs a second time. Here the row
+kernel also adds the values the column sums need into per-thread registers as it goes
+(Note [Column partials]); each block then writes one row of partial sums and a small
+finish kernel per column sum adds them up in a fixed order. Inputs are read once.
+
+Shape of what it takes: a rank-2 loop [rows, N]; reductions over dim 1 (any, with their
+epilogues), and sums over dim 0 of element-level values whose results are outputs, as they
+are or cast. Anything else is refused and the segmenter splits the fusion.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fusion_cache.dtypes import DataType
+from fusion_cache.values import TensorInfo
+
+from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
+from .reduction import REDUCTIONS, ReductionProgram, lower_reduction, plan_reduction
+
+NAME = "inner_outer"
+
+
+@dataclass(frozen=True)
+class ColumnSum:
+    output_pos: int  # position among the fusion's returned outputs
+    dtype: DataType  # the output's dtype
+    store: int  # the row program's store that feeds it
+
+
+@dataclass(frozen=True)
+class InnerOuterProgram:
+    rows: ReductionProgram  # the row kernel; some stores are column partials
+    rows_fd: Any  # the definition it was lowered from (its own inputs and states)
+    input_positions: tuple[int, ...]  # rows_fd input -> this fusion's input position
+    row_outputs: tuple[int, ...]  # rows_fd returned output -> this fusion's output position
+    columns: tuple[ColumnSum, ...]
+
+    def describe(self) -> str:
+        return f"inner-outer: {self.rows.describe()}; {len(self.columns)} column sums"
+
+
+def _dims(rec: Any, rank: int) -> set[int]:
+    return {d % rank for d in rec.kw("dims")}
+
+
+def lower_inner_outer(fd: Any) -> InnerOuterProgram:
+    from fusion_cache.records import Ref
+    from fusion_cache.subfusion import FusionGraph
+    from fusion_cache.values import Tensor
+
+    records, infos = fd._records, fd._infos
+    producer = {o.index: r for r in records for o in r.outputs}
+    column, row = [], 0
+    for r in records:
+        if r.kind != "op" or r.name not in REDUCTIONS:
+            continue
+        src = infos[r.args[0].index]
+        dims = _dims(r, max(src.ndim, 1))
+        if src.ndim == 2 and dims == {0} and r.name == "sum" and not r.kw("keepdim", False):
+            column.append(r)
+        elif src.ndim == 2 and dims == {1}:
+            row += 1
+        else:
+            raise SchedulerRefused(f"{r.name} ({r.outputs[0]}) is neither a row reduction nor a "
+                                   "column sum of a rank-2 loop")  # fmt: skip
+    if not column or not row:
+        raise SchedulerRefused("needs both row reductions and column sums")
+    graph = FusionGraph(fd)
+    outputs = [r for r in fd.output_records() if r.kw("alias_input") is None]
+    if len(outputs) != len(fd.output_records()):
+        raise SchedulerRefused("an output is written in place")
+    sums = {r.outputs[0].index: r for r in column}
+    finals: dict[int, tuple[Any, Any]] = {}  # column output state -> (sum record, cast)
+    for r in outputs:
+        v = r.args[0].index
+        src = producer.get(v)
+        if src is not None and src.name == "cast" and src.args[0].index in sums:
+            finals[v] = (sums[src.args[0].index], src)
+        elif v in sums:
+            finals[v] = (sums[v], None)
+    used = {rec.outputs[0].index for rec, _ in finals.values()}
+    if used != set(sums) or len(used) != len(finals):
+        raise SchedulerRefused("a column sum feeds something other than one output")
+    for v, (rec, cast) in finals.items():
+        readers = graph.consumers.get(rec.outputs[0].index, set())
+        if readers - ({graph.producer[v]} if cast is not None else set()):
+            raise SchedulerRefused(f"column sum {rec.outputs[0]} is read inside the fusion")
+    skipped = {graph.producer[rec.outputs[0].index] for rec, _ in finals.values()}
+    skipped |= {graph.producer[v] for v, (_, cast) in finals.items() if cast is not None}
+    group = [pos for pos in graph.ops if pos not in skipped]
+    row_values = {r.args[0].index for r in outputs if r.args[0].index not in finals}
+    fed = [rec.args[0].index for rec, _ in finals.values()]
+    if len(set(fed)) != len(fed) or set(fed) & row_values:
+        raise SchedulerRefused("one value feeds two column sums or is also returned")
+    sub = graph.carve(group, row_values, {v for v in fed if v in graph.produced(group)})
+    rows_fd = sub.build(scratch=True)
+    back = {orig: seg for seg, orig in sub.index_map.items()}
+    inputs = list(sub.inputs)
+    with_inputs = [v for v in fed if v not in graph.produced(group)]
+    if with_inputs:  # a column sum of an input: copy it into the row program as a store
+        rows_fd._state = "open"
+        for v in with_inputs:
+            if v not in back:
+                raise SchedulerRefused(f"column sum of T{v}, which the rows never read")
+            rows_fd.add_output(rows_fd.ops.set(Tensor(rows_fd, Ref("T", back[v]))))
+            back[v] = rows_fd._records[-2].outputs[0].index
+        rows_fd._state = "closed"
+    program = lower_reduction(rows_fd)
+    store_of = {}
+    for k, st in enumerate(program.stores):
+        store_of.setdefault(st.state, k)
+    positions = {ref.index: i for i, ref in enumerate(fd.input_refs())}
+    returned = [r.args[0].index for r in outputs]
+    columns = []
+    for v, (rec, _) in finals.items():
+        src = rec.args[0].index
+        info = infos[v]
+        if not isinstance(info, TensorInfo):
+            raise SchedulerRefused(f"output T{v} is not a tensor")
+        columns.append(ColumnSum(returned.index(v), info.dtype, store_of[back[src]]))
+    row_outputs = tuple(returned.index(sub.index_map[st.state]) for k, st in enumerate(program.stores)
+                        if k not in {c.store for c in columns})  # fmt: skip
+    return InnerOuterProgram(program, rows_fd, tuple(positions[v] for v in inputs),
+                             row_outputs, tuple(columns))  # fmt: skip
+
+
+def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dict,
+                     profile: Any) -> LaunchSpec:  # fmt: skip
+    from codegen.reduction_cuda import COLUMN_FINISH_NAME, acc_type, render_column_finish
+    from fusion_cache.gpu_runtime import runtime_shapes
+
+    row_values = [values[p] for p in program.input_positions]
+    row_env = runtime_shapes(program.rows_fd, row_values)
+    acc = tuple(c.store for c in program.columns)
+    spec = plan_reduction(program.rows, row_values, row_env, profile, accumulate=acc)
+    (kernel,) = spec.kernels
+    n_out = len(program.row_outputs) + len(program.columns)
+    outputs: list[Any] = [None] * n_out
+    for k, pos in enumerate(program.row_outputs):
+        outputs[pos] = spec.outputs[k]
+
+    def remap(arg: Any) -> Any:
+        if isinstance(arg, ArgRef) and arg.kind == "input":
+            return ArgRef("input", program.input_positions[arg.index])
+        if isinstance(arg, ArgRef) and arg.kind == "output":
+            return ArgRef("output", program.row_outputs[arg.index])
+        return arg
+
+    kernels = [KernelLaunch(kernel.name, kernel.source, kernel.grid, kernel.block,
+                            kernel.arg_types, tuple(remap(a) for a in kernel.args),
+                            kernel.shared_mem)]  # fmt: skip
+    blocks = kernel.grid[0]  # rows of partials: one a block
+    index = "i64" if "typedef long long idx_t" in kernel.source else "i32"
+    for w, col in enumerate(program.columns):
+        store = program.rows.stores[col.store]
+        n = tuple(row_env[store.state])[1]
+        outputs[col.output_pos] = OutputSpec((n,), col.dtype)
+        source = render_column_finish(acc_type(store.dtype), col.dtype,
+                                      "long long" if index == "i64" else "int")  # fmt: skip
+        kernels.append(KernelLaunch(COLUMN_FINISH_NAME, source, (max(1, -(-n // 32)), 1, 1),
+                                    (32, 8, 1), ("ptr", "ptr", index, index),
+                                    (ArgRef("workspace", w), ArgRef("output", col.output_pos),
+                                     n, blocks)))  # fmt: skip
+    return LaunchSpec(NAME, tuple(outputs), spec.workspaces, tuple(kernels),
+                      f"{spec.description}; {len(program.columns)} column sums over {blocks} "
+                      "blocks")  # fmt: skip
