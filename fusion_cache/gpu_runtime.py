@@ -66,6 +66,8 @@ def input_key(values: Sequence[Any]) -> tuple:
             key.append((v.dtype, v.shape, v.stride(), align, v.get_device()))
         elif type(v) is int:
             key.append(v)  # ints may size tensors
+        elif isinstance(v, (list, tuple)):
+            key.append(tuple(v))  # a vector input: its values may size tensors too
         else:
             key.append(type(v))
     return tuple(key)

@@ -509,3 +509,12 @@ def test_shape_evaluator_shapes_reshape_without_torch():
     x = torch.empty(2, 3, 4, device="meta")
     env = evaluate_shapes(fd._records, fd._infos, fd.input_refs(), [x, 6, -1, 1])
     assert env[4] == (6, 4, 1) and env[6] == (6, 4, 1)
+
+
+def test_plan_key_holds_vector_input_values():
+    # a vector input may size tensors, so two different vectors must not share a plan
+    from fusion_cache.gpu_runtime import input_key
+
+    x = torch.empty(4, 6)
+    assert input_key([x, [4, 6]]) != input_key([x, [3, 8]])
+    assert input_key([x, (4, 6)]) == input_key([x, [4, 6]])
