@@ -100,11 +100,6 @@ class FusionGraph:
     def produced(self, group: Iterable[int]) -> set[int]:
         return {o.index for pos in group for o in self.fd._records[pos].outputs}
 
-    def exported(self, group: frozenset[int]) -> set[int]:
-        """The group's values some op outside it or the caller needs."""
-        return {v for v in self.produced(group)
-                if v in self.final or self.consumers.get(v, set()) - group}  # fmt: skip
-
     def carve(self, group: Iterable[int], finals: set[int] | None = None,
               shared: set[int] | None = None) -> SubFusion:  # fmt: skip
         """The segment computing `group`'s ops. It returns the caller's outputs among

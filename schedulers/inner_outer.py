@@ -49,8 +49,9 @@ def _dims(rec: Any, rank: int) -> set[int]:
 
 
 def lower_inner_outer(fd: Any) -> InnerOuterProgram:
-    from fusion_cache.records import Ref
-    from fusion_cache.subfusion import FusionGraph
+    from fusion_cache.records import Record, Ref
+    from fusion_cache.replay import replay_records
+    from fusion_cache.subfusion import FusionGraph, ScratchDefinition
     from fusion_cache.values import Tensor
 
     records, infos = fd._records, fd._infos
@@ -98,18 +99,25 @@ def lower_inner_outer(fd: Any) -> InnerOuterProgram:
     if len(set(fed)) != len(fed) or set(fed) & row_values:
         raise SchedulerRefused("one value feeds two column sums or is also returned")
     sub = graph.carve(group, row_values, {v for v in fed if v in graph.produced(group)})
-    rows_fd = sub.build(scratch=True)
     back = {orig: seg for seg, orig in sub.index_map.items()}
     inputs = list(sub.inputs)
-    with_inputs = [v for v in fed if v not in graph.produced(group)]
-    if with_inputs:  # a column sum of an input: copy it into the row program as a store
-        rows_fd._state = "open"
-        for v in with_inputs:
-            if v not in back:
-                raise SchedulerRefused(f"column sum of T{v}, which the rows never read")
-            rows_fd.add_output(rows_fd.ops.set(Tensor(rows_fd, Ref("T", back[v]))))
-            back[v] = rows_fd._records[-2].outputs[0].index
-        rows_fd._state = "closed"
+    of_inputs = [v for v in fed if v not in graph.produced(group)]
+    for v in of_inputs:
+        if v not in back:
+            raise SchedulerRefused(f"column sum of T{v}, which the rows never read")
+
+    def copy_summed_inputs(new: Any, r: Record, args: list, kwargs: dict) -> None:
+        # a column sum of an input: the row program stores a copy of it, which the kernel
+        # then keeps as column partials
+        if r.kind == "end":
+            for v in of_inputs:
+                copy = new.ops.set(Tensor(new, Ref("T", back[v])))
+                new.add_output(copy)
+                back[v] = copy.index
+
+    rows_fd = ScratchDefinition()
+    with rows_fd:
+        replay_records(rows_fd, list(sub.records) + [Record("end")], copy_summed_inputs)
     program = lower_reduction(rows_fd)
     store_of = {}
     for k, st in enumerate(program.stores):

@@ -39,16 +39,23 @@ class SegmentDraft:
     scheduler: str | None  # None: no scheduler takes it; it runs on the reference
 
 
-def whole_fusion_refusal(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> str | None:
-    """Why no single scheduler runs the fusion on these inputs (None when one does)."""
+def scheduler_taking(fd: Any, values: Sequence[Any], env: dict,
+                     profile: Any) -> tuple[str | None, str]:  # fmt: skip
+    """(the scheduler that runs `fd` on these inputs as one kernel, or None; why not)."""
     name, program, refusals = schedule(fd)
     if program is None:
-        return "; ".join(str(r) for r in refusals)
+        return None, "; ".join(str(r) for r in refusals)
     try:
         plan_for(name, program, values, env, profile)
     except SchedulerRefused as why:
-        return f"{name}: {why}"
-    return None
+        return None, f"{name}: {why}"
+    return name, ""
+
+
+def whole_fusion_refusal(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> str | None:
+    """Why no single scheduler runs the fusion on these inputs (None when one does)."""
+    name, why = scheduler_taking(fd, values, env, profile)
+    return None if name else why
 
 
 class _Segmenter:
@@ -91,19 +98,12 @@ class _Segmenter:
     def _try(self, sub: SubFusion) -> str | None:
         from fusion_cache.gpu_runtime import runtime_shapes
 
-        try:
+        values = [self.stand_in[v] for v in sub.inputs]
+        try:  # a group whose stand-ins a size check rejects is no group to run
             fd = sub.build(scratch=True)
+            return scheduler_taking(fd, values, runtime_shapes(fd, values), self.profile)[0]
         except (TypeError, ValueError):
             return None
-        name, program, _ = schedule(fd)
-        if program is None:
-            return None
-        values = [self.stand_in[v] for v in sub.inputs]
-        try:
-            plan_for(name, program, values, runtime_shapes(fd, values), self.profile)
-        except (SchedulerRefused, ValueError):
-            return None
-        return name
 
     # ---- the group graph --------------------------------------------------------------------
 
