@@ -148,11 +148,13 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     threads = v.tx * v.ty
     # 32-bit rows with a light register load: ask for 1024 threads an SM (64 registers a
     # thread), which took layer norm f32 4096x16384 from 1581 to 2184 GB/s on the H100;
-    # 16-bit rows and heavier kernels spill under that cap and ran slower with it
+    # kernels keeping column partials: 512 threads (128 registers). Others say nothing:
+    # an explicit minimum of one block ran 16-bit and partial-sum kernels up to 30% slower
     light = (v.vec <= 4 and not v.acc and v.iters * v.vec * max(len(v.cached), 1) <= 32
              and not all(program.store_rowlevel))  # normalizations; plain sums did no better
-    min_blocks = max(1, 1024 // threads) if light else 1
-    L.append(f'extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {INNER_NAME}(')
+    min_blocks = 1024 // threads if light else 512 // threads if v.acc else 0
+    bounds = f"{threads}, {min_blocks}" if min_blocks > 1 else f"{threads}"
+    L.append(f'extern "C" __global__ void __launch_bounds__({bounds}) {INNER_NAME}(')
     L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2, v.acc)) + ") {")
     for t in sorted({_acc_type(r) for r in program.reductions}):
         L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
