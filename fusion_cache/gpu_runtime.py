@@ -153,6 +153,12 @@ class FusionExecutor:
         plan = build_plan(self.fd, drafts)
         if "segments" in self.dumps:
             print(describe_plan(self.fd, plan))
+        # recorded like a kernel plan, so `fusion-cache show` tells which fusions run it
+        sig = json.dumps([repr(k) for k in input_key(values)])
+        plan_json = json.dumps({"scheduler": "segmented", "plan": plan.description,
+                                "segments": [s.definition.id() for s in plan.segments],
+                                "refused": why})  # fmt: skip
+        FusionCache.get().store.put_plan(self.fid, sig, f"sm_{profile.arch}", plan_json)
         return plan
 
     def plan(self, values: Sequence[Any], key: tuple) -> Any:

@@ -248,3 +248,15 @@ def test_debug_views_of_a_segmented_fusion():
     assert "2 segments" in text and "segment 1" in text
     code = fd.last_cuda_code()
     assert "fc_inner_reduction" in code and "fc_pointwise" in code
+
+
+def test_the_store_records_a_segmented_plan():
+    import json
+
+    fd = seed_002()
+    fd.precompile([rand(2, 32, seed=25), rand(2, 128, seed=26)], target="h100")
+    (entry,) = FusionCache.get().store.plans_for(fd.id())
+    plan = json.loads(entry.plan_json)
+    assert plan["scheduler"] == "segmented" and entry.target == "sm_90"
+    assert plan["segments"] == [s.definition.id() for s in fd._executor().last_plan.segments]
+    assert "does not fit the loop" in plan["refused"]
