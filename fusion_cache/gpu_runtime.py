@@ -131,10 +131,8 @@ class FusionExecutor:
                 print(f"fusion {self.fid}: {launch.name} grid {launch.grid} block {launch.block} "
                       f"smem {launch.shared_mem} ({spec.description})")  # fmt: skip
         if spec.kernels:
-            sig = json.dumps([repr(k) for k in input_key(values)])
-            plan_json = json.dumps({"scheduler": spec.scheduler, "plan": spec.description,
-                                    "kernels": [r.to_json() for r in refs]})  # fmt: skip
-            FusionCache.get().store.put_plan(self.fid, sig, f"sm_{profile.arch}", plan_json)
+            self.record(values, profile, {"scheduler": spec.scheduler, "plan": spec.description,
+                                          "kernels": [r.to_json() for r in refs]})  # fmt: skip
         fresh = tuple((o.shape, to_torch(o.dtype)) for o in spec.outputs if o.alias_input is None)
         return LaunchPlan(spec, kernels, refs, slots, torch.device("cuda", device), fresh)
 
@@ -154,12 +152,15 @@ class FusionExecutor:
         if "segments" in self.dumps:
             print(describe_plan(self.fd, plan))
         # recorded like a kernel plan, so `fusion-cache show` tells which fusions run it
-        sig = json.dumps([repr(k) for k in input_key(values)])
-        plan_json = json.dumps({"scheduler": "segmented", "plan": plan.description,
-                                "segments": [s.definition.id() for s in plan.segments],
-                                "refused": why})  # fmt: skip
-        FusionCache.get().store.put_plan(self.fid, sig, f"sm_{profile.arch}", plan_json)
+        self.record(values, profile, {"scheduler": "segmented", "plan": plan.description,
+                                      "segments": [s.definition.id() for s in plan.segments],
+                                      "refused": why})  # fmt: skip
         return plan
+
+    def record(self, values: Sequence[Any], profile: Any, plan: dict) -> None:
+        """Keep a plan's summary in the store under these inputs' signature and target."""
+        sig = json.dumps([repr(k) for k in input_key(values)])
+        FusionCache.get().store.put_plan(self.fid, sig, f"sm_{profile.arch}", json.dumps(plan))
 
     def plan(self, values: Sequence[Any], key: tuple) -> Any:
         with self.lock:

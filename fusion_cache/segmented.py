@@ -92,20 +92,15 @@ def describe_plan(fd: FusionDefinition, plan: SegmentedPlan) -> str:
 def precompile_segments(fd: FusionDefinition, plan: SegmentedPlan, values: Sequence[Any],
                         target: Any) -> list:  # fmt: skip
     """Compile every segment's kernels ahead, intermediates standing in as meta tensors."""
-    import torch
-
-    from .dtypes import to_torch
     from .gpu_runtime import runtime_shapes
+    from .subfusion import stand_ins
 
-    env = runtime_shapes(fd, values)
-    known = dict(zip(plan.input_states, values))
+    stand = stand_ins(fd, values, runtime_shapes(fd, values))
     refs: list = []
     for seg in plan.segments:
         if seg.scheduler is None:
             continue  # runs on the reference evaluator: nothing to compile
-        args = [known[v] if v in known else torch.empty(
-            env[v], dtype=to_torch(fd._infos[v].dtype), device="meta") for v in seg.sub.inputs]  # fmt: skip
-        refs += seg.definition.precompile(args, target)
+        refs += seg.definition.precompile([stand[v] for v in seg.sub.inputs], target)
     return refs
 
 

@@ -16,7 +16,7 @@ What a segment holds, for a group of the original's tensor ops:
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,21 @@ class SubFusion:
         with fd:
             replay_records(fd, self.records)
         return fd
+
+
+def stand_ins(fd: FusionDefinition, values: Sequence[Any], env: dict) -> dict[int, Any]:
+    """What a segment's planner sees for each state: the fusion's own input, or for a tensor
+    an op computes a meta tensor of its run-time shape (fresh outputs are contiguous)."""
+    import torch
+
+    from .dtypes import to_torch
+
+    out = dict(zip((ref.index for ref in fd.input_refs()), values))
+    made = {o.index for r in fd._records if r.kind == "op" for o in r.outputs}
+    for v, shape in env.items():
+        if v in made and isinstance(shape, tuple) and isinstance(fd._infos[v], TensorInfo):
+            out[v] = torch.empty(shape, dtype=to_torch(fd._infos[v].dtype), device="meta")
+    return out
 
 
 def is_tensor_op(fd: FusionDefinition, record: Record) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fusion_cache.subfusion import FusionGraph, SubFusion
+from fusion_cache.subfusion import FusionGraph, SubFusion, stand_ins
 
 from .base import SchedulerRefused
 from .registry import plan_for, schedule
@@ -60,25 +60,11 @@ def whole_fusion_refusal(fd: Any, values: Sequence[Any], env: dict, profile: Any
 
 class _Segmenter:
     def __init__(self, fd: Any, values: Sequence[Any], env: dict, profile: Any) -> None:
-        import torch
-
-        from fusion_cache.dtypes import to_torch
-
         self.graph = FusionGraph(fd)
         self.profile = profile
         self.tried: dict[tuple, str | None] = {}
-        positions = {ref.index: i for i, ref in enumerate(fd.input_refs())}
-        self.inputs = set(positions)
-        # what a segment's planner sees for each state: the real input, or for an
-        # intermediate a meta tensor of its run-time shape (fresh outputs are contiguous)
-        self.stand_in: dict[int, Any] = {}
-        for v, shape in env.items():
-            if v in positions:
-                self.stand_in[v] = values[positions[v]]
-            elif isinstance(shape, tuple) and v in self.graph.producer:
-                info = fd._infos[v]
-                if hasattr(info, "shape"):
-                    self.stand_in[v] = torch.empty(shape, dtype=to_torch(info.dtype), device="meta")
+        self.inputs = {ref.index for ref in fd.input_refs()}
+        self.stand_in = stand_ins(fd, values, env)
         self.forbidden: list[tuple[int, frozenset[int]]] = []
         records = fd._records
         for pos in self.graph.ops:
