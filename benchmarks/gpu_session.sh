@@ -7,6 +7,8 @@
 #   FAMILIES  benchmark families (default "--family pointwise --family host"; "--family all")
 #   BENCH_K   only benchmark cases whose name contains this
 #   TESTS     the GPU tests to run (default tests/gpu)
+#   SWEEP     part "sweep": a plan of benchmarks/sweeps/ to time (benchmarks/sweep.py)
+#   NCU_CASES part "ncu": cases to profile with Nsight Compute, ours and torch.compile's
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -20,7 +22,7 @@ PARTS=" ${PARTS:-tests restart demo bench} "
 
 if [[ $PARTS == *" tests "* ]]; then
   echo "== GPU tests"
-  FUSION_CACHE_DISABLE_FALLBACK=1 timeout 300 python3 -m pytest -q -p no:cacheprovider \
+  FUSION_CACHE_DISABLE_FALLBACK=1 timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider \
     ${TESTS:-tests/gpu} 2>&1 | tee "$OUT/gpu_tests.log" | grep -v "^tests/gpu/test_frontends_gpu" \
     | tail -40
 fi
@@ -46,4 +48,22 @@ if [[ $PARTS == *" bench "* ]]; then
   cp benchmarks/results/*.json "$OUT/" 2>/dev/null
   FUSION_CACHE_DIR=/tmp/fc_bench timeout 560 python3 -m benchmarks.run $FAMILIES \
     ${BENCH_K:+-k $BENCH_K} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^\[" | tail -150
+fi
+
+if [[ $PARTS == *" ncu "* ]]; then
+  echo "== Nsight Compute"
+  sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis"
+  for c in $NCU_CASES; do
+    FUSION_CACHE_DIR=/tmp/fc_ncu timeout 120 ncu --clock-control none $sections -k regex:fc_ \
+      --launch-skip 2 --launch-count 2 python3 -m benchmarks.profile_case $c >> "$OUT/ncu.txt" 2>&1
+    timeout 120 ncu --clock-control none $sections -k regex:triton --launch-skip 12 \
+      --launch-count 1 python3 -m benchmarks.profile_case $c --compile --calls 16 >> "$OUT/ncu.txt" 2>&1
+  done
+  grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size|Theoretical Occ" "$OUT/ncu.txt" | head -150
+fi
+
+if [[ $PARTS == *" sweep "* ]]; then
+  echo "== sweep $SWEEP"
+  FUSION_CACHE_DIR=/tmp/fc_sweep timeout 500 python3 -m benchmarks.sweep "benchmarks/sweeps/$SWEEP.json" \
+    --out "$OUT" --jobs 14 2>&1 | tee "$OUT/sweep.log" | grep -v Warning | tail -400
 fi

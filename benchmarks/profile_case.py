@@ -1,0 +1,45 @@
+"""Run one benchmark case a few times, for a profiler to watch (ncu, nsys).
+
+    ncu --clock-control none -k regex:fc_ python -m benchmarks.profile_case CASE
+    ncu --clock-control none -k regex:triton --launch-skip 10 --launch-count 1 \\
+        python -m benchmarks.profile_case CASE --compile
+
+The fusion (or, with --compile, torch.compile's kernels) runs `--calls` times after one
+warm-up call, on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from benchmarks.cases import CASES
+from benchmarks.run import seed_for
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_case", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("case", choices=[c.name for c in CASES], metavar="CASE")
+    parser.add_argument("--compile", action="store_true", help="torch.compile's kernels instead")
+    parser.add_argument("--calls", type=int, default=3)
+    args = parser.parse_args(argv)
+    case = next(c for c in CASES if c.name == args.case)
+    torch.manual_seed(seed_for(case.name))
+    inputs = case.inputs("cuda")
+    if args.compile:
+        compiled = torch.compile(case.eager, dynamic=False)
+        run = lambda: compiled(*inputs)  # noqa: E731
+    else:
+        fd = case.build()
+        run = lambda: fd.execute(inputs)  # noqa: E731
+    for _ in range(args.calls + 1):
+        run()
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

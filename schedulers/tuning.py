@@ -1,0 +1,61 @@
+"""Named overrides of the schedulers' heuristic choices.
+
+Note [Tuning knobs]: every number a heuristic picks that a GPU run might want to question
+(threads a row, values a thread keeps, cache hints, ...) is read through `knob(name,
+default)`. In normal use nothing is overridden and the default is the heuristic's choice;
+`benchmarks/sweep.py` overrides knobs to time the alternatives on a GPU, which is how the
+defaults were chosen. A knob changes the generated source or the launch, so kernel keys
+follow it; plans cached before a change are the caller's to drop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+_local = threading.local()
+
+# name -> what it sets; `overriding` refuses other names, so a typo fails loudly
+KNOBS: dict[str, str] = {
+    "pointwise.block": "threads a block of the pointwise kernel",
+    "pointwise.unroll": "vectors a pointwise thread loads before computing",
+    "inner.threads": "threads a block of the inner reduction kernel",
+    "inner.tx": "threads a row of the inner reduction kernel",
+    "inner.values": "values a thread keeps of one row (registers)",
+    "inner.min_blocks": "blocks an SM must hold (__launch_bounds__ minimum; 0 = unset)",
+    "inner.waves": "blocks a launch gets, per SM (0 = one block per row group)",
+    "inner.cluster": "blocks (a thread-block cluster) sharing one row",
+    "inner.pipeline": "copy the next row group to shared memory while computing (Note [Row pipeline])",
+    "inner.cache": "keep the row in registers between passes (False: read it again)",
+    "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",
+    "store.hint": "cache hint of streamed stores: 0 plain, 1 evict-first (.cs)",
+    "outer.tx": "column threads of an outer reduction block",
+    "outer.ty": "row threads of an outer reduction block",
+    "outer.unroll": "rows a thread of an outer reduction loads before accumulating",
+    "outer.blocks_per_sm": "blocks the split of an outer reduction aims at, per SM",
+}
+
+
+def _current() -> Mapping[str, Any]:
+    return getattr(_local, "values", {})
+
+
+def knob(name: str, default: Any) -> Any:
+    """The override of `name` if one is set, else `default` (the heuristic's choice)."""
+    return _current().get(name, default)
+
+
+@contextmanager
+def overriding(values: Mapping[str, Any]) -> Iterator[None]:
+    """Override knobs for the calls inside the block (this thread only)."""
+    unknown = sorted(set(values) - set(KNOBS))
+    if unknown:
+        raise KeyError(f"unknown tuning knob(s) {unknown}; known: {sorted(KNOBS)}")
+    before = _current()
+    _local.values = {**before, **values}
+    try:
+        yield
+    finally:
+        _local.values = before
