@@ -37,6 +37,9 @@ _MATH = {
     "tanh": "tanh",
 }  # fmt: skip
 
+# ops costing tens of instructions a value: a body with one is compute-heavy per byte
+TRANSCENDENTAL = frozenset(_MATH) | {"pow", "atan2", "fmod", "remainder", "gelu", "gelu_tanh"}
+
 _PREDICATES = {
     "isfinite": "fc_isfinite", "isinf": "fc_isinf", "isnan": "fc_isnan",
     "isneginf": "fc_isneginf", "isposinf": "fc_isposinf", "signbit": "fc_signbit",

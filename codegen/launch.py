@@ -177,7 +177,6 @@ class LoadedKernel:
         self._context = context
         self._context_handle = int(context)
         self._check_context = _device_count() > 1
-        self._max_dynamic_smem = _DEFAULT_MAX_DYNAMIC_SMEM
         self._launch = driver.cuLaunchKernel
         self._current_stream = _raw_stream_getter()
 
@@ -189,6 +188,8 @@ class LoadedKernel:
         self.max_threads_per_block = attr(fa.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
         self.static_smem_bytes = attr(fa.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
         self.local_bytes = attr(fa.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+        # without opting in, static and dynamic shared memory together stop at 48 KiB
+        self._max_dynamic_smem = max(0, _DEFAULT_MAX_DYNAMIC_SMEM - self.static_smem_bytes)
 
     def __repr__(self) -> str:
         return (f"LoadedKernel({self.name!r}, device={self.device_index}, regs={self.num_regs}, "

@@ -43,11 +43,20 @@ class InnerVariant:
     # TY thread rows in shared memory and writes one row of a [blocks, N] buffer of
     # partials, for a finish kernel to add up in a fixed order. Needs ITERS > 0.
     acc: tuple[int, ...] = ()
+    min_blocks: int = 0  # __launch_bounds__ minimum blocks an SM (0: unset)
+    cluster: int = 1  # blocks of a thread-block cluster sharing each row (Note [Cluster rows])
+    pipeline: bool = False  # copy the next row group to shared memory ahead (Note [Row pipeline])
+    load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
+    store_hint: int = 0
 
     def describe(self) -> str:
         return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
                 f"{'iters ' + str(self.iters) if self.iters else 'uncached'}, {self.index_type}"
-                f"{', two reduced dims' if self.k2 else ''}")  # fmt: skip
+                f"{', two reduced dims' if self.k2 else ''}"
+                f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
+                f"{', pipelined' if self.pipeline else ''}"
+                f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
+                f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -59,9 +68,13 @@ class OuterVariant:
     index_type: str
     modes: tuple[str, ...]  # per access then per store, along I: 'vec', 'strided', 'bcast'
     k_live: tuple[bool, ...]  # per access: K stride != 0
+    unroll: int = 1  # rows a thread loads (all of them first) per loop iteration
+    load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
 
     def describe(self) -> str:
-        return f"outer {self.tx}x{self.ty} threads, vec {self.vec}, split {self.split}, {self.index_type}"
+        return (f"outer {self.tx}x{self.ty} threads, vec {self.vec}, split {self.split}, "
+                f"unroll {self.unroll}, {self.index_type}"
+                f"{f', hint {self.load_hint}' if self.load_hint else ''}")  # fmt: skip
 
 
 _IDENTITY = {"sum": "fc_op_sum", "prod": "fc_op_prod", "max": "fc_op_max", "min": "fc_op_min"}
@@ -142,39 +155,79 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     dtypes = {s.var: s.dtype for s in program.stmts}
     n_acc = len(program.accesses)
     L: list[str] = [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
-                    f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}"]  # fmt: skip
+                    f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}",
+                    f"#define FC_CLUSTER {v.cluster}"]  # fmt: skip
     extra = ["idx_t rows", "idx_t N"] + [f"idx_t n{d}" for d in range(v.i_rank)]
     extra += ["idx_t K1"] if v.k2 else []
     threads = v.tx * v.ty
-    # 32-bit rows with a light register load: ask for 1024 threads an SM (64 registers a
-    # thread), which took layer norm f32 4096x16384 from 1581 to 2184 GB/s on the H100;
-    # kernels keeping column partials: 512 threads (128 registers). Others say nothing:
-    # an explicit minimum of one block ran 16-bit and partial-sum kernels up to 30% slower
-    light = (v.vec <= 4 and not v.acc and v.iters * v.vec * max(len(v.cached), 1) <= 32
-             and not all(program.store_rowlevel))  # normalizations; plain sums did no better
-    min_blocks = 1024 // threads if light else 512 // threads if v.acc else 0
-    bounds = f"{threads}, {min_blocks}" if min_blocks > 1 else f"{threads}"
-    L.append(f'extern "C" __global__ void __launch_bounds__({bounds}) {INNER_NAME}(')
+    bounds = f"{threads}, {v.min_blocks}" if v.min_blocks > 1 else f"{threads}"
+    dims = " __cluster_dims__(FC_CLUSTER, 1, 1)" if v.cluster > 1 else ""
+    L.append(f'extern "C" __global__ void{dims} __launch_bounds__({bounds}) {INNER_NAME}(')
     L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2, v.acc)) + ") {")
     for t in sorted({_acc_type(r) for r in program.reductions}):
         L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
+        if v.cluster > 1:
+            L.append(f"  __shared__ {t} cl_{_ident(t)}[2 * FC_TY * FC_CLUSTER];")
     L.append("  const int tx = threadIdx.x;")
+    if v.cluster > 1:  # this block's slice [k_lo, k_hi) of every row (Note [Cluster rows])
+        L.append("  const unsigned cl_rank = fc_cluster_rank();")
+        L.append("  unsigned cl_phase = 0;")
+        L.append("  const idx_t chunk = ((N + FC_CLUSTER - 1) / FC_CLUSTER + FC_VEC - 1) / FC_VEC * FC_VEC;")
+        L.append("  const idx_t k_lo = (idx_t)cl_rank * chunk;")
+        L.append("  const idx_t k_hi = k_lo + chunk < N ? k_lo + chunk : N;")
+    else:
+        L.append("  const idx_t k_lo = 0, k_hi = N;")
     for k in v.acc:
         at = acc_type(program.stores[k].dtype)
         L.append(f"  {at} acc{k}[{v.iters}][FC_VEC];")
         L.append("#pragma unroll")
         L.append(f"  for (int it = 0; it < {v.iters}; ++it) for (int j = 0; j < FC_VEC; ++j) acc{k}[it][j] = 0;")
-    L.append("  for (idx_t row0 = (idx_t)blockIdx.x * FC_TY; row0 < rows; row0 += (idx_t)gridDim.x * FC_TY) {")
-    L.append("    const idx_t row = row0 + threadIdx.y;")
-    L.append("    const bool row_ok = row < rows;")
-    L.append("    idx_t rem = row_ok ? row : 0;")
-    for d in range(v.i_rank - 1, 0, -1):
-        L.append(f"    const idx_t c{d} = rem % n{d}; rem /= n{d};")
-    L.append("    const idx_t c0 = rem;")
     tensors = [("a", i) for i in range(n_acc)] + [("o", i) for i in range(len(program.stores))]
-    for k, (p, i) in enumerate(tensors):
-        terms = [f"c{d} * {p}{i}_s{d}" for d in range(v.i_rank) if v.live[k][d]] or ["0"]
-        L.append(f"    const idx_t {p}{i}_row = {' + '.join(terms)};")
+
+    def row_offsets(row: str, pre: str, which: Sequence[int]) -> list[str]:
+        """Offsets of row `row` in the tensors numbered `which`: {pre}a0_row, ..."""
+        out = [f"const idx_t {pre}row = {row};", f"const bool {pre}row_ok = {pre}row < rows;",
+               f"idx_t {pre}rem = {pre}row_ok ? {pre}row : 0;"]  # fmt: skip
+        for d in range(v.i_rank - 1, 0, -1):
+            out.append(f"const idx_t {pre}c{d} = {pre}rem % n{d}; {pre}rem /= n{d};")
+        out.append(f"const idx_t {pre}c0 = {pre}rem;")
+        for k in which:
+            p, i = tensors[k]
+            terms = [f"{pre}c{d} * {p}{i}_s{d}" for d in range(v.i_rank) if v.live[k][d]] or ["0"]
+            out.append(f"const idx_t {pre}{p}{i}_row = {' + '.join(terms)};")
+        return out
+
+    def stage_chunk(slot: str, c: int) -> str:  # this thread's 16 bytes of cached input c
+        return (f"fc_stage[(((({slot}) * {len(v.cached)} + {c}) * FC_TY + threadIdx.y) * {v.iters}"
+                " + it) * FC_TX + tx]")  # fmt: skip
+
+    def prefetch(row0: str, slot: str) -> list[str]:
+        """cp.async of the cached inputs of row group `row0` into stage `slot`."""
+        out = ["{"] + ["  " + x for x in row_offsets(f"{row0} + threadIdx.y", "p_", v.cached)]
+        out += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
+                "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
+                "    const bool ok = p_row_ok && kb < k_hi;"]  # fmt: skip
+        for c, i in enumerate(v.cached):
+            at = _k_offset(f"a{i}", "kb", v.k2, unit=True)
+            out.append(f"    fc_cp_async16(&{stage_chunk(slot, c)}, ok ? a{i} + p_a{i}_row + {at} "
+                       f": a{i}, ok);")  # fmt: skip
+        return out + ["  }", "}"]
+
+    first_row0 = "(idx_t)(blockIdx.x / FC_CLUSTER) * FC_TY"
+    row_step = "(idx_t)(gridDim.x / FC_CLUSTER) * FC_TY"
+    if v.pipeline:
+        # Note [Row pipeline]: stage slot^1 fills with the next row group while this one runs
+        L.append("  extern __shared__ uint4 fc_stage[];  // [2][cached][TY][ITERS][TX] chunks")
+        L.extend("  " + x for x in prefetch(first_row0, "0"))
+        L.append("  fc_cp_async_commit();")
+        L.append("  unsigned slot = 0;")
+        L.append(f"  for (idx_t row0 = {first_row0}; row0 < rows; row0 += {row_step}, slot ^= 1u) {{")
+        L.extend("    " + x for x in prefetch(f"row0 + {row_step}", "slot ^ 1u"))
+        L.append("    fc_cp_async_commit();")
+        L.append("    fc_cp_async_wait<1>();")
+    else:
+        L.append(f"  for (idx_t row0 = {first_row0}; row0 < rows; row0 += {row_step}) {{")
+    L.extend("    " + x for x in row_offsets("row0 + threadIdx.y", "", range(len(tensors))))
 
     def row_load(i: int) -> str:
         return f"(row_ok ? a{i}[a{i}_row] : {MEMORY_TYPE[program.accesses[i].dtype]}())"
@@ -189,7 +242,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         if v.modes[i] == "vec":
             at = _k_offset(f"a{i}", kb, v.k2, unit=True)
             return [f"fc_vec<{mt}, FC_VEC> a{i}_l;",
-                    f"if (ok) a{i}_l = fc_load_vec_ro<FC_VEC>(a{i} + a{i}_row + {at});"]  # fmt: skip
+                    f"if (ok) a{i}_l = fc_load_vec_hint<FC_VEC, {v.load_hint}>(a{i} + a{i}_row + {at});"]  # fmt: skip
         at = _k_offset(f"a{i}", f"{kb} + j", v.k2)
         return [f"{mt} a{i}_l[FC_VEC];",
                 "#pragma unroll",
@@ -202,11 +255,16 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append(f"    {mt} a{i}_c[{v.iters}][FC_VEC];")
         L.append("#pragma unroll")
         L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
-        L.append("      const idx_t kb = ((idx_t)it * FC_TX + tx) * FC_VEC;")
-        L.append("      const bool ok = row_ok && kb < N;")
-        for i in v.cached:
-            for line in fetch(i, "kb", cached=False):
-                L.append("      " + line.replace(f"a{i}_l", f"a{i}_t"))
+        L.append("      const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
+        L.append("      const bool ok = row_ok && kb < k_hi;")
+        for c, i in enumerate(v.cached):
+            if v.pipeline:  # arrived in shared memory (zeros past the row's end)
+                mt = MEMORY_TYPE[program.accesses[i].dtype]
+                L.append(f"      const fc_vec<{mt}, FC_VEC> a{i}_t = "
+                         f"*reinterpret_cast<const fc_vec<{mt}, FC_VEC>*>(&{stage_chunk('slot', c)});")  # fmt: skip
+            else:
+                for line in fetch(i, "kb", cached=False):
+                    L.append("      " + line.replace(f"a{i}_l", f"a{i}_t"))
             L.append("#pragma unroll")
             L.append(f"      for (int j = 0; j < FC_VEC; ++j) a{i}_c[it][j] = a{i}_t[j];")
         L.append("    }")
@@ -221,10 +279,10 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         if cached:
             L.append("#pragma unroll")
             L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
-            L.append("      const idx_t kb = ((idx_t)it * FC_TX + tx) * FC_VEC;")
+            L.append("      const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
         else:
-            L.append("    for (idx_t kb = (idx_t)tx * FC_VEC; kb < N; kb += FC_TX * FC_VEC) {")
-        L.append("      const bool ok = row_ok && kb < N;")
+            L.append("    for (idx_t kb = k_lo + (idx_t)tx * FC_VEC; kb < k_hi; kb += FC_TX * FC_VEC) {")
+        L.append("      const bool ok = row_ok && kb < k_hi;")
         for i in loads:
             L.extend("      " + line for line in fetch(i, "kb", cached and i in v.cached))
         L.append("#pragma unroll")
@@ -291,6 +349,9 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
                          f"{r.var}.m2 = {r.var}_m2; {r.var}.count = {r.var}_n;")  # fmt: skip
         for r in reds:
             L.append(f"    {r.var} = fc_block_reduce_x({r.var}, {_op_functor(r)}, smem_{_ident(_acc_type(r))});")
+            if v.cluster > 1:
+                L.append(f"    {r.var} = fc_cluster_reduce<FC_CLUSTER>({r.var}, {_op_functor(r)}, "
+                         f"cl_{_ident(_acc_type(r))}, cl_phase); cl_phase ^= 1u;")  # fmt: skip
         L.extend("    " + s for s in _row_stmts(program, stage, dtypes, row_load))
     elem_stores = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
     if elem_stores:
@@ -302,7 +363,8 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             if v.modes[n_acc + k] == "vec":
                 body.append(f"o{k}_v[j] = {to_memory(s.var, s.dtype)};")
                 at = _k_offset(f"o{k}", "kb", v.k2, unit=True)
-                post_loop.append(f"if (ok) fc_store_vec<FC_VEC>(o{k} + o{k}_row + {at}, o{k}_v);")
+                post_loop.append(f"if (ok) fc_store_vec_hint<FC_VEC, {v.store_hint}>"
+                                 f"(o{k} + o{k}_row + {at}, o{k}_v);")  # fmt: skip
             else:
                 at = _k_offset(f"o{k}", "kb + j", v.k2)
                 body.append(f"if (ok) o{k}[o{k}_row + {at}] = {to_memory(s.var, s.dtype)};")
@@ -311,14 +373,17 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         _element_pass_with_decls(L, element_pass, [s.var for _, s in elem_stores], body, decls)
     for k, s in enumerate(program.stores):
         if program.store_rowlevel[k]:
-            L.append(f"    if (tx == 0 && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
+            first = "tx == 0 && cl_rank == 0" if v.cluster > 1 else "tx == 0"
+            L.append(f"    if ({first} && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
     L.append("  }")
+    if v.pipeline:
+        L.append("  fc_cp_async_wait<0>();  // the last (empty) prefetch lands before the block ends")
     for k in v.acc:  # the block's column partials: its TY thread rows added in a fixed order
         at = acc_type(program.stores[k].dtype)
         L.append(f"  __shared__ {at} part{k}[FC_TY][FC_TX * FC_VEC];")
         L.append("#pragma unroll")
         L.append(f"  for (int it = 0; it < {v.iters}; ++it) {{")
-        L.append("    const idx_t kb = ((idx_t)it * FC_TX + tx) * FC_VEC;")
+        L.append("    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
         L.append("#pragma unroll")
         L.append(f"    for (int j = 0; j < FC_VEC; ++j) part{k}[threadIdx.y][tx * FC_VEC + j] = acc{k}[it][j];")
         L.append("    __syncthreads();")
@@ -327,7 +392,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         L.append("      for (int j = 0; j < FC_VEC; ++j) {")
         L.append(f"        {at} s = part{k}[0][tx * FC_VEC + j];")
         L.append(f"        for (int y = 1; y < FC_TY; ++y) s += part{k}[y][tx * FC_VEC + j];")
-        L.append(f"        if (kb + j < N) o{k}[(idx_t)blockIdx.x * N + kb + j] = s;")
+        L.append(f"        if (kb + j < k_hi) o{k}[(idx_t)(blockIdx.x / FC_CLUSTER) * N + kb + j] = s;")
         L.append("      }")
         L.append("    }")
         L.append("    __syncthreads();")
@@ -429,22 +494,47 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_a[j] = {init};")
     if not finish:
         stmts, _ = needed(program, [r.input for r in program.reductions])
-        L.append("  for (idx_t k = (idx_t)blockIdx.y * FC_TY + threadIdx.y; k < N; k += (idx_t)gridDim.y * FC_TY) {")
-        L.append("    if (!col_ok) continue;")
+        loads = sorted({s.operands[0] for s in stmts if s.op == "load"})
+        # each iteration a thread loads UNROLL rows (kstep apart) before accumulating any
+        L.append(f"#define FC_UNROLL {v.unroll}")
+        L.append("  const idx_t kstep = (idx_t)gridDim.y * FC_TY;")
+        L.append("  for (idx_t k0 = (idx_t)blockIdx.y * FC_TY + threadIdx.y; k0 < N; "
+                 "k0 += kstep * FC_UNROLL) {")  # fmt: skip
+        L.append("    if (!col_ok) break;")
+        for i in loads:
+            mt = MEMORY_TYPE[program.accesses[i].dtype]
+            L.append(f"    fc_vec<{mt}, FC_VEC> a{i}_u[FC_UNROLL];" if v.modes[i] != "bcast"
+                     else f"    {mt} a{i}_u[FC_UNROLL];")  # fmt: skip
+        L.append("#pragma unroll")
+        L.append("    for (int u = 0; u < FC_UNROLL; ++u) {")
+        L.append("      const idx_t k = k0 + u * kstep < N ? k0 + u * kstep : k0;")
+        for i in loads:
+            if v.modes[i] == "bcast":
+                L.append(f"      a{i}_u[u] = a{i}[k * a{i}_k];")
+            elif v.modes[i] == "vec":
+                L.append(f"      a{i}_u[u] = fc_load_vec_hint<FC_VEC, {v.load_hint}>"
+                         f"(a{i} + cb + k * a{i}_k);")  # fmt: skip
+            else:
+                L.append("#pragma unroll")
+                L.append(f"      for (int j = 0; j < FC_VEC; ++j) a{i}_u[u][j] = "
+                         f"cb + j < cols ? a{i}[(cb + j) * a{i}_s0 + k * a{i}_k] : a{i}[0];")  # fmt: skip
+        L.append("    }")
 
         def elem_load(i: int) -> str:
-            if v.modes[i] == "bcast":
-                return f"a{i}[k * a{i}_k]"
-            return f"a{i}[(cb + j) * a{i}_s0 + k * a{i}_k]"
+            return f"a{i}_u[u]" if v.modes[i] == "bcast" else f"a{i}_u[u][j]"
 
         L.append("#pragma unroll")
-        L.append("    for (int j = 0; j < FC_VEC; ++j) {")
-        L.append("      if (cb + j >= cols) break;")
-        L.extend("      " + x for x in _row_stmts(program, 0, dtypes, col_load))
+        L.append("    for (int u = 0; u < FC_UNROLL; ++u) {")
+        L.append("      if (k0 + u * kstep >= N) break;")
+        L.append("#pragma unroll")
+        L.append("      for (int j = 0; j < FC_VEC; ++j) {")
+        L.append("        if (cb + j >= cols) break;")
+        L.extend("        " + x for x in _row_stmts(program, 0, dtypes, col_load))
         for st in stmts:
-            L.append("      " + render_stmt(st, dtypes, elem_load))
+            L.append("        " + render_stmt(st, dtypes, elem_load))
         for r in program.reductions:
-            L.append("      " + _accumulate(r, r.input, dtypes, f"{r.var}_a[j]"))
+            L.append("        " + _accumulate(r, r.input, dtypes, f"{r.var}_a[j]"))
+        L.append("      }")
         L.append("    }")
         L.append("  }")
         for r in program.reductions:

@@ -162,11 +162,11 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
     kernels = [KernelLaunch(kernel.name, kernel.source, kernel.grid, kernel.block,
                             kernel.arg_types, tuple(remap(a) for a in kernel.args),
                             kernel.shared_mem)]  # fmt: skip
-    blocks = kernel.grid[0]  # rows of partials: one a block
     index = "i64" if "typedef long long idx_t" in kernel.source else "i32"
     for w, col in enumerate(program.columns):
         store = program.rows.stores[col.store]
         n = tuple(row_env[store.state])[1]
+        blocks = spec.workspaces[w][0] // n  # rows of partials: one a block (or cluster)
         outputs[col.output_pos] = OutputSpec((n,), col.dtype)
         source = render_column_finish(acc_type(store.dtype), col.dtype,
                                       "long long" if index == "i64" else "int")  # fmt: skip

@@ -28,6 +28,7 @@ from fusion_cache.values import TensorInfo
 
 from .base import SchedulerRefused
 from .pointwise import Access, Stmt, Store, _Lowering
+from .tuning import knob
 
 NAME = "reduction"
 REDUCTIONS = {"sum", "prod", "max", "min", "var", "var_mean", "welford"}
@@ -288,6 +289,66 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _row_threads(nv: int, vec: int, per_thread: int, most: int) -> int:
+    """Threads a row of `nv` vectors gets in one block."""
+    if vec >= 8 and nv <= 128:
+        # short 16-bit rows: a few threads a row with four loads each in flight; one
+        # load a thread leaves these rows latency-bound (f32 rows do best with two)
+        return _next_pow2(-(-nv // 4))
+    if nv <= 32:
+        return _next_pow2(nv)
+    return min(most, max(32, (-(-nv // per_thread) + 31) // 32 * 32))
+
+
+def _cluster_size(nv: int, per_thread: int, cached: int, partials: int,
+                  program: ReductionProgram, pure: bool, k2: bool,
+                  profile: Any) -> tuple[int, int]:  # fmt: skip
+    """(blocks of a cluster sharing each row, most threads a block) (Note [Cluster rows] in
+    codegen/prelude/reduce.cuh). The fewest blocks, up to 8, whose slices fit 512 threads
+    keeping `per_thread` vectors of each cached input and column partial in registers;
+    then, but for column partials, twice as many: slices for 256 threads beat slices for
+    512 (softmax bf16 1024x65536: 2010 GB/s in clusters of 8, 1847 in clusters of 4 on the
+    H100, benchmarks/results/sweep-rows.json), while a row of 16384 ran best in one block
+    (sweep-pipeline). A slice may take 1024 threads (64 registers each) only where one
+    input is kept and nothing else: layer norm's Welford and two-input rows spilled there
+    and ran at half the speed. A row whose slices still do not fit is read in passes by one
+    block, as are rows where clusters gained nothing: pure reductions read each value once
+    anyway (var_mean bf16 256x262144: 1742 GB/s in one block a row, 725 in clusters of 8),
+    and batch norm's two reduced dims ran best without."""
+    if not profile.supports_clusters or pure or k2 or cached == 0:
+        return 1, 512
+    kept = cached + partials
+    cluster = 1
+    while cluster < 8 and -(-nv // cluster) * kept > 512 * per_thread:
+        cluster *= 2
+    if cluster == 1:
+        return 1, 512
+    if not partials:
+        cluster = min(8, 2 * cluster)
+    welford = any(r.op == "welford" for r in program.reductions)
+    most = 1024 if kept == 1 and not welford else 512
+    if -(-nv // cluster) * kept > most * per_thread * (2 if partials else 1):
+        return 1, 512  # column partials may hold 64 values a thread (see plan_reduction)
+    return cluster, most
+
+
+def _min_blocks(program: ReductionProgram, v: Any) -> int:
+    """The __launch_bounds__ minimum of an inner kernel. 32-bit rows with a light register
+    load ask for 1024 threads an SM (64 registers a thread), which took layer norm f32
+    4096x16384 from 1581 to 2184 GB/s on the H100; kernels keeping column partials: 512
+    threads (128 registers). Others say nothing: an explicit minimum of one block ran 16-bit
+    and partial-sum kernels up to 30% slower."""
+    threads = v.tx * v.ty
+    values = v.iters * v.vec * max(len(v.cached), 1)
+    # normalizations; plain sums did no better. 16-bit rows only with 512 threads or more
+    # (layer norm bf16 4096x16384: 1457 -> 1822 GB/s with 2 blocks of 512), and not rows of
+    # a few values a thread (softmax f32 262144x256: 2646 with 4 blocks, 2775 without;
+    # benchmarks/results/sweep-rows.json)
+    light = (not v.acc and 8 < values <= 32 and not all(program.store_rowlevel)
+             and (v.vec <= 4 or threads >= 512))  # fmt: skip
+    return 1024 // threads if light else 512 // threads if v.acc else 0
+
+
 def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                    profile: Any, accumulate: tuple[int, ...] = ()) -> Any:  # fmt: skip
     """The launch for these inputs. `accumulate`: element-level stores summed over rows
@@ -391,39 +452,58 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         nv = -(-N // vec)
         # about 32 values per thread and row (8 float4 or 4 bf16x8 vectors), at most 512
         # threads a row so a thread keeps up to 128 registers
-        per_thread = max(1, 32 // vec)
-        if vec >= 8 and nv <= 128:
-            # short 16-bit rows: a few threads a row with four loads each in flight; one
-            # load a thread leaves these rows latency-bound (f32 rows do best with two)
-            tx = _next_pow2(-(-nv // 4))
-        elif nv <= 32:
-            tx = _next_pow2(nv)
-        else:
-            tx = min(512, max(32, (-(-nv // per_thread) + 31) // 32 * 32))
-        iters = -(-nv // tx)
+        per_thread = max(1, knob("inner.values", 32) // vec)
         # registers hold the loads that differ per row; weights shared by rows hit in L1/L2
+        # (a single row's strides collapse to 0: all of its loads are its own)
         cached = tuple(sorted({s.operands[0] for s in program.stmts
                                if s.op == "load" and s.var in program.element_vars
-                               and any(i_strides[s.operands[0]])}))  # fmt: skip
+                               and (any(i_strides[s.operands[0]]) or rows == 1)}))  # fmt: skip
+        cluster, most = _cluster_size(nv, per_thread, len(cached), len(accumulate), program, pure,
+                                      k2, profile)  # fmt: skip
+        cluster = knob("inner.cluster", cluster)
+        nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
+        tx = knob("inner.tx", _row_threads(nv_block, vec, per_thread, most if cluster > 1 else 512))
+        iters = -(-nv_block // tx)
         while accumulate and iters * vec * (len(cached) + len(accumulate)) > 64 and tx < 512:
             # the cached row and the column partials share the registers: more threads a
             # row, fewer values each, so two blocks fit on an SM
             tx *= 2
-            iters = -(-nv // tx)
-        if iters * vec * max(len(cached), 1) > 64 or program.stages == 0:
+            iters = -(-nv_block // tx)
+        if iters * vec * max(len(cached), 1) > 64 or program.stages == 0 or not knob(
+                "inner.cache", True):
             iters, cached = 0, ()
         budget = 128 if tx <= 256 else 64  # values a thread keeps, under its register cap
         if accumulate and (iters == 0 or iters * vec * (len(cached) + len(accumulate)) > budget):
             raise SchedulerRefused("column partials need the row and the partial sums in "
                                    "registers; this row is too long")  # fmt: skip
-        ty = max(1, 256 // tx)  # not from the row count: one kernel serves every batch size
+        # not from the row count: one kernel serves every batch size
+        ty = max(1, knob("inner.threads", 256) // tx)
         if iters == 0 and nv >= 4096 and rows < 2 * sm:
             # few long rows (batch norm's channels) leave SMs idle: a wider block per row
             # keeps more loads in flight on the SMs that have one
             tx, ty = 1024, 1
+        # Note [Row pipeline]: 16-byte chunks of the cached inputs go through shared memory.
+        # Measured on the H100 (benchmarks/results/sweep-pipeline.json), it pays where a block
+        # loops over many row groups (column partials: layer norm backward f32 16384x4096
+        # 2265 -> 2611 GB/s) and for 32-bit rows of 64 threads or more (softmax f32
+        # 16384x4096 2548 -> 2782); it cost 16-bit forward rows, rows of one warp and
+        # clusters up to 10%, so those read straight into registers
+        can_pipeline = iters > 0 and profile.arch >= 80 and all(
+            modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
+            for i in cached)  # fmt: skip
+        pays = cluster == 1 and (bool(accumulate) or (vec == 4 and tx >= 64))
+        pipeline = can_pipeline and bool(knob("inner.pipeline", pays))
+        partial_bytes = len(accumulate) * ty * tx * vec * 8  # column partials' static arrays
+        stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
+        if stage_bytes + partial_bytes > profile.smem_per_block_optin - 1024:
+            pipeline, stage_bytes = False, 0
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
-                               k2, tuple(accumulate))  # fmt: skip
+                               k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
+                               load_hint=knob("load.hint", 3 if pure else 0),
+                               store_hint=knob("store.hint", 0))  # fmt: skip
+        variant = replace(variant, min_blocks=knob("inner.min_blocks",
+                                                   _min_blocks(program, variant)))
         args: list = []
         ref_of = _store_refs(len(program.stores), accumulate)
         for k in range(len(tensors)):
@@ -431,17 +511,27 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                         else ref_of[k - n_acc])  # fmt: skip
             args += list(i_strides[k]) + [ks[k]] + ([k0s[k]] if k2 else [])
         args += [rows, N, *i_sizes, *([k_sizes[-1]] if k2 else []), *scalars]
-        blocks = max(1, min(-(-rows // ty), sm * 32))
+        # pure reductions: a block a row group (sum f32 262144x256 2610 -> 2705 GB/s); kernels
+        # with outputs along the row keep the capped grid, which did as well or better
+        waves = knob("inner.waves", 0 if pure else 32)
+        if pipeline:  # blocks that stay resident and loop: as many as shared memory holds
+            waves = knob("inner.waves", max(1, min(
+                profile.smem_per_sm // (stage_bytes + profile.smem_reserved_per_block),
+                profile.max_threads_per_sm // (tx * ty))))  # fmt: skip
+        # groups: blocks (clusters) a launch gets, each taking every so many row groups
+        groups = max(1, min(-(-rows // ty), sm * waves // cluster if waves else 2**31 // cluster))
         workspaces: tuple = ()
         if accumulate:
             from codegen.reduction_cuda import acc_type
 
             # enough blocks to fill the GPU; each adds a row of partials to sum later
-            blocks = max(1, min(-(-rows // ty), sm * 4))
-            workspaces = tuple((blocks * N, DataType.Double if acc_type(program.stores[k].dtype)
+            groups = max(1, min(-(-rows // ty), sm * 4 // cluster))
+            workspaces = tuple((groups * N, DataType.Double if acc_type(program.stores[k].dtype)
                                 == "double" else DataType.Float) for k in accumulate)  # fmt: skip
+        blocks = groups * cluster
         kernel = KernelLaunch(INNER_NAME, render_inner(program, variant), (blocks, 1, 1),
-                              (tx, ty, 1), inner_arg_types(program, variant), tuple(args))  # fmt: skip
+                              (tx, ty, 1), inner_arg_types(program, variant), tuple(args),
+                              stage_bytes)  # fmt: skip
         return LaunchSpec(NAME, tuple(outputs), workspaces, (kernel,),
                           variant.describe() + describe_views(program.views, env))
 
@@ -461,23 +551,31 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     if len(i_sizes) != 1 or i_strides[primary][0] != 1:
         raise SchedulerRefused("the kept dims of an outer reduction are not contiguous")
     cols = i_sizes[0]
-    modes = []
-    for k in range(len(tensors)):
-        s = i_strides[k][0]
-        modes.append("bcast" if s == 0 else "vec" if s == 1 else "strided")
     widest = max(ELEMENT_BYTES[t.dtype] for t in program.accesses)
     vec = max(1, 16 // widest)
     while vec > 1 and cols % vec:
         vec //= 2
-    tx = min(32, max(1, _next_pow2(-(-cols // vec))))
-    ty = max(1, min(32, 256 // tx))
+    modes = []
+    for k in range(len(tensors)):
+        s = i_strides[k][0]
+        # a vector of VEC columns is one aligned load when every row starts aligned
+        dt = program.accesses[k].dtype if k < n_acc else program.stores[k - n_acc].dtype
+        aligned = ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and ks[k] % vec == 0
+        modes.append("bcast" if s == 0 else "vec" if s == 1 and aligned else "strided")
+    tx = knob("outer.tx", min(32, max(1, _next_pow2(-(-cols // vec)))))
+    ty = knob("outer.ty", max(1, min(32, 256 // tx)))
+    # four vectors in flight a thread, and a split aiming at two blocks an SM: sum over
+    # dim 0 bf16 262144x256 1629 -> 1996 GB/s, f32 2378 -> 2497 (sweep-explore)
+    unroll = knob("outer.unroll", 4)
     col_blocks = -(-cols // (tx * vec))
     split = 1
-    want = sm * 4
-    while col_blocks * split < want and N // (split * 2 * ty) >= 8:
+    # 16-bit: one block an SM (bf16 1024x65536: 2258 -> 2367 GB/s, sweep-rows)
+    want = sm * knob("outer.blocks_per_sm", 1 if vec >= 8 else 2)
+    while col_blocks * split < want and N // (split * 2 * ty * unroll) >= 8:
         split *= 2
     variant = OuterVariant(tx, ty, vec, split, index_type(loop, strides), tuple(modes),
-                           tuple(x != 0 for x in ks[:n_acc]))  # fmt: skip
+                           tuple(x != 0 for x in ks[:n_acc]), unroll,
+                           knob("load.hint", 3))  # fmt: skip
     base: list = []
     for k in range(len(tensors)):
         base.append(ArgRef("input", program.accesses[k].input_pos) if k < n_acc

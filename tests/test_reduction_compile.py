@@ -65,3 +65,20 @@ def test_refusal_names_reasons():
     assert any("reductions over different" in str(r) for r in ex.refusals)
     assert ex.scheduler == "inner_outer"
     assert [r.name for r in refs] == ["fc_inner_reduction", "fc_column_finish"]
+
+
+@pytest.mark.parametrize("n,cluster", [(4096, None), (16384, None), (65536, 8), (262144, 8)])
+def test_long_rows_take_clusters_where_the_gpu_has_them(n, cluster):
+    # Note [Cluster rows]: a row that does not fit one block's registers is split over a
+    # thread-block cluster on sm_90; an A100 has none and reads such rows twice instead
+    fd = define(softmax()[0], torch.float32, 2)
+    fd.precompile([meta(64, n)], target="h100")
+    plan = fd._executor().last_plan
+    kernel = plan.spec.kernels[0]
+    assert ("__cluster_dims__" in kernel.source) == (cluster is not None)
+    if cluster:
+        assert f"clusters of {cluster}" in plan.spec.description
+        assert kernel.grid[0] % cluster == 0
+    fd.precompile([meta(64, n)], target="a100")
+    assert "__cluster_dims__" not in fd._executor().last_plan.spec.kernels[0].source
+

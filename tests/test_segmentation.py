@@ -141,9 +141,10 @@ def test_layer_norm_backward_reads_its_inputs_once(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel(dtype):
     fd = layer_norm_backward(dtype)
-    inputs = layer_norm_backward_inputs(4, 65536, dtype, seed=11)
-    # rows too long for registers: no column partials; the segmenter splits it into a row
-    # kernel and a column kernel that recomputes x-hat rather than reading it back
+    inputs = layer_norm_backward_inputs(4, 262144, dtype, seed=11)
+    # rows too long for registers, even a cluster's: no column partials; the segmenter
+    # splits it into a row kernel and a column kernel that recomputes x-hat rather than
+    # reading it back
     segments = fd.segment(inputs, target="h100")
     plan = fd._executor().last_plan
     assert len(segments) == 2
@@ -152,9 +153,21 @@ def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel(dtype):
     check(run_segmented(fd, inputs), layer_norm_backward_eager(*inputs), tol)
 
 
+def test_layer_norm_backward_rows_of_65536_share_a_cluster_on_hopper():
+    # Note [Cluster rows]: on sm_90 a cluster of blocks keeps such an f32 row in registers
+    # and the column partials ride along (one pass); an A100 segments it as above
+    fd = layer_norm_backward(torch.float32)
+    inputs = layer_norm_backward_inputs(4, 65536, torch.float32, seed=11)
+    assert fd.segment(inputs, target="h100") == []
+    assert fd._executor().scheduler == "inner_outer"
+    fd.precompile(inputs, target="h100")
+    assert "clusters of" in fd._executor().last_plan.spec.description
+    assert len(fd.segment(inputs, target="a100")) == 2
+
+
 def test_precompile_compiles_every_segment_without_a_gpu():
     fd = layer_norm_backward(torch.float32)
-    inputs = layer_norm_backward_inputs(16, 65536, torch.float32, seed=12)
+    inputs = layer_norm_backward_inputs(16, 262144, torch.float32, seed=12)
     before = FusionCache.get().stats()["kernels_compiled"]
     refs = fd.precompile(inputs, target="h100")
     assert {r.arch for r in refs} == {90}

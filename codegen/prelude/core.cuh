@@ -220,6 +220,85 @@ template <int N, typename T> FC_DEVICE void fc_store_vec(T* p, const fc_vec<T, N
   *reinterpret_cast<fc_vec<T, N>*>(p) = v;
 }
 
+// Note [Cache hints]: streaming variants for data a kernel touches once. Loads: Hint 1
+// skips L1 (L1::no_allocate), 2 asks L2 to fetch 256 bytes around a miss (L2::256B), 3 does
+// both. Stores with Hint 1 are evict-first (st.global.cs). Measured on the H100
+// (benchmarks/results/sweep-explore.json): pure reductions, which read every byte once and
+// write almost nothing, gain with 3 (var_mean f32 16384x4096 2271 -> 2409 GB/s, outer sums
+// too); kernels that also write rows (normalizations) lost a few percent with it, and
+// evict-first stores never helped, so those keep the plain forms (Hint 0).
+#define FC_LD_FORMS(HINT, PTX)                                                              \
+  FC_DEVICE void fc_ld_raw(const void* p, uint4& r, fc_hint<HINT>) {                       \
+    asm("ld.global.nc" PTX ".v4.u32 {%0, %1, %2, %3}, [%4];"                                \
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));                              \
+  }                                                                                          \
+  FC_DEVICE void fc_ld_raw(const void* p, uint2& r, fc_hint<HINT>) {                       \
+    asm("ld.global.nc" PTX ".v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));     \
+  }                                                                                          \
+  FC_DEVICE void fc_ld_raw(const void* p, unsigned int& r, fc_hint<HINT>) {                \
+    asm("ld.global.nc" PTX ".u32 %0, [%1];" : "=r"(r) : "l"(p));                            \
+  }                                                                                          \
+  FC_DEVICE void fc_ld_raw(const void* p, unsigned short& r, fc_hint<HINT>) {              \
+    asm("ld.global.nc" PTX ".u16 %0, [%1];" : "=h"(r) : "l"(p));                            \
+  }
+template <int H> struct fc_hint {};
+FC_LD_FORMS(1, ".L1::no_allocate")
+FC_LD_FORMS(2, ".L2::256B")
+FC_LD_FORMS(3, ".L1::no_allocate.L2::256B")
+#undef FC_LD_FORMS
+
+template <int N, int Hint, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_hint(const T* p) {
+  constexpr int kBytes = (int)sizeof(T) * N;
+  if constexpr (Hint == 0 || kBytes == 1 || kBytes > 16) {
+    return fc_load_vec_ro<N>(p);
+  } else {
+    typedef typename fc_raw<kBytes>::type raw_t;
+    union {
+      raw_t raw;
+      fc_vec<T, N> vec;
+    } u;
+    fc_ld_raw(p, u.raw, fc_hint<Hint>());
+    return u.vec;
+  }
+}
+
+template <int N, int Hint, typename T>
+FC_DEVICE void fc_store_vec_hint(T* p, const fc_vec<T, N>& v) {
+  constexpr int kBytes = (int)sizeof(T) * N;
+  if constexpr (Hint == 0 || kBytes < 4 || kBytes > 16) {
+    fc_store_vec<N>(p, v);
+  } else if constexpr (kBytes == 16) {
+    const uint4 r = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(p), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
+  } else if constexpr (kBytes == 8) {
+    const uint2 r = *reinterpret_cast<const uint2*>(&v);
+    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(r.x), "r"(r.y) : "memory");
+  } else {
+    const unsigned int r = *reinterpret_cast<const unsigned int*>(&v);
+    asm volatile("st.global.cs.u32 [%0], %1;" :: "l"(p), "r"(r) : "memory");
+  }
+}
+
+// ---- asynchronous copies to shared memory (sm_80) -----------------------------------------
+// Note [Row pipeline]: a block that loops over row groups copies the next group's rows into
+// shared memory with cp.async while it computes on the current one, so memory stays busy
+// through the reductions. Each thread copies, and later reads back, only its own 16-byte
+// chunks: waiting for its own copies is all the synchronisation it needs.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// 16 bytes; when !ok, none are read and the destination is zero-filled.
+FC_DEVICE void fc_cp_async16(void* smem, const void* gmem, bool ok) {
+  const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               ::"r"(dst), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
+}
+FC_DEVICE void fc_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> FC_DEVICE void fc_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+
 // Scalar read-only load that also works for fc_half / fc_bf16.
 template <typename T> FC_DEVICE T fc_ldg(const T* p) { return fc_load_vec_ro<1>(p).v[0]; }
 

@@ -209,4 +209,51 @@ template <typename T, typename Op> FC_DEVICE T fc_block_reduce_y(T v, Op op, T* 
   return r;
 }
 
+// ---- thread-block clusters (sm_90) -------------------------------------------------------
+// Note [Cluster rows]: a row too long for one block's registers is split over the C blocks
+// of a thread-block cluster, each keeping its slice. A row reduction is reduced in each block
+// first, then the C partials are exchanged through distributed shared memory: block r's
+// thread c stores the partial into slot r of block c, one cluster barrier, and every block
+// folds slots 0..C-1 in the same order, so all blocks hold the same bits. Slots alternate
+// between two buffers call by call: a block writing buffer b again has passed the barrier of
+// the call in between, which every block reaches only after reading b. The hardware runs a
+// cluster's blocks together, so the barrier cannot deadlock.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+FC_DEVICE unsigned fc_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+FC_DEVICE void fc_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Writes v, word by word, to the shared memory of block `rank` at the place `local` has here.
+template <typename T> FC_DEVICE void fc_store_remote(T* local, const T& v, unsigned rank) {
+  static_assert(sizeof(T) % 4 == 0, "cluster slots move 32-bit words");
+  const unsigned addr = (unsigned)__cvta_generic_to_shared(local);
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  const unsigned* words = reinterpret_cast<const unsigned*>(&v);
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(T) / 4); ++i)
+    asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(remote + 4 * i), "r"(words[i]) : "memory");
+}
+
+// v: the block's result for row threadIdx.y (the same in every thread of the row). slots:
+// 2 * blockDim.y * C elements of shared memory; phase: 0 or 1, flipped after every call.
+template <int C, typename T, typename Op>
+FC_DEVICE T fc_cluster_reduce(T v, Op op, T* slots, unsigned phase) {
+  T* row_slots = slots + (phase * blockDim.y + threadIdx.y) * C;
+  if (threadIdx.x < C) fc_store_remote(row_slots + fc_cluster_rank(), v, threadIdx.x);
+  fc_cluster_sync();
+  T r = row_slots[0];
+#pragma unroll
+  for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
+  return r;
+}
+#endif
+
 #endif  // FC_PRELUDE_REDUCE

@@ -194,3 +194,33 @@ def test_cuda_code_and_last_cuda_code(gen):
     fd.execute([rand((64,), torch.float32, gen)])
     assert "fc_pointwise" in fd.last_cuda_code()
     assert "scheduler: pointwise" in fd.last_scheduled_fusion_ir()
+
+
+KNOB_SETS = [{}, {"pointwise.unroll": 2}, {"pointwise.unroll": 4, "pointwise.block": 128},
+             {"pointwise.block": 512, "load.hint": 3, "store.hint": 1}, {"load.hint": 1},
+             {"load.hint": 2}]  # fmt: skip
+
+
+def knob_id(knobs):
+    return ",".join(f"{a}={b}" for a, b in knobs.items()) or "default"
+
+
+@pytest.mark.parametrize("knobs", KNOB_SETS, ids=knob_id)
+@pytest.mark.parametrize("shape", [(3, 4104), (1000, 1000), (8192, 520)])
+def test_tuning_knobs_keep_results(knobs, shape, gen):
+    # every choice a sweep can make (Note [Tuning knobs]) computes the same function; the
+    # tails of unrolled loops and partial blocks included
+    from schedulers.tuning import overriding
+
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+        x = fd.ops.cast(a, DataType.Float) + fd.ops.broadcast(
+            fd.ops.cast(b, DataType.Float), [True, False])
+        fd.add_output(fd.ops.cast(fd.ops.tanh(x) * x, DataType.BFloat16))
+    a, b = rand(shape, torch.bfloat16, gen), rand(shape[1:], torch.bfloat16, gen)
+    fd._executor().plans.clear()
+    with overriding(knobs):
+        out = fd.execute([a, b])[0]
+    x = a.float() + b.float()
+    torch.testing.assert_close(out, (torch.tanh(x) * x).bfloat16(), rtol=1.6e-2, atol=1.6e-2)

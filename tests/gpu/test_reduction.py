@@ -128,6 +128,29 @@ def test_rms_norm(n, dtype, gen):
     check(fd.execute([x, w])[0], ref(x, w), dtype, scale=4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows,n", [(3, 65536), (40, 262144), (1, 131072)])
+@pytest.mark.parametrize("pattern", ["softmax", "layer_norm"])
+def test_rows_split_over_clusters(pattern, rows, n, dtype, gen):
+    # layer norm's Welford takes clusters of 512-thread slices only, up to rows of 65536
+    """Rows too long for one block's registers are shared by a cluster of blocks (Note
+    [Cluster rows]); each block reduces its slice, the cluster combines them."""
+    build, ref = {"softmax": softmax(), "layer_norm": layer_norm()}[pattern]
+    fd = define(build, dtype, 2)
+    x = 3 + rand((rows, n), dtype, gen)
+    inputs = [x, rand((n,), dtype, gen), rand((n,), dtype, gen)] if pattern == "layer_norm" else [x]
+    got = fd.execute(inputs)
+    want = ref(*[t.double() for t in inputs])
+    for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
+        # error against the largest value: softmax's values are ~1/n, a sum's ~3n
+        err = (g.double() - w).abs().max().item()
+        assert err <= TOL[dtype] * w.abs().max().item(), (pattern, err, w.abs().max().item())
+    clustered = pattern == "softmax" or n <= 65536
+    assert ("clusters of" in fd._executor().last_plan.spec.description) == clustered
+    for g, again in zip(got, fd.execute(inputs)):
+        assert torch.equal(g, again)  # the same bits again: a fixed order of combines
+
+
 def test_many_row_counts_compile_few_kernels(gen):
     fd = define(softmax()[0], torch.float32, 2)
     before = FusionCache.get().stats()["kernels_compiled"]
@@ -135,3 +158,34 @@ def test_many_row_counts_compile_few_kernels(gen):
         x = rand((rows, 1024), torch.float32, gen)
         check(fd.execute([x])[0], softmax()[1](x), torch.float32)
     assert FusionCache.get().stats()["kernels_compiled"] - before <= 2
+
+
+REDUCTION_KNOBS = [{"inner.pipeline": True}, {"inner.cache": False}, {"inner.cluster": 2},
+                   {"inner.cluster": 4, "inner.pipeline": True}, {"inner.min_blocks": 2},
+                   {"inner.waves": 0, "load.hint": 3, "store.hint": 1},
+                   {"outer.unroll": 8, "outer.blocks_per_sm": 8, "load.hint": 2},
+                   {"outer.unroll": 1, "outer.tx": 8, "outer.ty": 16}]  # fmt: skip
+
+
+@pytest.mark.parametrize("knobs", REDUCTION_KNOBS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(37, 4096), (5, 16392), (300, 1000)])
+@pytest.mark.parametrize("pattern", ["sum_outer", "var_mean", "softmax", "layer_norm"])
+def test_tuning_knobs_keep_results(pattern, shape, dtype, knobs, gen):
+    # every choice a sweep can make (Note [Tuning knobs]), the pipelined and clustered
+    # kernels included, computes the same function as the default
+    from schedulers.tuning import overriding
+
+    build, ref = {"sum_outer": reduce_op("sum", [0]), "var_mean": var_mean([-1]),
+                  "softmax": softmax(), "layer_norm": layer_norm()}[pattern]  # fmt: skip
+    fd = define(build, dtype, 2)
+    rows, n = shape
+    x = 3 + rand((rows, n), dtype, gen)
+    inputs = [x, rand((n,), dtype, gen), rand((n,), dtype, gen)] if pattern == "layer_norm" else [x]
+    fd._executor().plans.clear()
+    with overriding(knobs):
+        got = fd.execute(inputs)
+    want = ref(*[t.double() for t in inputs])
+    for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
+        err = (g.double() - w).abs().max().item()
+        assert err <= TOL[dtype] * w.abs().max().item(), (pattern, knobs, err)

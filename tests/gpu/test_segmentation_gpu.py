@@ -64,8 +64,10 @@ def test_reduction_feeding_a_differently_shaped_pointwise(dtype, rows, k, m):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("rows,cols", [(7, 1000), (64, 4097), (1000, 256), (4096, 1024)])
+@pytest.mark.parametrize("rows,cols", [(7, 1000), (64, 4097), (1000, 256), (4096, 1024),
+                                       (300, 16384), (9, 65536), (5, 65537)])
 def test_layer_norm_backward(dtype, rows, cols):
+    # the last three split each row over a thread-block cluster (Note [Cluster rows])
     fd = layer_norm_backward(dtype)
     inputs = layer_norm_backward_inputs(rows, cols, dtype, device="cuda", seed=5)
     before = counters()
@@ -122,7 +124,7 @@ def test_segments_dump_shows_segments_and_kernels(monkeypatch, capsys):
 
 def test_explicit_segments_match_execute():
     fd = layer_norm_backward(torch.float32)
-    inputs = layer_norm_backward_inputs(8, 65536, torch.float32, device="cuda", seed=10)
+    inputs = layer_norm_backward_inputs(8, 262144, torch.float32, device="cuda", seed=10)
     segments = fd.segment(inputs)  # rows too long for column partials: a row and a column kernel
     assert len(segments) == 2
     # running the segments by hand with the index maps gives what execute gives
@@ -151,7 +153,8 @@ def test_row_value_returned_at_full_size(rows, cols):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("shape", [(4, 6, 5, 8), (32, 64, 7, 7), (2, 3, 1, 1), (8, 16, 33, 17)])
+@pytest.mark.parametrize("shape", [(4, 6, 5, 8), (32, 64, 7, 7), (2, 3, 1, 1), (8, 16, 33, 17),
+                                   (16, 8, 48, 48)])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_batch_norm_training(dtype, shape, channels_last):
     dt = DTYPES[dtype]

@@ -1,0 +1,59 @@
+"""Tuning knobs (Note [Tuning knobs]) and the sweep harness, without a GPU: knobs change the
+generated kernels as they say, unknown names fail loudly, and every committed sweep plan
+names real cases and compiles."""
+from pathlib import Path
+
+import pytest
+import torch
+from fusion_patterns import define, softmax
+
+from benchmarks.sweep import _precompile, combinations, load_plan
+from schedulers.tuning import KNOBS, knob, overriding
+
+SWEEPS = sorted((Path(__file__).parent.parent / "benchmarks" / "sweeps").glob("*.json"))
+
+
+def test_knob_defaults_and_overrides_nest():
+    assert knob("inner.tx", 128) == 128
+    with overriding({"inner.tx": 256}):
+        assert knob("inner.tx", 128) == 256
+        with overriding({"load.hint": 3}):
+            assert (knob("inner.tx", 0), knob("load.hint", 0)) == (256, 3)
+        assert knob("load.hint", 0) == 0
+    assert knob("inner.tx", 128) == 128
+
+
+def test_unknown_knob_is_refused_with_the_known_names():
+    with pytest.raises(KeyError, match="inner.tx"), overriding({"inner.txx": 1}):
+        pass
+
+
+def test_knobs_reach_the_generated_kernel():
+    fd = define(softmax()[0], torch.float32, 2)
+    x = torch.empty(64, 4096, device="meta")
+    with overriding({"inner.pipeline": True, "inner.tx": 256}):
+        fd.precompile([x], target="h100")
+    spec = fd._executor().last_plan.spec
+    assert spec.kernels[0].block[0] == 256 and "pipelined" in spec.description
+    assert "fc_cp_async16(&" in spec.kernels[0].source and spec.kernels[0].shared_mem > 0
+    fd._executor().plans.clear()
+    with overriding({"inner.pipeline": False}):
+        fd.precompile([x], target="h100")
+    assert "fc_cp_async16(&" not in fd._executor().last_plan.spec.kernels[0].source
+
+
+def test_combinations_put_the_default_first():
+    assert combinations({"a": [1, 2], "b": [3]}) == [{}, {"a": 1, "b": 3}, {"a": 2, "b": 3}]
+
+
+@pytest.mark.parametrize("plan", SWEEPS, ids=lambda p: p.stem)
+def test_committed_sweep_plans_name_known_cases_and_knobs(plan):
+    runs = load_plan(plan)
+    assert runs
+    assert all(set(knobs) <= set(KNOBS) for _, knobs in runs)
+
+
+def test_a_sweep_variant_compiles_without_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path))
+    assert _precompile(("softmax_f32_16384x4096", {"inner.pipeline": True})) is None
+    assert "unknown tuning knob" in _precompile(("softmax_f32_16384x4096", {"nope": 1}))
