@@ -38,7 +38,7 @@ _MATH = {
 }  # fmt: skip
 
 # ops costing tens of instructions a value: a body with one is compute-heavy per byte
-TRANSCENDENTAL = frozenset(_MATH) | {"pow", "atan2", "fmod", "remainder", "gelu", "gelu_tanh"}
+TRANSCENDENTAL = frozenset(_MATH) | {"pow", "atan2", "fmod", "remainder"}
 
 _PREDICATES = {
     "isfinite": "fc_isfinite", "isinf": "fc_isinf", "isnan": "fc_isnan",

@@ -255,8 +255,9 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append(f"    {mt} a{i}_c[{v.iters}][FC_VEC];")
         L.append("#pragma unroll")
         L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
-        L.append("      const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
-        L.append("      const bool ok = row_ok && kb < k_hi;")
+        if not v.pipeline:  # the pipelined copies read zeros past the row's end instead
+            L.append("      const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
+            L.append("      const bool ok = row_ok && kb < k_hi;")
         for c, i in enumerate(v.cached):
             if v.pipeline:  # arrived in shared memory (zeros past the row's end)
                 mt = MEMORY_TYPE[program.accesses[i].dtype]

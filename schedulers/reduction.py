@@ -513,11 +513,11 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         args += [rows, N, *i_sizes, *([k_sizes[-1]] if k2 else []), *scalars]
         # pure reductions: a block a row group (sum f32 262144x256 2610 -> 2705 GB/s); kernels
         # with outputs along the row keep the capped grid, which did as well or better
-        waves = knob("inner.waves", 0 if pure else 32)
+        waves = 0 if pure else 32
         if pipeline:  # blocks that stay resident and loop: as many as shared memory holds
-            waves = knob("inner.waves", max(1, min(
-                profile.smem_per_sm // (stage_bytes + profile.smem_reserved_per_block),
-                profile.max_threads_per_sm // (tx * ty))))  # fmt: skip
+            waves = max(1, min(profile.smem_per_sm // (stage_bytes + profile.smem_reserved_per_block),
+                               profile.max_threads_per_sm // (tx * ty)))  # fmt: skip
+        waves = knob("inner.waves", waves)
         # groups: blocks (clusters) a launch gets, each taking every so many row groups
         groups = max(1, min(-(-rows // ty), sm * waves // cluster if waves else 2**31 // cluster))
         workspaces: tuple = ()
