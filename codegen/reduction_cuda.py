@@ -48,10 +48,13 @@ class InnerVariant:
     pipeline: bool = False  # copy the next row group to shared memory ahead (Note [Row pipeline])
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     store_hint: int = 0
+    unroll: int = 1  # vectors a thread loads ahead in a pass that reads the row from memory
 
     def describe(self) -> str:
         return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
-                f"{'iters ' + str(self.iters) if self.iters else 'uncached'}, {self.index_type}"
+                f"{'iters ' + str(self.iters) if self.iters else 'uncached'}"
+                f"{f', unroll {self.unroll}' if self.unroll > 1 and not self.iters else ''}"
+                f", {self.index_type}"
                 f"{', two reduced dims' if self.k2 else ''}"
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
@@ -112,6 +115,43 @@ def _row_stmts(program: ReductionProgram, stage: int, dtypes: dict, load) -> lis
     return out
 
 
+def _row_divisions(program: ReductionProgram) -> dict[str, tuple[str, str]]:
+    """Element-level float divisions by a row-level value: var -> (divisor, C type), rendered
+    as multiplications by the divisor's reciprocal (Note [Row divisors], prelude/math.cuh)."""
+    out = {}
+    for st in program.stmts:
+        if st.op not in ("div", "truediv") or st.compute is None:
+            continue
+        ct = REGISTER_TYPE[st.compute]
+        x, y = st.operands
+        if ct in ("float", "double") and x in program.element_vars and (
+                y not in program.element_vars):  # fmt: skip
+            out[st.var] = (y, ct)
+    return out
+
+
+def _stored(program: ReductionProgram, var: str, dtype) -> str:
+    """The memory form of `var`. A float value cast down to the stored 16-bit dtype is stored
+    from the float: rounding once more would give the same bits after two more conversions."""
+    st = next(s for s in program.stmts if s.var == var)
+    if st.op == "cast" and st.dtype is dtype and MEMORY_TYPE[dtype] in ("fc_half", "fc_bf16"):
+        (src,) = st.operands
+        if REGISTER_TYPE[next(s for s in program.stmts if s.var == src).dtype] == "float":
+            return to_memory(src, dtype)
+    return to_memory(var, dtype)
+
+
+def _render_row_division(st, dtypes: dict) -> str:
+    from .cuda_ops import convert
+    from .stmt_cuda import decl
+
+    x, y = st.operands
+    expr = f"fc_div_by({convert(x, dtypes[x], st.compute)}, {y}_d)"
+    if REGISTER_TYPE[st.compute] != REGISTER_TYPE[st.dtype]:
+        expr = convert(expr, st.compute, st.dtype)
+    return decl(REGISTER_TYPE[st.dtype], st.var, expr)
+
+
 def acc_type(dtype) -> str:
     """The register type column partials are summed in."""
     return "double" if REGISTER_TYPE[dtype] == "double" else "float"
@@ -164,7 +204,9 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     dims = " __cluster_dims__(FC_CLUSTER, 1, 1)" if v.cluster > 1 else ""
     L.append(f'extern "C" __global__ void{dims} __launch_bounds__({bounds}) {INNER_NAME}(')
     L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2, v.acc)) + ") {")
-    for t in sorted({_acc_type(r) for r in program.reductions}):
+    two_pass_all = [r for r in program.reductions if r.op == "welford" and v.iters > 0]
+    for t in sorted({_acc_type(r) for r in program.reductions if r not in two_pass_all}
+                    | {REGISTER_TYPE[r.dtype] for r in two_pass_all}):  # fmt: skip
         L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
         if v.cluster > 1:
             L.append(f"  __shared__ {t} cl_{_ident(t)}[2 * FC_TY * FC_CLUSTER];")
@@ -235,44 +277,42 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     def elem_load(i: int) -> str:
         return f"a{i}_c[it][j]" if (cached and i in v.cached) else f"a{i}_l[j]"
 
-    def fetch(i: int, kb: str, cached: bool) -> list[str]:
+    def fetch(i: int, kb: str, into: str) -> list[str]:
+        """Statements loading the vector at `kb` of access i into `into` (an fc_vec or an
+        array of FC_VEC values), zeros where !ok."""
         mt = MEMORY_TYPE[program.accesses[i].dtype]
-        if cached:
-            return []  # read as a{i}_c[it][j]
         if v.modes[i] == "vec":
             at = _k_offset(f"a{i}", kb, v.k2, unit=True)
-            return [f"fc_vec<{mt}, FC_VEC> a{i}_l;",
-                    f"if (ok) a{i}_l = fc_load_vec_hint<FC_VEC, {v.load_hint}>(a{i} + a{i}_row + {at});"]  # fmt: skip
+            return [f"{into} = fc_load_vec_if<FC_VEC, {v.load_hint}>(a{i} + a{i}_row + {at}, ok);"]
         at = _k_offset(f"a{i}", f"{kb} + j", v.k2)
-        return [f"{mt} a{i}_l[FC_VEC];",
-                "#pragma unroll",
-                f"for (int j = 0; j < FC_VEC; ++j) a{i}_l[j] = ok ? a{i}[a{i}_row + {at}] : {mt}();"]  # fmt: skip
+        return ["#pragma unroll",
+                f"for (int j = 0; j < FC_VEC; ++j) {into}[j] = ok ? a{i}[a{i}_row + {at}] : {mt}();"]  # fmt: skip
 
     cached = v.iters > 0
     if cached:  # load the row's own data into registers once; shared weights stay in L1/L2
-        for i in v.cached:
+        for i in v.cached:  # whole vectors: 16-bit values stay two to a register
             mt = MEMORY_TYPE[program.accesses[i].dtype]
-            L.append(f"    {mt} a{i}_c[{v.iters}][FC_VEC];")
+            L.append(f"    fc_vec<{mt}, FC_VEC> a{i}_c[{v.iters}];")
         L.append("#pragma unroll")
         L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
         if not v.pipeline:  # the pipelined copies read zeros past the row's end instead
             L.append("      const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
             L.append("      const bool ok = row_ok && kb < k_hi;")
         for c, i in enumerate(v.cached):
+            mt = MEMORY_TYPE[program.accesses[i].dtype]
             if v.pipeline:  # arrived in shared memory (zeros past the row's end)
-                mt = MEMORY_TYPE[program.accesses[i].dtype]
-                L.append(f"      const fc_vec<{mt}, FC_VEC> a{i}_t = "
-                         f"*reinterpret_cast<const fc_vec<{mt}, FC_VEC>*>(&{stage_chunk('slot', c)});")  # fmt: skip
+                L.append(f"      a{i}_c[it] = *reinterpret_cast<const fc_vec<{mt}, FC_VEC>*>"
+                         f"(&{stage_chunk('slot', c)});")  # fmt: skip
             else:
-                for line in fetch(i, "kb", cached=False):
-                    L.append("      " + line.replace(f"a{i}_l", f"a{i}_t"))
-            L.append("#pragma unroll")
-            L.append(f"      for (int j = 0; j < FC_VEC; ++j) a{i}_c[it][j] = a{i}_t[j];")
+                L.extend("      " + line for line in fetch(i, "kb", f"a{i}_c[it]"))
         L.append("    }")
 
     carried: set[str] = set()  # element values kept in registers by an earlier pass
 
-    def element_pass(targets: list[str], body_end: list[str], carry: Sequence[str] = ()) -> None:
+    def element_pass(targets: list[str], body_end: list[str], carry: Sequence[str] = (),
+                     pre: Sequence[str] = (), post: Sequence[str] = ()) -> None:
+        """One pass over the row computing `targets`; per vector: `pre` lines, then per
+        element the statements and `body_end`, then `post` lines."""
         stmts, reads = needed(program, targets, frozenset(carried))
         loads = sorted({s.operands[0] for s in stmts if s.op == "load"})
         for var in carry:
@@ -282,21 +322,28 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
             L.append("      const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
         else:
+            if v.unroll > 1:
+                L.append(f"#pragma unroll {v.unroll}")
             L.append("    for (idx_t kb = k_lo + (idx_t)tx * FC_VEC; kb < k_hi; kb += FC_TX * FC_VEC) {")
         L.append("      const bool ok = row_ok && kb < k_hi;")
         for i in loads:
-            L.extend("      " + line for line in fetch(i, "kb", cached and i in v.cached))
+            if not (cached and i in v.cached):  # cached ones are read as a{i}_c[it][j]
+                mt = MEMORY_TYPE[program.accesses[i].dtype]
+                L.append(f"      fc_vec<{mt}, FC_VEC> a{i}_l;")
+                L.extend("      " + line for line in fetch(i, "kb", f"a{i}_l"))
+        L.extend("      " + line for line in pre)
         L.append("#pragma unroll")
         L.append("      for (int j = 0; j < FC_VEC; ++j) {")
         for var in reads:
             L.append(f"        const {REGISTER_TYPE[dtypes[var]]} {var} = {var}_c[it][j];")
         for st in stmts:
-            L.append("        " + render_stmt(st, dtypes, elem_load))
+            L.append("        " + (_render_row_division(st, dtypes) if st.var in divisions
+                                   else render_stmt(st, dtypes, elem_load)))  # fmt: skip
         for var in carry:
             L.append(f"        {var}_c[it][j] = {var};")
         L.extend("        " + line for line in body_end)
         L.append("      }")
-        L.extend("      " + line for line in post_loop)
+        L.extend("      " + line for line in post)
         L.append("    }")
         carried.update(carry)
 
@@ -309,69 +356,103 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         reused = set()
         for t in later:
             reused.update(st.var for st in needed(program, [t])[0])
+        # a cast of a cached load costs an instruction to redo; carried, it would double the
+        # registers a 16-bit row takes (layer norm bf16 spilled at 64 registers)
         out = [r.input for r in reds if r.input in reused and
-               next(s for s in program.stmts if s.var == r.input).op != "load"]  # fmt: skip
+               any(st.op not in ("load", "cast") for st in needed(program, [r.input])[0])]  # fmt: skip
         budget = 64 - v.iters * v.vec * len(v.cached)
         return out if v.iters * v.vec * len(out) <= budget else []
 
-    L.extend("    " + s for s in _row_stmts(program, 0, dtypes, row_load))
+    divisions = _row_divisions(program)
+
+    def row_stmts(stage: int) -> None:
+        """The row-level statements of `stage`, then the reciprocals of the row divisors
+        they define (Note [Row divisors] in prelude/math.cuh)."""
+        L.extend("    " + s for s in _row_stmts(program, stage, dtypes, row_load))
+        stage_of = dict(program.stage_of)
+        for y, ct in sorted(set(divisions.values())):
+            if stage_of.get(y, 0) == stage and y not in program.element_vars:
+                L.append(f"    const fc_divisor<{ct}> {y}_d = fc_divisor_of(({ct}){y});")
+
+    def combine(var: str, ctype: str, op: str) -> None:
+        """Reduce `var` over the row's threads, then over the cluster's blocks."""
+        L.append(f"    {var} = fc_row_reduce<FC_TX, FC_TX * FC_TY>({var}, {op}, smem_{_ident(ctype)});")
+        if v.cluster > 1:
+            L.append(f"    {var} = fc_cluster_reduce<FC_CLUSTER>({var}, {op}, cl_{_ident(ctype)}, "
+                     "cl_phase); cl_phase ^= 1u;")  # fmt: skip
+
+    row_stmts(0)
     from .cuda_ops import convert
 
     for stage in range(1, program.stages + 1):
         reds = [r for r in program.reductions if r.stage == stage]
-        # With the row in registers, Welford is two cheap passes per thread (sum, then squared
-        # deviations from the thread's mean) instead of a division per element.
-        two_pass = [r for r in reds if r.op == "welford" and cached]
-        body = []
+        # Note [Two-pass Welford]: with the row in registers, var and mean are two passes of
+        # plain sums: the row's sum gives its mean, then the squared deviations from it are
+        # summed. Exact two-pass accuracy, and two cheap block sums instead of a tree of
+        # Welford combines, each with a division (var_mean bf16 4096x16384 ran 3x the
+        # instructions of torch.compile's kernel that way).
+        two_pass = [r for r in reds if r in two_pass_all]
+        body: list[str] = []
+        pre: list[str] = []
+        post: list[str] = []
         for r in reds:
             rt = REGISTER_TYPE[r.dtype]
             if r in two_pass:
-                L.append(f"    {rt} {r.var}_s = ({rt})0; int {r.var}_n = 0;")
-                x = convert(r.input, dtypes[r.input], r.dtype)
-                body.append(f" {r.var}_s += {x}; {r.var}_n += 1;")
+                L.append(f"    {rt} {r.var}_s = ({rt})0;")
+                body.append(f" {r.var}_s += {convert(r.input, dtypes[r.input], r.dtype)};")
                 continue
             init = (f"fc_welford_init<{rt}, int>()" if r.op == "welford"
                     else f"{_op_functor(r)}.identity()")  # fmt: skip
             L.append(f"    {_acc_type(r)} {r.var} = {init};")
+            if r.op == "welford" and v.vec > 1:
+                # a vector's values join the running Welford triple together: one division a
+                # vector instead of one a value (a vector never straddles the row's end)
+                pre.append(f"{rt} {r.var}_x[FC_VEC];")
+                body.append(f" {r.var}_x[j] = {convert(r.input, dtypes[r.input], r.dtype)};")
+                post.append(f"if (ok) {r.var} = fc_welford_add<FC_VEC>({r.var}, {r.var}_x);")
+                continue
             body.append(" " + _accumulate(r, r.input, dtypes))
-        post_loop = []
-        element_pass([r.input for r in reds], ["if (ok) {", *body, "}"], carry_for(reds))
+        element_pass([r.input for r in reds], ["if (ok) {", *body, "}"], carry_for(reds), pre, post)
         if two_pass:
             body = []
             for r in two_pass:
                 rt = REGISTER_TYPE[r.dtype]
-                L.append(f"    const {rt} {r.var}_tm = {r.var}_n ? {r.var}_s / ({rt}){r.var}_n : ({rt})0;")
+                combine(f"{r.var}_s", rt, f"fc_op_sum<{rt}>()")
+                L.append(f"    const {rt} {r.var}_mean = {r.var}_s / ({rt})N;")
                 L.append(f"    {rt} {r.var}_m2 = ({rt})0;")
                 x = convert(r.input, dtypes[r.input], r.dtype)
-                body.append(f" const {rt} {r.var}_d = {x} - {r.var}_tm; {r.var}_m2 += {r.var}_d * {r.var}_d;")
+                body.append(f" const {rt} {r.var}_d = {x} - {r.var}_mean; {r.var}_m2 += {r.var}_d * {r.var}_d;")
             element_pass([r.input for r in two_pass], ["if (ok) {", *body, "}"])
             for r in two_pass:
-                L.append(f"    {_acc_type(r)} {r.var}; {r.var}.mean = {r.var}_tm; "
-                         f"{r.var}.m2 = {r.var}_m2; {r.var}.count = {r.var}_n;")  # fmt: skip
+                rt = REGISTER_TYPE[r.dtype]
+                combine(f"{r.var}_m2", rt, f"fc_op_sum<{rt}>()")
+                L.append(f"    {_acc_type(r)} {r.var}; {r.var}.mean = {r.var}_mean; "
+                         f"{r.var}.m2 = {r.var}_m2; {r.var}.count = (int)N;")  # fmt: skip
         for r in reds:
-            L.append(f"    {r.var} = fc_block_reduce_x({r.var}, {_op_functor(r)}, smem_{_ident(_acc_type(r))});")
-            if v.cluster > 1:
-                L.append(f"    {r.var} = fc_cluster_reduce<FC_CLUSTER>({r.var}, {_op_functor(r)}, "
-                         f"cl_{_ident(_acc_type(r))}, cl_phase); cl_phase ^= 1u;")  # fmt: skip
-        L.extend("    " + s for s in _row_stmts(program, stage, dtypes, row_load))
+            if r not in two_pass:
+                combine(r.var, _acc_type(r), _op_functor(r))
+        row_stmts(stage)
     elem_stores = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
     if elem_stores:
-        body, post_loop = [], []
+        body, post = [], []
+        for i in range(n_acc):
+            if i not in v.cached and cached:
+                L.append(f"    fc_opaque(a{i});")
         for k, s in elem_stores:
             if k in v.acc:
                 body.append(f"if (ok) acc{k}[it][j] += ({acc_type(s.dtype)}){s.var};")
                 continue
             if v.modes[n_acc + k] == "vec":
-                body.append(f"o{k}_v[j] = {to_memory(s.var, s.dtype)};")
+                body.append(f"o{k}_v[j] = {_stored(program, s.var, s.dtype)};")
                 at = _k_offset(f"o{k}", "kb", v.k2, unit=True)
-                post_loop.append(f"if (ok) fc_store_vec_hint<FC_VEC, {v.store_hint}>"
+                post.append(f"if (ok) fc_store_vec_hint<FC_VEC, {v.store_hint}>"
                                  f"(o{k} + o{k}_row + {at}, o{k}_v);")  # fmt: skip
             else:
                 at = _k_offset(f"o{k}", "kb + j", v.k2)
-                body.append(f"if (ok) o{k}[o{k}_row + {at}] = {to_memory(s.var, s.dtype)};")
+                body.append(f"if (ok) o{k}[o{k}_row + {at}] = {_stored(program, s.var, s.dtype)};")
         decls = [f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;" for k, s in elem_stores
                  if v.modes[n_acc + k] == "vec" and k not in v.acc]  # fmt: skip
-        _element_pass_with_decls(L, element_pass, [s.var for _, s in elem_stores], body, decls)
+        element_pass([s.var for _, s in elem_stores], body, pre=decls, post=post)
     for k, s in enumerate(program.stores):
         if program.store_rowlevel[k]:
             first = "tx == 0 && cl_rank == 0" if v.cluster > 1 else "tx == 0"
@@ -428,16 +509,6 @@ def render_column_finish(acc_ctype: str, out_dtype, index_type: str) -> str:
         f"  out[col] = fc_cast<{mt}>(t);",
         "}",
     ]) + "\n"  # fmt: skip
-
-
-def _element_pass_with_decls(L, element_pass, targets, body, decls) -> None:
-    # vector stores gather a whole vector inside the j loop and write it after
-    start = len(L)
-    element_pass(targets, body)
-    for i in range(start, len(L)):
-        if L[i].strip().startswith("#pragma unroll") and L[i + 1].strip().startswith("for (int j"):
-            L[i:i] = ["      " + d for d in decls]
-            break
 
 
 def _ident(ctype: str) -> str:

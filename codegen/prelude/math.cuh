@@ -140,6 +140,29 @@ FC_DEVICE double fc_fmod(double a, double b) { return fmod(a, b); }
 template <typename T, FC_IF_INT(T)> FC_DEVICE T fc_fmod(T a, T b) { return a % b; }
 
 // torch.div(rounding_mode='trunc').
+// Note [Row divisors]: a division whose divisor is the same for a whole row (softmax's sum)
+// costs an IEEE division per element. Instead each row computes r = 1 / (y * s) once, with s a
+// power of two that keeps r a normal number, and each element x * r * s: two multiplications,
+// within 1.5 ulp of x / y, and the same special values for zero, infinite and NaN divisors.
+template <typename T> struct fc_divisor {
+  T r, s;
+};
+FC_DEVICE fc_divisor<float> fc_divisor_of(float y) {
+  const float a = fabsf(y);
+  fc_divisor<float> d;
+  d.s = a < 0x1p-125f ? 0x1p64f : (a > 0x1p125f ? 0x1p-64f : 1.0f);
+  d.r = 1.0f / (y * d.s);
+  return d;
+}
+FC_DEVICE fc_divisor<double> fc_divisor_of(double y) {
+  const double a = fabs(y);
+  fc_divisor<double> d;
+  d.s = a < 0x1p-1021 ? 0x1p512 : (a > 0x1p1021 ? 0x1p-512 : 1.0);
+  d.r = 1.0 / (y * d.s);
+  return d;
+}
+template <typename T> FC_DEVICE T fc_div_by(T x, fc_divisor<T> d) { return x * d.r * d.s; }
+
 FC_DEVICE float fc_div_trunc(float a, float b) { return truncf(a / b); }
 FC_DEVICE double fc_div_trunc(double a, double b) { return trunc(a / b); }
 template <typename T, FC_IF_INT(T)> FC_DEVICE T fc_div_trunc(T a, T b) { return a / b; }

@@ -9,19 +9,25 @@
 #define FC_PRELUDE_REDUCE
 
 template <typename T> struct fc_op_sum {
+  static constexpr bool symmetric = true;  // op(a, b) has the bits of op(b, a)
   FC_DEVICE T identity() const { return T(0); }
   FC_DEVICE T operator()(T a, T b) const { return a + b; }
 };
 template <typename T> struct fc_op_prod {
+  static constexpr bool symmetric = true;  // op(a, b) has the bits of op(b, a)
   FC_DEVICE T identity() const { return T(1); }
   FC_DEVICE T operator()(T a, T b) const { return a * b; }
 };
 // max / min propagate NaN like torch.amax / amin.
 template <typename T> struct fc_op_max {
+  // max(-0, +0) and max(+0, -0) may keep different zeros
+  static constexpr bool symmetric = false;
   FC_DEVICE T identity() const { return fc_limits<T>::lowest(); }
   FC_DEVICE T operator()(T a, T b) const { return fc_maximum(a, b); }
 };
 template <typename T> struct fc_op_min {
+  // max(-0, +0) and max(+0, -0) may keep different zeros
+  static constexpr bool symmetric = false;
   FC_DEVICE T identity() const { return fc_limits<T>::highest(); }
   FC_DEVICE T operator()(T a, T b) const { return fc_minimum(a, b); }
 };
@@ -67,6 +73,25 @@ FC_DEVICE fc_welford<T, N> fc_welford_combine(fc_welford<T, N> a, fc_welford<T, 
   return r;
 }
 
+// Adds N values at once (N a power of two): their own mean and m2 by two passes over them,
+// then one combine, so a row read from memory pays one division every N values.
+template <int N, typename T, typename C>
+FC_DEVICE fc_welford<T, C> fc_welford_add(fc_welford<T, C> w, const T (&x)[N]) {
+  T s = x[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) s += x[i];
+  fc_welford<T, C> c;
+  c.mean = s * (T(1) / T(N));  // exact: N is a power of two
+  c.m2 = T(0);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const T d = x[i] - c.mean;
+    c.m2 += d * d;
+  }
+  c.count = C(N);
+  return fc_welford_combine(w, c);
+}
+
 // torch.var semantics: divide by max(count - correction, 0); 0/0 gives NaN as in torch.
 template <typename T, typename N>
 FC_DEVICE T fc_welford_var(fc_welford<T, N> w, T correction) {
@@ -75,6 +100,7 @@ FC_DEVICE T fc_welford_var(fc_welford<T, N> w, T correction) {
 }
 
 template <typename T, typename N = int> struct fc_op_welford {
+  static constexpr bool symmetric = false;
   FC_DEVICE fc_welford<T, N> identity() const { return fc_welford_init<T, N>(); }
   FC_DEVICE fc_welford<T, N> operator()(fc_welford<T, N> a, fc_welford<T, N> b) const {
     return fc_welford_combine(a, b);
@@ -185,6 +211,35 @@ template <typename T, typename Op> FC_DEVICE T fc_block_reduce_x(T v, Op op, T* 
   for (unsigned w = 1; w < warps_per_row; ++w) r = op(r, smem[first + w]);
   __syncthreads();
   return r;
+}
+
+// fc_block_reduce_x with the block shape known at compile time: rows of TX threads (a power
+// of two <= 32 or a multiple of 32) in a block of THREADS threads. Constant shapes spare the
+// run-time division and the dead branch, which inner kernels run once or twice per row.
+// Every thread of a row receives the row's result, with the same bits.
+template <int TX, int THREADS, typename T, typename Op> FC_DEVICE T fc_row_reduce(T v, Op op, T* smem) {
+  static_assert(TX <= 32 ? (TX & (TX - 1)) == 0 : TX % 32 == 0, "rows of 2^k <= 32 or 32k threads");
+  const unsigned tid = threadIdx.x + TX * threadIdx.y, lane = tid & 31u, warp = tid >> 5;
+  if constexpr (TX <= 32) {
+    // rows live inside a warp; a block of THREADS % 32 != 0 ends in a partial warp of whole rows
+    const unsigned mask = THREADS % 32 == 0 ? 0xffffffffu
+        : fc_lane_mask(THREADS - (warp << 5) < 32u ? THREADS - (warp << 5) : 32u);
+#pragma unroll
+    for (int off = TX / 2; off > 0; off /= 2) v = op(v, fc_shfl_xor(v, off, mask));
+    // a butterfly of a symmetric op leaves the same bits in every lane; others take lane 0's
+    if constexpr (Op::symmetric) return v;
+    else return fc_shfl(v, (int)(lane & ~(unsigned)(TX - 1)), mask);
+  } else {
+    v = fc_warp_reduce(v, op);
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    const unsigned first = warp / (TX / 32) * (TX / 32);
+    T r = smem[first];
+#pragma unroll
+    for (int w = 1; w < TX / 32; ++w) r = op(r, smem[first + w]);
+    __syncthreads();
+    return r;  // every thread folded the same partials in the same order
+  }
 }
 
 // Reduces over threadIdx.y separately for each threadIdx.x (outer reductions).

@@ -163,6 +163,7 @@ def test_many_row_counts_compile_few_kernels(gen):
 REDUCTION_KNOBS = [{"inner.pipeline": True}, {"inner.cache": False}, {"inner.cluster": 2},
                    {"inner.cluster": 4, "inner.pipeline": True}, {"inner.min_blocks": 2},
                    {"inner.waves": 0, "load.hint": 3, "store.hint": 1},
+                   {"inner.cache": False, "inner.unroll": 4}, {"inner.cache": False, "inner.unroll": 2},
                    {"outer.unroll": 8, "outer.blocks_per_sm": 8, "load.hint": 2},
                    {"outer.unroll": 1, "outer.tx": 8, "outer.ty": 16}]  # fmt: skip
 
