@@ -332,20 +332,28 @@ def _cluster_size(nv: int, per_thread: int, cached: int, partials: int,
     return cluster, most
 
 
+def _unroll(vec: int) -> int:
+    """Vectors a thread loads ahead when a pass reads the row from memory: two for 32-bit rows
+    (layer norm f32 256x262144: 1749 -> 1848 GB/s on the H100, sums and Welford alike or
+    slightly better); one for 16-bit rows, where four cost 9% (benchmarks/results/
+    sweep-unroll.json)."""
+    return 2 if vec == 4 else 1
+
+
 def _min_blocks(program: ReductionProgram, v: Any) -> int:
-    """The __launch_bounds__ minimum of an inner kernel. 32-bit rows with a light register
-    load ask for 1024 threads an SM (64 registers a thread), which took layer norm f32
-    4096x16384 from 1581 to 2184 GB/s on the H100; kernels keeping column partials: 512
-    threads (128 registers). Others say nothing: an explicit minimum of one block ran 16-bit
-    and partial-sum kernels up to 30% slower."""
+    """The __launch_bounds__ minimum of an inner kernel. 32-bit rows of blocks under 512
+    threads with a light register load ask for 1024 threads an SM (64 registers a thread);
+    kernels keeping column partials: 512 threads (128 registers). Others say nothing: an
+    explicit minimum of one block ran 16-bit and partial-sum kernels up to 30% slower."""
     threads = v.tx * v.ty
     values = v.iters * v.vec * max(len(v.cached), 1)
-    # normalizations; plain sums did no better. 16-bit rows only with 512 threads or more
-    # (layer norm bf16 4096x16384: 1457 -> 1822 GB/s with 2 blocks of 512), and not rows of
-    # a few values a thread (softmax f32 262144x256: 2646 with 4 blocks, 2775 without;
-    # benchmarks/results/sweep-rows.json)
+    # normalizations; plain sums did no better, nor rows of a few values a thread (softmax
+    # f32 262144x256: 2646 with 4 blocks, 2775 without; benchmarks/results/sweep-rows.json).
+    # Since the kernels' instructions halved (sweep-twopass.json), blocks of 512 threads do
+    # as well or better without a minimum (layer norm f32 4096x16384: 2875 GB/s without, 2803
+    # with 2 blocks), and 16-bit rows gain nothing from one
     light = (not v.acc and 8 < values <= 32 and not all(program.store_rowlevel)
-             and (v.vec <= 4 or threads >= 512))  # fmt: skip
+             and v.vec <= 4 and threads < 512)  # fmt: skip
     return 1024 // threads if light else 512 // threads if v.acc else 0
 
 
@@ -483,16 +491,18 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             # keeps more loads in flight on the SMs that have one
             tx, ty = 1024, 1
         # Note [Row pipeline]: 16-byte chunks of the cached inputs go through shared memory.
-        # Measured on the H100 (benchmarks/results/sweep-pipeline.json), it pays where a block
+        # Measured on the H100 (benchmarks/results/sweep-pipeline.json), it paid where a block
         # loops over many row groups (column partials: layer norm backward f32 16384x4096
-        # 2265 -> 2611 GB/s) and for 32-bit rows of 64 threads or more (softmax f32
-        # 16384x4096 2548 -> 2782); it cost 16-bit forward rows, rows of one warp and
-        # clusters up to 10%, so those read straight into registers
+        # 2265 -> 2611 GB/s). It also paid for 32-bit forward rows while their kernels ran
+        # twice today's instructions; since Note [Two-pass Welford] and the packed row loads
+        # it costs them 3-8% (layer norm f32 4096x16384: 2875 GB/s without, 2730 with;
+        # softmax f32 4096x16384: 2927 and 2788; sweep-twopass.json), and column partials
+        # 0-3% (rms norm backward f32 65536x1024: 2818 without, 2726 with; sweep-unroll.json):
+        # it stays a knob for the sweeps
         can_pipeline = iters > 0 and profile.arch >= 80 and all(
             modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
             for i in cached)  # fmt: skip
-        pays = cluster == 1 and (bool(accumulate) or (vec == 4 and tx >= 64))
-        pipeline = can_pipeline and bool(knob("inner.pipeline", pays))
+        pipeline = can_pipeline and bool(knob("inner.pipeline", False))
         partial_bytes = len(accumulate) * ty * tx * vec * 8  # column partials' static arrays
         stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
         if stage_bytes + partial_bytes > profile.smem_per_block_optin - 1024:
@@ -501,7 +511,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
                                load_hint=knob("load.hint", 3 if pure else 0),
-                               store_hint=knob("store.hint", 0))  # fmt: skip
+                               store_hint=knob("store.hint", 0),
+                               unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1)  # fmt: skip
         variant = replace(variant, min_blocks=knob("inner.min_blocks",
                                                    _min_blocks(program, variant)))
         args: list = []

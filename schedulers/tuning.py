@@ -29,6 +29,7 @@ KNOBS: dict[str, str] = {
     "inner.cluster": "blocks (a thread-block cluster) sharing one row",
     "inner.pipeline": "copy the next row group to shared memory while computing (Note [Row pipeline])",
     "inner.cache": "keep the row in registers between passes (False: read it again)",
+    "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",
     "store.hint": "cache hint of streamed stores: 0 plain, 1 evict-first (.cs)",
     "outer.tx": "column threads of an outer reduction block",
