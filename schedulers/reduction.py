@@ -341,20 +341,26 @@ def _unroll(vec: int) -> int:
 
 
 def _min_blocks(program: ReductionProgram, v: Any) -> int:
-    """The __launch_bounds__ minimum of an inner kernel. 32-bit rows of blocks under 512
-    threads with a light register load ask for 1024 threads an SM (64 registers a thread);
-    kernels keeping column partials: 512 threads (128 registers). Others say nothing: an
-    explicit minimum of one block ran 16-bit and partial-sum kernels up to 30% slower."""
+    """The __launch_bounds__ minimum of an inner kernel: for 32-bit rows of blocks under 512
+    threads with a light register load, 1024 threads an SM (64 registers a thread) in
+    clusters and 512 otherwise; 512 threads for kernels keeping column partials. Others say
+    nothing: an explicit minimum of one block ran 16-bit and partial-sum kernels up to 30%
+    slower."""
     threads = v.tx * v.ty
     values = v.iters * v.vec * max(len(v.cached), 1)
     # normalizations; plain sums did no better, nor rows of a few values a thread (softmax
     # f32 262144x256: 2646 with 4 blocks, 2775 without; benchmarks/results/sweep-rows.json).
     # Since the kernels' instructions halved (sweep-twopass.json), blocks of 512 threads do
     # as well or better without a minimum (layer norm f32 4096x16384: 2875 GB/s without, 2803
-    # with 2 blocks), and 16-bit rows gain nothing from one
+    # with 2 blocks), 16-bit rows gain nothing from one, and asking 1024 threads an SM made
+    # layer norm f32 16384x4096 spill (2750 against 2902 with 512; sweep-welford_blocks.json).
+    # Cluster slices want the 1024: layer norm f32 1024x65536 ran 2592 GB/s with it and 2315
+    # with 512, rms norm f32 1024x65536 2832 and 2541 (H100 benchmark runs of 2026-11-23)
     light = (not v.acc and 8 < values <= 32 and not all(program.store_rowlevel)
              and v.vec <= 4 and threads < 512)  # fmt: skip
-    return 1024 // threads if light else 512 // threads if v.acc else 0
+    if light:
+        return (1024 if v.cluster > 1 else 512) // threads
+    return 512 // threads if v.acc else 0
 
 
 def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
@@ -468,6 +474,11 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                and (any(i_strides[s.operands[0]]) or rows == 1)}))  # fmt: skip
         cluster, most = _cluster_size(nv, per_thread, len(cached), len(accumulate), program, pure,
                                       k2, profile)  # fmt: skip
+        if (cluster == 1 and profile.supports_clusters and not pure and not accumulate
+                and nv >= 4096 and 2 * rows <= sm):  # fmt: skip
+            # so few long rows that a block each leaves half the SMs idle (batch norm of 64
+            # channels: 64 blocks on 132 SMs): two blocks a row, in a cluster
+            cluster = 2
         cluster = knob("inner.cluster", cluster)
         nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
         tx = knob("inner.tx", _row_threads(nv_block, vec, per_thread, most if cluster > 1 else 512))

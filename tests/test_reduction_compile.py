@@ -67,12 +67,14 @@ def test_refusal_names_reasons():
     assert [r.name for r in refs] == ["fc_inner_reduction", "fc_column_finish"]
 
 
-@pytest.mark.parametrize("n,cluster", [(4096, None), (16384, None), (65536, 8), (262144, 8)])
-def test_long_rows_take_clusters_where_the_gpu_has_them(n, cluster):
+@pytest.mark.parametrize("rows,n,cluster", [(512, 4096, None), (512, 16384, None), (64, 65536, 8),
+                                            (64, 262144, 8), (64, 16384, 2), (64, 1024, None)])
+def test_long_rows_take_clusters_where_the_gpu_has_them(rows, n, cluster):
     # Note [Cluster rows]: a row that does not fit one block's registers is split over a
-    # thread-block cluster on sm_90; an A100 has none and reads such rows twice instead
+    # thread-block cluster on sm_90; an A100 has none and reads such rows twice instead. So
+    # few long rows that one block each would leave half the SMs idle (64 on 132) take two
     fd = define(softmax()[0], torch.float32, 2)
-    fd.precompile([meta(64, n)], target="h100")
+    fd.precompile([meta(rows, n)], target="h100")
     plan = fd._executor().last_plan
     kernel = plan.spec.kernels[0]
     assert ("__cluster_dims__" in kernel.source) == (cluster is not None)

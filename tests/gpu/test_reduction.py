@@ -145,8 +145,10 @@ def test_rows_split_over_clusters(pattern, rows, n, dtype, gen):
         # error against the largest value: softmax's values are ~1/n, a sum's ~3n
         err = (g.double() - w).abs().max().item()
         assert err <= TOL[dtype] * w.abs().max().item(), (pattern, err, w.abs().max().item())
-    clustered = pattern == "softmax" or n <= 65536
-    assert ("clusters of" in fd._executor().last_plan.spec.description) == clustered
+    # layer norm's longer rows are read from memory, by two blocks a row when there are so
+    # few rows (here at most 40) that one block a row would leave SMs idle
+    clusters = "clusters of 2" if pattern == "layer_norm" and n > 65536 else "clusters of"
+    assert clusters in fd._executor().last_plan.spec.description
     for g, again in zip(got, fd.execute(inputs)):
         assert torch.equal(g, again)  # the same bits again: a fixed order of combines
 
@@ -164,6 +166,7 @@ REDUCTION_KNOBS = [{"inner.pipeline": True}, {"inner.cache": False}, {"inner.clu
                    {"inner.cluster": 4, "inner.pipeline": True}, {"inner.min_blocks": 2},
                    {"inner.waves": 0, "load.hint": 3, "store.hint": 1},
                    {"inner.cache": False, "inner.unroll": 4}, {"inner.cache": False, "inner.unroll": 2},
+                   {"inner.cache": False, "inner.cluster": 2},
                    {"outer.unroll": 8, "outer.blocks_per_sm": 8, "load.hint": 2},
                    {"outer.unroll": 1, "outer.tx": 8, "outer.ty": 16}]  # fmt: skip
 

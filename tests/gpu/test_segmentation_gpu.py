@@ -154,7 +154,7 @@ def test_row_value_returned_at_full_size(rows, cols):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", [(4, 6, 5, 8), (32, 64, 7, 7), (2, 3, 1, 1), (8, 16, 33, 17),
-                                   (16, 8, 48, 48)])
+                                   (16, 8, 48, 48), (9, 5, 61, 67)])  # last two: 2 blocks a channel
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_batch_norm_training(dtype, shape, channels_last):
     dt = DTYPES[dtype]
