@@ -195,17 +195,22 @@ template <int N, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec(const T* p) {
   return *reinterpret_cast<const fc_vec<T, N>*>(p);
 }
 
+// The bits of one raw load (fc_raw) as N values of T.
+template <typename T, int N, typename Raw> FC_DEVICE fc_vec<T, N> fc_bits_as_vec(Raw raw) {
+  union {
+    Raw raw;
+    fc_vec<T, N> vec;
+  } u;
+  u.raw = raw;
+  return u.vec;
+}
+
 // Read-only path (ld.global.nc): only for inputs that no thread writes during the kernel.
 template <int N, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_ro(const T* p) {
   constexpr int kBytes = (int)sizeof(T) * N;
   if constexpr (kBytes <= 16) {
     typedef typename fc_raw<kBytes>::type raw_t;
-    union {
-      raw_t raw;
-      fc_vec<T, N> vec;
-    } u;
-    u.raw = __ldg(reinterpret_cast<const raw_t*>(p));
-    return u.vec;
+    return fc_bits_as_vec<T, N>(__ldg(reinterpret_cast<const raw_t*>(p)));
   } else {
     fc_vec<T, N> out;
     const uint4* src = reinterpret_cast<const uint4*>(p);
@@ -252,13 +257,9 @@ template <int N, int Hint, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_hint(c
   if constexpr (Hint == 0 || kBytes == 1 || kBytes > 16) {
     return fc_load_vec_ro<N>(p);
   } else {
-    typedef typename fc_raw<kBytes>::type raw_t;
-    union {
-      raw_t raw;
-      fc_vec<T, N> vec;
-    } u;
-    fc_ld_raw(p, u.raw, fc_hint<Hint>());
-    return u.vec;
+    typename fc_raw<kBytes>::type raw;
+    fc_ld_raw(p, raw, fc_hint<Hint>());
+    return fc_bits_as_vec<T, N>(raw);
   }
 }
 
@@ -297,13 +298,9 @@ template <int N, int Hint, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_if(con
     if (ok) v = fc_load_vec_hint<N, Hint>(p);
     return v;
   } else {
-    typedef typename fc_raw<kBytes>::type raw_t;
-    union {
-      raw_t raw;
-      fc_vec<T, N> vec;
-    } u;
-    fc_ld_raw_if(p, u.raw, ok, fc_hint<Hint>());
-    return u.vec;
+    typename fc_raw<kBytes>::type raw;
+    fc_ld_raw_if(p, raw, ok, fc_hint<Hint>());
+    return fc_bits_as_vec<T, N>(raw);
   }
 }
 

@@ -147,18 +147,20 @@ template <typename T, FC_IF_INT(T)> FC_DEVICE T fc_fmod(T a, T b) { return a % b
 template <typename T> struct fc_divisor {
   T r, s;
 };
-FC_DEVICE fc_divisor<float> fc_divisor_of(float y) {
-  const float a = fabsf(y);
-  fc_divisor<float> d;
-  d.s = a < 0x1p-125f ? 0x1p64f : (a > 0x1p125f ? 0x1p-64f : 1.0f);
-  d.r = 1.0f / (y * d.s);
-  return d;
-}
-FC_DEVICE fc_divisor<double> fc_divisor_of(double y) {
-  const double a = fabs(y);
-  fc_divisor<double> d;
-  d.s = a < 0x1p-1021 ? 0x1p512 : (a > 0x1p1021 ? 0x1p-512 : 1.0);
-  d.r = 1.0 / (y * d.s);
+// Where 1 / y leaves the normal range, and the powers of two that bring y back into it.
+template <typename T> struct fc_divisor_range;
+template <> struct fc_divisor_range<float> {
+  static constexpr float lo = 0x1p-125f, hi = 0x1p125f, up = 0x1p64f, down = 0x1p-64f;
+};
+template <> struct fc_divisor_range<double> {
+  static constexpr double lo = 0x1p-1021, hi = 0x1p1021, up = 0x1p512, down = 0x1p-512;
+};
+template <typename T> FC_DEVICE fc_divisor<T> fc_divisor_of(T y) {
+  typedef fc_divisor_range<T> R;
+  const T a = fc_abs(y);
+  fc_divisor<T> d;
+  d.s = a < R::lo ? R::up : (a > R::hi ? R::down : T(1));
+  d.r = T(1) / (y * d.s);
   return d;
 }
 template <typename T> FC_DEVICE T fc_div_by(T x, fc_divisor<T> d) { return x * d.r * d.s; }
