@@ -130,13 +130,13 @@ def _row_divisions(program: ReductionProgram) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _stored(program: ReductionProgram, var: str, dtype) -> str:
+def _stored(program: ReductionProgram, dtypes: dict, var: str, dtype) -> str:
     """The memory form of `var`. A float value cast down to the stored 16-bit dtype is stored
     from the float: rounding once more would give the same bits after two more conversions."""
     st = next(s for s in program.stmts if s.var == var)
     if st.op == "cast" and st.dtype is dtype and MEMORY_TYPE[dtype] in ("fc_half", "fc_bf16"):
         (src,) = st.operands
-        if REGISTER_TYPE[next(s for s in program.stmts if s.var == src).dtype] == "float":
+        if REGISTER_TYPE[dtypes[src]] == "float":
             return to_memory(src, dtype)
     return to_memory(var, dtype)
 
@@ -443,13 +443,13 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
                 body.append(f"if (ok) acc{k}[it][j] += ({acc_type(s.dtype)}){s.var};")
                 continue
             if v.modes[n_acc + k] == "vec":
-                body.append(f"o{k}_v[j] = {_stored(program, s.var, s.dtype)};")
+                body.append(f"o{k}_v[j] = {_stored(program, dtypes, s.var, s.dtype)};")
                 at = _k_offset(f"o{k}", "kb", v.k2, unit=True)
                 post.append(f"if (ok) fc_store_vec_hint<FC_VEC, {v.store_hint}>"
-                                 f"(o{k} + o{k}_row + {at}, o{k}_v);")  # fmt: skip
+                            f"(o{k} + o{k}_row + {at}, o{k}_v);")  # fmt: skip
             else:
                 at = _k_offset(f"o{k}", "kb + j", v.k2)
-                body.append(f"if (ok) o{k}[o{k}_row + {at}] = {_stored(program, s.var, s.dtype)};")
+                body.append(f"if (ok) o{k}[o{k}_row + {at}] = {_stored(program, dtypes, s.var, s.dtype)};")
         decls = [f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;" for k, s in elem_stores
                  if v.modes[n_acc + k] == "vec" and k not in v.acc]  # fmt: skip
         element_pass([s.var for _, s in elem_stores], body, pre=decls, post=post)

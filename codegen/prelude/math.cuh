@@ -139,7 +139,6 @@ FC_DEVICE float fc_fmod(float a, float b) { return fmodf(a, b); }
 FC_DEVICE double fc_fmod(double a, double b) { return fmod(a, b); }
 template <typename T, FC_IF_INT(T)> FC_DEVICE T fc_fmod(T a, T b) { return a % b; }
 
-// torch.div(rounding_mode='trunc').
 // Note [Row divisors]: a division whose divisor is the same for a whole row (softmax's sum)
 // costs an IEEE division per element. Instead each row computes r = 1 / (y * s) once, with s a
 // power of two that keeps r a normal number, and each element x * r * s: two multiplications,
@@ -165,6 +164,7 @@ template <typename T> FC_DEVICE fc_divisor<T> fc_divisor_of(T y) {
 }
 template <typename T> FC_DEVICE T fc_div_by(T x, fc_divisor<T> d) { return x * d.r * d.s; }
 
+// torch.div(rounding_mode='trunc').
 FC_DEVICE float fc_div_trunc(float a, float b) { return truncf(a / b); }
 FC_DEVICE double fc_div_trunc(double a, double b) { return trunc(a / b); }
 template <typename T, FC_IF_INT(T)> FC_DEVICE T fc_div_trunc(T a, T b) { return a / b; }

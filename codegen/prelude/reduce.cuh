@@ -26,7 +26,7 @@ template <typename T> struct fc_op_max {
   FC_DEVICE T operator()(T a, T b) const { return fc_maximum(a, b); }
 };
 template <typename T> struct fc_op_min {
-  // max(-0, +0) and max(+0, -0) may keep different zeros
+  // min(-0, +0) and min(+0, -0) may keep different zeros
   static constexpr bool symmetric = false;
   FC_DEVICE T identity() const { return fc_limits<T>::highest(); }
   FC_DEVICE T operator()(T a, T b) const { return fc_minimum(a, b); }
