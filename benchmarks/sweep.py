@@ -67,6 +67,13 @@ def _precompile(job: tuple[str, dict[str, Any]]) -> str | None:
         return f"{type(e).__name__}: {e}"
 
 
+def _forget_plans(fd: Any) -> None:
+    """Drop the plans cached under other knob values: the fusion's and, as a segmented
+    fusion's segments are fusions with executors of their own, every other one too."""
+    for ex in list(fd._cache.executors.values()):
+        ex.plans.clear()
+
+
 def run_variant(case: Case, knobs: dict[str, Any], inputs: list, reference: list,
                 timer: Any) -> dict[str, Any]:  # fmt: skip
     from fusion_cache.gpu_runtime import executor_for
@@ -77,7 +84,7 @@ def run_variant(case: Case, knobs: dict[str, Any], inputs: list, reference: list
     try:
         fd = case.build()
         ex = executor_for(fd)
-        ex.plans.clear()  # plans cached under other knob values
+        _forget_plans(fd)
         with overriding(knobs):
             outputs = fd.execute(inputs)
         plan = ex.last_plan
@@ -86,7 +93,7 @@ def run_variant(case: Case, knobs: dict[str, Any], inputs: list, reference: list
         _, problem = case.compare(outputs, reference)
         record["correct"] = problem is None
         record["gbps"] = gbps(case.bytes_moved, timer(lambda: fd.execute(inputs)))
-        ex.plans.clear()
+        _forget_plans(fd)
     except Exception as e:  # noqa: BLE001 - a refused or broken variant is a result too
         record["error"] = f"{type(e).__name__}: {e}"[:500]
     return record

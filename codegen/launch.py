@@ -162,6 +162,7 @@ def _packer(arg_types: tuple[str, ...]) -> _Packer:
 
 # ---- kernels --------------------------------------------------------------------------------
 
+_PORTABLE_CLUSTER = 8  # blocks a cluster may have without opting in
 _modules: dict[tuple[str, int], driver.CUmodule] = {}
 _kernels: dict[tuple[str, str, int], LoadedKernel] = {}
 
@@ -190,6 +191,10 @@ class LoadedKernel:
         self.local_bytes = attr(fa.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
         # without opting in, static and dynamic shared memory together stop at 48 KiB
         self._max_dynamic_smem = max(0, _DEFAULT_MAX_DYNAMIC_SMEM - self.static_smem_bytes)
+        if attr(fa.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH) > _PORTABLE_CLUSTER:
+            # clusters of 16 blocks (sm_90) launch only once the kernel opts in
+            allow = fa.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            _check(driver.cuFuncSetAttribute(function, allow, 1), "cuFuncSetAttribute")
 
     def __repr__(self) -> str:
         return (f"LoadedKernel({self.name!r}, device={self.device_index}, regs={self.num_regs}, "

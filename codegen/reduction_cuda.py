@@ -49,10 +49,12 @@ class InnerVariant:
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     store_hint: int = 0
     unroll: int = 1  # vectors a thread loads ahead in a pass that reads the row from memory
+    merge: bool = True  # Note [Merged row reductions] (prelude/reduce.cuh)
 
     def describe(self) -> str:
         return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
                 f"{'iters ' + str(self.iters) if self.iters else 'uncached'}"
+                f"{', read each pass' if self.iters and not self.cached else ''}"
                 f"{f', unroll {self.unroll}' if self.unroll > 1 and not self.iters else ''}"
                 f", {self.index_type}"
                 f"{', two reduced dims' if self.k2 else ''}"
@@ -103,6 +105,15 @@ def _accumulate(red, value: str, dtypes: dict, acc: str | None = None) -> str:
     if red.op == "welford":
         return f"{acc} = fc_welford_update({acc}, {x});"
     return f"{acc} = {_op_functor(red)}({acc}, {x});"
+
+
+def _merged(reds, merge: bool = True) -> list[list]:
+    """Reductions combined together (Note [Merged row reductions] in prelude/reduce.cuh):
+    those of one scalar accumulator type; Welford triples, and all with `merge` off, go alone."""
+    groups: dict[str, list] = {}
+    for r in reds:
+        groups.setdefault(r.var if r.op == "welford" or not merge else _acc_type(r), []).append(r)
+    return list(groups.values())
 
 
 def _row_stmts(program: ReductionProgram, stage: int, dtypes: dict, load) -> list[str]:
@@ -205,8 +216,13 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     L.append(f'extern "C" __global__ void{dims} __launch_bounds__({bounds}) {INNER_NAME}(')
     L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2, v.acc)) + ") {")
     two_pass_all = [r for r in program.reductions if r.op == "welford" and v.iters > 0]
-    for t in sorted({_acc_type(r) for r in program.reductions if r not in two_pass_all}
-                    | {REGISTER_TYPE[r.dtype] for r in two_pass_all}):  # fmt: skip
+    shared_types = {REGISTER_TYPE[r.dtype] for r in two_pass_all}
+    for stage in range(1, program.stages + 1):
+        for group in _merged((r for r in program.reductions
+                              if r.stage == stage and r not in two_pass_all), v.merge):  # fmt: skip
+            ct = _acc_type(group[0])
+            shared_types.add(ct if len(group) == 1 else f"fc_multi<{ct}, {len(group)}>")
+    for t in sorted(shared_types):
         L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
         if v.cluster > 1:
             L.append(f"  __shared__ {t} cl_{_ident(t)}[2 * FC_TY * FC_CLUSTER];")
@@ -360,7 +376,9 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         # registers a 16-bit row takes (layer norm bf16 spilled at 64 registers)
         out = [r.input for r in reds if r.input in reused and
                any(st.op not in ("load", "cast") for st in needed(program, [r.input])[0])]  # fmt: skip
-        budget = 64 - v.iters * v.vec * len(v.cached)
+        # registers spoken for: the cached row, or for a row read from memory its column
+        # partials (beside a cached row they fit: its 16-bit values pack two a register)
+        budget = 64 - v.iters * v.vec * (len(v.cached) or len(v.acc))
         return out if v.iters * v.vec * len(out) <= budget else []
 
     divisions = _row_divisions(program)
@@ -428,9 +446,16 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
                 combine(f"{r.var}_m2", rt, f"fc_op_sum<{rt}>()")
                 L.append(f"    {_acc_type(r)} {r.var}; {r.var}.mean = {r.var}_mean; "
                          f"{r.var}.m2 = {r.var}_m2; {r.var}.count = (int)N;")  # fmt: skip
-        for r in reds:
-            if r not in two_pass:
-                combine(r.var, _acc_type(r), _op_functor(r))
+        for group in _merged((r for r in reds if r not in two_pass), v.merge):
+            if len(group) == 1:
+                combine(group[0].var, _acc_type(group[0]), _op_functor(group[0]))
+                continue
+            ct, n = _acc_type(group[0]), len(group)  # Note [Merged row reductions]
+            m = f"{group[0].var}_m"
+            L.append(f"    fc_multi<{ct}, {n}> {m} = {{{{{', '.join(r.var for r in group)}}}}};")
+            combine(m, f"fc_multi<{ct}, {n}>",
+                    f"fc_op_multi<{ct}, {', '.join(_op_functor(r)[:-2] for r in group)}>()")
+            L.extend(f"    {r.var} = {m}.v[{i}];" for i, r in enumerate(group))
         row_stmts(stage)
     elem_stores = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
     if elem_stores:

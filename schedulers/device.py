@@ -32,6 +32,8 @@ class DeviceProfile:
     l2_bytes: int
     mem_bandwidth_gbs: float  # nominal DRAM bandwidth, for effective-bandwidth reports
     supports_clusters: bool
+    # blocks a thread-block cluster may have: 16 (non-portable) where measured to launch
+    max_cluster: int = 8
     max_blocks_per_sm: int = 32
     smem_reserved_per_block: int = 1 * KiB  # the driver keeps this much per resident block
     mem_bytes: int = 0  # nominal DRAM size; 0 when unknown
@@ -63,9 +65,10 @@ KNOWN_PROFILES: dict[str, DeviceProfile] = {
             l2_bytes=40 * MiB, mem_bandwidth_gbs=2039.0, supports_clusters=False,
             max_blocks_per_sm=32, mem_bytes=80 * GiB,
         ),
-        # H100 SXM5 80GB HBM3, the lent GPU (mem_bytes as its driver reports it).
+        # H100 SXM5 80GB HBM3, the lent GPU (mem_bytes as its driver reports it); clusters
+        # of 16 ran there (benchmarks/results/sweep-long_bwd.json)
         DeviceProfile(name="h100", mem_bandwidth_gbs=3352.0, mem_bytes=85_017_493_504,
-                      **_HOPPER_SXM),
+                      **{**_HOPPER_SXM, "max_cluster": 16}),
         DeviceProfile(
             name="h100-pcie", mem_bandwidth_gbs=2039.0, mem_bytes=80 * GiB,
             **{**_HOPPER_SXM, "sm_count": 114},
@@ -73,7 +76,7 @@ KNOWN_PROFILES: dict[str, DeviceProfile] = {
         # H200 SXM 141GB HBM3e: the H100's SMs with more, faster memory; its driver reports
         # a 60 MiB L2 (seen on the lent H200s).
         DeviceProfile(name="h200", mem_bandwidth_gbs=4800.0, mem_bytes=150_109_880_320,
-                      **{**_HOPPER_SXM, "l2_bytes": 60 * MiB}),
+                      **{**_HOPPER_SXM, "l2_bytes": 60 * MiB, "max_cluster": 16}),
         DeviceProfile(
             name="l4", arch=89, sm_count=58, max_threads_per_block=1024,
             max_threads_per_sm=1536, regs_per_block=65536, regs_per_sm=65536,
@@ -184,6 +187,7 @@ def _read_profile(device_index: int) -> DeviceProfile:
         l2_bytes=attr("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
         mem_bandwidth_gbs=round(bandwidth, 1),
         supports_clusters=bool(attr("CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH")),
+        max_cluster=KNOWN_PROFILES[known].max_cluster if known else 8,
         max_blocks_per_sm=attr("CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR"),
         smem_reserved_per_block=attr("CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK"),
         mem_bytes=mem_bytes,

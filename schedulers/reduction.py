@@ -300,7 +300,7 @@ def _row_threads(nv: int, vec: int, per_thread: int, most: int) -> int:
     return min(most, max(32, (-(-nv // per_thread) + 31) // 32 * 32))
 
 
-def _cluster_size(nv: int, per_thread: int, cached: int, partials: int,
+def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials: int,
                   program: ReductionProgram, pure: bool, k2: bool,
                   profile: Any) -> tuple[int, int]:  # fmt: skip
     """(blocks of a cluster sharing each row, most threads a block) (Note [Cluster rows] in
@@ -311,10 +311,11 @@ def _cluster_size(nv: int, per_thread: int, cached: int, partials: int,
     H100, benchmarks/results/sweep-rows.json), while a row of 16384 ran best in one block
     (sweep-pipeline). A slice may take 1024 threads (64 registers each) only where one
     input is kept and nothing else: layer norm's Welford and two-input rows spilled there
-    and ran at half the speed. A row whose slices still do not fit is read in passes by one
-    block, as are rows where clusters gained nothing: pure reductions read each value once
-    anyway (var_mean bf16 256x262144: 1742 GB/s in one block a row, 725 in clusters of 8),
-    and batch norm's two reduced dims ran best without."""
+    and ran at half the speed. A row whose slices still do not fit is read in passes by 8
+    blocks (below). One block a row reads those where clusters gained nothing: pure
+    reductions read each value once anyway (var_mean bf16 256x262144: 1742 GB/s in one
+    block a row, 725 in clusters of 8), and batch norm's two reduced dims ran best without.
+    Column partials of 32-bit rows too long to cache: see Note [Partials of long rows]."""
     if not profile.supports_clusters or pure or k2 or cached == 0:
         return 1, 512
     kept = cached + partials
@@ -328,6 +329,26 @@ def _cluster_size(nv: int, per_thread: int, cached: int, partials: int,
     welford = any(r.op == "welford" for r in program.reductions)
     most = 1024 if kept == 1 and not welford else 512
     if -(-nv // cluster) * kept > most * per_thread * (2 if partials else 1):
+        # Note [Partials of long rows]: where the cached slices do not fit even 8 blocks,
+        # a 32-bit row is read from memory in each pass (the second mostly from L2, which
+        # holds the rows a wave of clusters works on) and only the column partials stay in
+        # registers, spread over the widest cluster the GPU runs. On the H100, clusters of
+        # 16 gave layer norm backward f32 256x262144 1547 GB/s against 1255 split in a row
+        # and a column kernel, rms norm's 1604 against 1472 in clusters of 8; 16-bit rows
+        # ran slower that way than split (layer norm bf16: 873 against 1218;
+        # benchmarks/results/sweep-long_bwd.json), so rows with any 16-bit data (`narrow`)
+        # stay split
+        wide = profile.max_cluster
+        if partials and not narrow and -(-nv // wide) * partials <= 512 * per_thread * 2:
+            return wide, 512
+        # other rows too long for a cluster's registers are still shared by 8 blocks: a wave
+        # of clusters then works on few enough rows that passes after the first read them
+        # from L2 (layer norm f32 256x262144: 1842 -> 2101 GB/s, the row kernel of rms norm
+        # backward bf16 split in two: 1235 -> 1332, layer norm backward's 1175 -> 1256;
+        # sixteen blocks did no better; benchmarks/results/sweep-reread*.json)
+        reread = knob("inner.reread", 8)
+        if reread and not partials:
+            return min(reread, wide), 512
         return 1, 512  # column partials may hold 64 values a thread (see plan_reduction)
     return cluster, most
 
@@ -472,8 +493,9 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         cached = tuple(sorted({s.operands[0] for s in program.stmts
                                if s.op == "load" and s.var in program.element_vars
                                and (any(i_strides[s.operands[0]]) or rows == 1)}))  # fmt: skip
-        cluster, most = _cluster_size(nv, per_thread, len(cached), len(accumulate), program, pure,
-                                      k2, profile)  # fmt: skip
+        narrow = any(ELEMENT_BYTES[d] < 4 for d in moving)
+        cluster, most = _cluster_size(nv, per_thread, narrow, len(cached), len(accumulate),
+                                      program, pure, k2, profile)  # fmt: skip
         if (cluster == 1 and profile.supports_clusters and not pure and not accumulate
                 and nv >= 4096 and 2 * rows <= sm):  # fmt: skip
             # so few long rows that a block each leaves half the SMs idle (batch norm of 64
@@ -482,19 +504,24 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         cluster = knob("inner.cluster", cluster)
         nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
         tx = knob("inner.tx", _row_threads(nv_block, vec, per_thread, most if cluster > 1 else 512))
+        if cluster > 1:
+            tx = max(tx, cluster)  # a row's threads hand out the cluster's partials, one a block
         iters = -(-nv_block // tx)
         while accumulate and iters * vec * (len(cached) + len(accumulate)) > 64 and tx < 512:
             # the cached row and the column partials share the registers: more threads a
             # row, fewer values each, so two blocks fit on an SM
-            tx *= 2
+            tx = min(512, 2 * tx)
             iters = -(-nv_block // tx)
-        if iters * vec * max(len(cached), 1) > 64 or program.stages == 0 or not knob(
-                "inner.cache", True):
-            iters, cached = 0, ()
         budget = 128 if tx <= 256 else 64  # values a thread keeps, under its register cap
-        if accumulate and (iters == 0 or iters * vec * (len(cached) + len(accumulate)) > budget):
-            raise SchedulerRefused("column partials need the row and the partial sums in "
-                                   "registers; this row is too long")  # fmt: skip
+        if iters * vec * max(len(cached), 1) > 64 or program.stages == 0 or not knob(
+                "inner.cache", True) or (
+                accumulate and iters * vec * (len(cached) + len(accumulate)) > budget):  # fmt: skip
+            # column partials keep the fixed steps (a thread sums the same columns every
+            # row) and read the row from memory in each pass instead
+            iters, cached = (iters if accumulate else 0), ()
+        if accumulate and iters * vec * len(accumulate) > budget:
+            raise SchedulerRefused("column partials need the partial sums in registers; this "
+                                   "row is too long")  # fmt: skip
         # not from the row count: one kernel serves every batch size
         ty = max(1, knob("inner.threads", 256) // tx)
         if iters == 0 and nv >= 4096 and rows < 2 * sm:
@@ -523,7 +550,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
                                load_hint=knob("load.hint", 3 if pure else 0),
                                store_hint=knob("store.hint", 0),
-                               unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1)  # fmt: skip
+                               unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1,
+                               merge=knob("inner.merge", True))  # fmt: skip
         variant = replace(variant, min_blocks=knob("inner.min_blocks",
                                                    _min_blocks(program, variant)))
         args: list = []
@@ -547,7 +575,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             from codegen.reduction_cuda import acc_type
 
             # enough blocks to fill the GPU; each adds a row of partials to sum later
-            groups = max(1, min(-(-rows // ty), sm * 4 // cluster))
+            groups = max(1, min(-(-rows // ty), knob("inner.groups", sm * 4 // cluster)))
             workspaces = tuple((groups * N, DataType.Double if acc_type(program.stores[k].dtype)
                                 == "double" else DataType.Float) for k in accumulate)  # fmt: skip
         blocks = groups * cluster
@@ -573,7 +601,10 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     if len(i_sizes) != 1 or i_strides[primary][0] != 1:
         raise SchedulerRefused("the kept dims of an outer reduction are not contiguous")
     cols = i_sizes[0]
-    widest = max(ELEMENT_BYTES[t.dtype] for t in program.accesses)
+    # the vector width of the tensors that move along the columns (a per-row value read by
+    # every column, as rms norm's rstd in a column sum, is one load a row)
+    widest = max((ELEMENT_BYTES[t.dtype] for k, t in enumerate(program.accesses)
+                  if i_strides[k][0] != 0), default=4)  # fmt: skip
     vec = max(1, 16 // widest)
     while vec > 1 and cols % vec:
         vec //= 2
@@ -585,11 +616,18 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         aligned = ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and ks[k] % vec == 0
         modes.append("bcast" if s == 0 else "vec" if s == 1 and aligned else "strided")
     tx = knob("outer.tx", min(32, max(1, _next_pow2(-(-cols // vec)))))
-    ty = knob("outer.ty", max(1, min(32, 256 // tx)))
+    col_blocks = -(-cols // (tx * vec))
+    # blocks of 128 threads where the columns alone give four blocks an SM (sum over dim 0
+    # bf16 256x262144: 2418 GB/s against 2216 with 256; f32 2631 and 2588), 256 otherwise:
+    # with fewer blocks, 128 threads left the SMs short of loads in flight (bf16
+    # 1024x65536: 1715 against 2349; benchmarks/results/sweep-long_bwd.json), and two sums
+    # a column did better with 256 (layer norm backward bf16 256x262144: 1256 -> 1283,
+    # sweep-reread_bwd.json)
+    small_blocks = col_blocks >= 4 * sm and len(program.reductions) == 1
+    ty = knob("outer.ty", max(1, min(32, (128 if small_blocks else 256) // tx)))
     # four vectors in flight a thread, and a split aiming at two blocks an SM: sum over
     # dim 0 bf16 262144x256 1629 -> 1996 GB/s, f32 2378 -> 2497 (sweep-explore)
     unroll = knob("outer.unroll", 4)
-    col_blocks = -(-cols // (tx * vec))
     split = 1
     # 16-bit: one block an SM (bf16 1024x65536: 2258 -> 2367 GB/s, sweep-rows)
     want = sm * knob("outer.blocks_per_sm", 1 if vec >= 8 else 2)

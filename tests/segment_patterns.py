@@ -92,6 +92,41 @@ def layer_norm_backward_eager(dy, x, mean, rstd, w):
     return [o.to(dt) for o, dt in zip(out, (x.dtype, w.dtype, w.dtype))]
 
 
+def rms_norm_backward(dtype) -> FusionDefinition:
+    """dx (one row reduction) and dw (one column sum) of RMS norm, from the saved rstd [R]."""
+    with FusionDefinition() as fd:
+        dy = fd.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
+        x = fd.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
+        rstd = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1], dtype=DTYPES[dtype])
+        dyf, xf = _up(fd, dy, dtype), _up(fd, x, dtype)
+        r = fd.ops.broadcast(rstd, [False, True])
+        g = fd.ops.mul(dyf, fd.ops.broadcast(_up(fd, w, dtype), [True, False]))
+        proj = fd.ops.div(fd.ops.sum(fd.ops.mul(g, xf), [1], keepdim=True), fd.ops.size(x, 1))
+        dx = fd.ops.mul(r, fd.ops.sub(g, fd.ops.mul(fd.ops.mul(xf, fd.ops.mul(r, r)), proj)))
+        dw = fd.ops.sum(fd.ops.mul(fd.ops.mul(dyf, xf), r), [0])
+        fd.add_output(_down(fd, dx, dtype))
+        fd.add_output(_down(fd, dw, dtype))
+    return fd
+
+
+def rms_norm_backward_inputs(rows, cols, dtype, device="cpu", seed=0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(rows, cols, generator=gen, device=device)
+    rstd = torch.rsqrt(x.pow(2).mean(1) + 1e-5)
+    dy = torch.randn(rows, cols, generator=gen, device=device)
+    w = torch.randn(cols, generator=gen, device=device)
+    return [dy.to(dtype), x.to(dtype), rstd, w.to(dtype)]
+
+
+def rms_norm_backward_eager(dy, x, rstd, w):
+    dyf, xf, r = dy.double(), x.double(), rstd.double()[:, None]
+    g = dyf * w.double()
+    dx = r * (g - xf * r * r * (g * xf).mean(1, keepdim=True))
+    dw = (dyf * xf * r).sum(0)
+    return [dx.to(x.dtype), dw.to(w.dtype)]
+
+
 def chain_with_boundaries(count: int, dtype=torch.float32) -> FusionDefinition:
     """exp, *2, +1, neg... with a segment_set after each step but the last: `count`
     pointwise segments in a line."""

@@ -67,6 +67,21 @@ def test_refusal_names_reasons():
     assert [r.name for r in refs] == ["fc_inner_reduction", "fc_column_finish"]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [262144, 1000003])
+def test_rows_too_long_for_a_clusters_registers_still_take_8_blocks(n, dtype):
+    # layer norm's Welford rows of 262144 do not fit 512-thread slices of 8 blocks; they
+    # are still shared by 8 blocks so that later passes read them from L2 (a million odd
+    # values, one at a time, do not fit registers even then: read from memory in each pass)
+    fd = define(layer_norm()[0], dtype, 2)
+    fd.precompile([meta(40, n, dtype=dtype), meta(n, dtype=dtype), meta(n, dtype=dtype)],
+                  target="h100")  # fmt: skip
+    spec = fd._executor().last_plan.spec
+    assert "clusters of 8" in spec.description
+    assert "#define FC_CLUSTER 8" in spec.kernels[0].source
+    assert ("uncached" in spec.description) == (n % 2 == 1)
+
+
 @pytest.mark.parametrize("rows,n,cluster", [(512, 4096, None), (512, 16384, None), (64, 65536, 8),
                                             (64, 262144, 8), (64, 16384, 2), (64, 1024, None)])
 def test_long_rows_take_clusters_where_the_gpu_has_them(rows, n, cluster):

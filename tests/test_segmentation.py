@@ -138,19 +138,35 @@ def test_layer_norm_backward_reads_its_inputs_once(dtype):
     check(fd.execute(inputs), layer_norm_backward_eager(*inputs), tol)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel(dtype):
+@pytest.mark.parametrize("dtype,target", [(torch.bfloat16, "h100"), (torch.float32, "a100")],
+                         ids=str)  # fmt: skip
+def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel(dtype, target):
     fd = layer_norm_backward(dtype)
     inputs = layer_norm_backward_inputs(4, 262144, dtype, seed=11)
-    # rows too long for registers, even a cluster's: no column partials; the segmenter
-    # splits it into a row kernel and a column kernel that recomputes x-hat rather than
-    # reading it back
-    segments = fd.segment(inputs, target="h100")
+    # rows too long for registers, even a cluster's, with 16-bit data or no clusters: no
+    # column partials; the segmenter splits it into a row kernel and a column kernel that
+    # recomputes x-hat rather than reading it back
+    segments = fd.segment(inputs, target=target)
     plan = fd._executor().last_plan
     assert len(segments) == 2
     assert [s.scheduler for s in plan.segments] == ["reduction", "reduction"]
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     check(run_segmented(fd, inputs), layer_norm_backward_eager(*inputs), tol)
+
+
+def test_layer_norm_backward_f32_long_rows_keep_partials_in_a_cluster_of_16():
+    # Note [Partials of long rows]: on an H100 the f32 rows are read from memory in each
+    # pass and the column partials alone stay in registers, over 16 blocks (no segments)
+    fd = layer_norm_backward(torch.float32)
+    inputs = layer_norm_backward_inputs(4, 262144, torch.float32, seed=11)
+    assert fd.segment(inputs, target="h100") == []
+    kernel = fd.precompile(inputs, target="h100")[0]
+    assert kernel.name == "fc_inner_reduction"
+    spec = fd._executor().last_plan.spec
+    assert "read each pass" in spec.description and "clusters of 16" in spec.description
+    assert "__cluster_dims__(FC_CLUSTER, 1, 1)" in spec.kernels[0].source
+    assert "#define FC_CLUSTER 16" in spec.kernels[0].source
+    check(fd.execute(inputs), layer_norm_backward_eager(*inputs), 1e-4)
 
 
 def test_layer_norm_backward_rows_of_65536_share_a_cluster_on_hopper():
@@ -166,8 +182,8 @@ def test_layer_norm_backward_rows_of_65536_share_a_cluster_on_hopper():
 
 
 def test_precompile_compiles_every_segment_without_a_gpu():
-    fd = layer_norm_backward(torch.float32)
-    inputs = layer_norm_backward_inputs(16, 262144, torch.float32, seed=12)
+    fd = layer_norm_backward(torch.bfloat16)
+    inputs = layer_norm_backward_inputs(16, 262144, torch.bfloat16, seed=12)
     before = FusionCache.get().stats()["kernels_compiled"]
     refs = fd.precompile(inputs, target="h100")
     assert {r.arch for r in refs} == {90}

@@ -11,6 +11,9 @@ from segment_patterns import (
     layer_norm_backward_inputs,
     max_then_scale,
     max_then_scale_eager,
+    rms_norm_backward,
+    rms_norm_backward_eager,
+    rms_norm_backward_inputs,
     row_sum_spread,
     row_sum_spread_eager,
     seed_002,
@@ -81,6 +84,44 @@ def test_layer_norm_backward(dtype, rows, cols):
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows,cols", [(5, 262144), (3, 200001), (40, 131072), (300, 4097)])
+def test_rms_norm_backward(dtype, rows, cols):
+    # Note [Partials of long rows]: f32 rows too long to keep in registers beside the
+    # column partials are read from memory in each pass, the partials staying in registers
+    # (one kernel and a finish); 16-bit ones split into a row and a column kernel
+    fd = rms_norm_backward(dtype)
+    inputs = rms_norm_backward_inputs(rows, cols, dtype, device="cuda", seed=12)
+    before = counters()
+    got = fd.execute(inputs)
+    assert counters()["reference_runs"] == before["reference_runs"]
+    check(got, rms_norm_backward_eager(*inputs), dtype)
+    if cols < 131072 or dtype == torch.float32:
+        assert fd._executor().scheduler == "inner_outer"
+    if cols >= 131072 and dtype == torch.float32:
+        assert "clusters of 16" in fd._executor().last_plan.spec.description
+    check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
+
+
+@pytest.mark.parametrize("knobs", [{"inner.cluster": 16}, {"inner.cache": False}, {"inner.groups": 3},
+                                   {"inner.merge": False}], ids=str)  # fmt: skip
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_norm_backward_knobs_keep_results(norm, knobs):
+    # column partials with a cluster of 16 (a non-portable size), rows read in each pass,
+    # a few row groups, reductions combined one by one: all compute the same function
+    from schedulers.tuning import overriding
+
+    build, make, eager = {"layer": (layer_norm_backward, layer_norm_backward_inputs,
+                                    layer_norm_backward_eager),
+                          "rms": (rms_norm_backward, rms_norm_backward_inputs,
+                                  rms_norm_backward_eager)}[norm]  # fmt: skip
+    fd = build(torch.float32)
+    inputs = make(24, 40000, torch.float32, device="cuda", seed=13)
+    with overriding(knobs):
+        got = fd.execute(inputs)
+    check(got, eager(*inputs), torch.float32)
+
+
 def test_reshape_between_two_reductions():
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
@@ -123,8 +164,8 @@ def test_segments_dump_shows_segments_and_kernels(monkeypatch, capsys):
 
 
 def test_explicit_segments_match_execute():
-    fd = layer_norm_backward(torch.float32)
-    inputs = layer_norm_backward_inputs(8, 262144, torch.float32, device="cuda", seed=10)
+    fd = layer_norm_backward(torch.bfloat16)
+    inputs = layer_norm_backward_inputs(8, 262144, torch.bfloat16, device="cuda", seed=10)
     segments = fd.segment(inputs)  # rows too long for column partials: a row and a column kernel
     assert len(segments) == 2
     # running the segments by hand with the index maps gives what execute gives
@@ -135,7 +176,7 @@ def test_explicit_segments_match_execute():
         for i, value in zip(seg.outputs(), seg.execute(args)):
             env[smap[i]] = value
     by_hand = [env[i] for i in fd.outputs()]
-    check(by_hand, fd.execute(inputs), torch.float32)
+    check(by_hand, fd.execute(inputs), torch.bfloat16)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=str)
