@@ -216,12 +216,14 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     L.append(f'extern "C" __global__ void{dims} __launch_bounds__({bounds}) {INNER_NAME}(')
     L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2, v.acc)) + ") {")
     two_pass_all = [r for r in program.reductions if r.op == "welford" and v.iters > 0]
+    # each stage's block reductions but the two-pass ones, as they travel together
+    combined = {stage: _merged((r for r in program.reductions
+                                if r.stage == stage and r not in two_pass_all), v.merge)
+                for stage in range(1, program.stages + 1)}  # fmt: skip
     shared_types = {REGISTER_TYPE[r.dtype] for r in two_pass_all}
-    for stage in range(1, program.stages + 1):
-        for group in _merged((r for r in program.reductions
-                              if r.stage == stage and r not in two_pass_all), v.merge):  # fmt: skip
-            ct = _acc_type(group[0])
-            shared_types.add(ct if len(group) == 1 else f"fc_multi<{ct}, {len(group)}>")
+    for group in (g for groups in combined.values() for g in groups):
+        ct = _acc_type(group[0])
+        shared_types.add(ct if len(group) == 1 else f"fc_multi<{ct}, {len(group)}>")
     for t in sorted(shared_types):
         L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
         if v.cluster > 1:
@@ -446,7 +448,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
                 combine(f"{r.var}_m2", rt, f"fc_op_sum<{rt}>()")
                 L.append(f"    {_acc_type(r)} {r.var}; {r.var}.mean = {r.var}_mean; "
                          f"{r.var}.m2 = {r.var}_m2; {r.var}.count = (int)N;")  # fmt: skip
-        for group in _merged((r for r in reds if r not in two_pass), v.merge):
+        for group in combined[stage]:
             if len(group) == 1:
                 combine(group[0].var, _acc_type(group[0]), _op_functor(group[0]))
                 continue
