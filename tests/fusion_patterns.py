@@ -49,6 +49,26 @@ def var_mean(dims, correction=1):
     return build, ref
 
 
+def sum_max_min(dims):
+    """Sum, max and min of one input over the same dims, and x - max + min: one kernel
+    whose three block combines are merged (Note [Merged row reductions]); the element-level
+    output keeps it a normalization, which takes clusters for long rows."""
+    def build(fd, dt, rank):
+        x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)
+        reds = [getattr(fd.ops, op)(x, dims=dims, keepdim=True) for op in ("sum", "max", "min")]
+        for r in reds:
+            fd.add_output(r)
+        up = [_up(fd, t, dt) for t in (x, reds[1], reds[2])]
+        fd.add_output(_down(fd, fd.ops.add(fd.ops.sub(up[0], up[1]), up[2]), dt))
+
+    def ref(x):
+        mx, mn = torch.amax(x, dims, keepdim=True), torch.amin(x, dims, keepdim=True)
+        y = (_ref_up(x) - _ref_up(mx) + _ref_up(mn)).to(x.dtype)
+        return [torch.sum(x, dims, keepdim=True), mx, mn, y]
+
+    return build, ref
+
+
 def softmax(log=False):
     def build(fd, dt, rank):
         x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)

@@ -2,7 +2,7 @@
 makes compiles with NVRTC for sm_80 and sm_90."""
 import pytest
 import torch
-from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, var_mean
+from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, sum_max_min, var_mean
 
 from fusion_cache import DataType, FusionDefinition
 
@@ -24,6 +24,7 @@ CASES = [
     ("layer_norm", layer_norm(), 2, lambda dt: [meta(32, 1024, dtype=dt), meta(1024, dtype=dt),
                                                 meta(1024, dtype=dt)]),  # fmt: skip
     ("rms_norm", rms_norm(), 2, lambda dt: [meta(16, 4097, dtype=dt), meta(4097, dtype=dt)]),
+    ("sum_max_min", sum_max_min([-1]), 2, lambda dt: [meta(3, 65537, dtype=dt)]),
 ]
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 
@@ -65,6 +66,19 @@ def test_refusal_names_reasons():
     assert any("reductions over different" in str(r) for r in ex.refusals)
     assert ex.scheduler == "inner_outer"
     assert [r.name for r in refs] == ["fc_inner_reduction", "fc_column_finish"]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_one_stages_reductions_combine_together(dtype):
+    # Note [Merged row reductions]: sum, max and min of one row share one block combine
+    # and one cluster exchange, each slot with its own op
+    fd = define(sum_max_min([-1])[0], dtype, 2)
+    fd.precompile([meta(3, 65537, dtype=dtype)], target="h100")
+    source = fd._executor().last_plan.spec.kernels[0].source
+    acc = "double" if dtype == torch.float64 else "float"
+    assert (f"fc_op_multi<{acc}, fc_op_sum<{acc}>, fc_op_max<{acc}>, fc_op_min<{acc}>>"
+            in source)  # fmt: skip
+    assert "fc_cluster_reduce<FC_CLUSTER>" in source
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -2,7 +2,7 @@
 non-contiguous inputs and for every float dtype."""
 import pytest
 import torch
-from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, var_mean
+from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, sum_max_min, var_mean
 
 from fusion_cache import FusionCache
 
@@ -46,6 +46,22 @@ def test_inner_reduction(op, n, dtype, gen):
     x = rand((33, n), dtype, gen)
     check(fd.execute([x])[0], ref(x), dtype, scale=max(1.0, n ** 0.5 / 8) if op == "sum" else 1.0)
     assert ran_kernel(fd)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", SIZES + [262145])
+def test_several_reductions_of_one_row(n, dtype, gen):
+    # sum, max and min in one kernel, combined together (Note [Merged row reductions]),
+    # in clusters for the longer rows; each as torch computes it alone
+    build, ref = sum_max_min([-1])
+    fd = define(build, dtype, 2)
+    x = rand((9, n), dtype, gen)
+    got = fd.execute([x])
+    assert ran_kernel(fd)
+    for g, w, scale in zip(got, ref(x), (max(1.0, n ** 0.5 / 8), 1.0, 1.0, 1.0)):
+        check(g, w, dtype, scale=scale)
+    assert torch.equal(got[1], x.amax(-1, keepdim=True))
+    assert torch.equal(got[2], x.amin(-1, keepdim=True))
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
