@@ -99,13 +99,13 @@ def targets_table(s: dict[str, Any]) -> list[str]:
         f"| large cases at >= {AT_CEILING:.0f}% of the copy ceiling | "
         f"{s['large_at_ceiling']} of {s['large']} | {_met(large_ok)} |",
         f"| slowest vs torch.compile >= {MIN_VS_COMPILE}x | "
-        f"{_num(s['min_vs_compile'], '.2f', 'x')}{slowest} | "
+        f"{_num(s['min_vs_compile'], '.3f', 'x')}{slowest} | "
         f"{_met(_at_least(s['min_vs_compile'], MIN_VS_COMPILE))} |",
         f"| geometric mean vs torch.compile >= {GEOMEAN_VS_COMPILE}x | "
-        f"{_num(s['geomean_vs_compile'], '.2f', 'x')} | "
+        f"{_num(s['geomean_vs_compile'], '.3f', 'x')} | "
         f"{_met(_at_least(s['geomean_vs_compile'], GEOMEAN_VS_COMPILE))} |",
         f"| softmax vs torch.compile >= {SOFTMAX_VS_COMPILE}x (geometric mean) | "
-        f"{_num(s['softmax_vs_compile'], '.2f', 'x')} | "
+        f"{_num(s['softmax_vs_compile'], '.3f', 'x')} | "
         f"{_met(_at_least(s['softmax_vs_compile'], SOFTMAX_VS_COMPILE))} |",
         f"| host time of a cached execute below eager's | {host_text} | {_met(host_ok)} |",
         f"| correct against eager | {s['correct']} of {s['checked']} checked "

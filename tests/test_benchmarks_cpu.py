@@ -188,7 +188,7 @@ def test_report_writes_markdown_and_plot(tmp_path, capsys):
     md = path.with_suffix(".md").read_text()
     assert "relu_mul_add_bf16_16384x4096" in md and "host_relu_mul_add_f32_8x8" in md
     assert "| large cases at >= 90% of the copy ceiling | 1 of 2 | **no** |" in md
-    assert "0.75x (gelu_bias_bf16_16384x4096)" in md  # the slowest vs torch.compile
+    assert "0.750x (gelu_bias_bf16_16384x4096)" in md  # the slowest vs torch.compile
     assert "12.0 us vs eager 24.0 us" in md
     assert "Tensor-likes are not close" in md
     has_matplotlib = importlib.util.find_spec("matplotlib") is not None
