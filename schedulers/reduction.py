@@ -350,6 +350,14 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
         if reread and not partials:
             return min(reread, wide), 512
         return 1, 512  # column partials may hold 64 values a thread (see plan_reduction)
+    if partials and narrow and cluster == 8 and profile.max_cluster > 8 and (
+            -(-nv // 8) * kept > 512 * per_thread):  # fmt: skip
+        # 16-bit rows whose cached slices and partials need 512 threads in each of 8 blocks
+        # take 16 blocks of 256 threads instead: two blocks an SM, so one block's loads
+        # run while the other waits at its row's barriers (layer norm backward bf16
+        # 1024x65536: 1144 -> 1331 GB/s, rms norm's 1326 -> 1468; f32 rows gained nothing;
+        # benchmarks/results/sweep-partials16.json)
+        return profile.max_cluster, 256
     return cluster, most
 
 

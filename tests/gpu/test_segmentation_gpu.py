@@ -85,7 +85,8 @@ def test_layer_norm_backward(dtype, rows, cols):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("rows,cols", [(5, 262144), (3, 200001), (40, 131072), (300, 4097)])
+@pytest.mark.parametrize("rows,cols", [(5, 262144), (3, 200001), (40, 131072), (9, 65536), (5, 65537),
+                                       (300, 4097)])
 def test_rms_norm_backward(dtype, rows, cols):
     # Note [Partials of long rows]: f32 rows too long to keep in registers beside the
     # column partials are read from memory in each pass, the partials staying in registers
