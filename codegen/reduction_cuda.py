@@ -230,6 +230,8 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append(f"  __shared__ {t} cl_{_ident(t)}[2 * FC_TY * FC_CLUSTER];")
     L.append("  const int tx = threadIdx.x;")
     if v.cluster > 1:  # this block's slice [k_lo, k_hi) of every row (Note [Cluster rows])
+        # fc_cluster_reduce hands each block its partial from one thread of the row
+        L.append('  static_assert(FC_TX >= FC_CLUSTER, "a row needs a thread per block of its cluster");')
         L.append("  const unsigned cl_rank = fc_cluster_rank();")
         L.append("  unsigned cl_phase = 0;")
         L.append("  const idx_t chunk = ((N + FC_CLUSTER - 1) / FC_CLUSTER + FC_VEC - 1) / FC_VEC * FC_VEC;")
