@@ -191,7 +191,9 @@ class LoadedKernel:
         self.local_bytes = attr(fa.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
         # without opting in, static and dynamic shared memory together stop at 48 KiB
         self._max_dynamic_smem = max(0, _DEFAULT_MAX_DYNAMIC_SMEM - self.static_smem_bytes)
-        if attr(fa.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH) > _PORTABLE_CLUSTER:
+        cluster_blocks = (attr(fa.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)
+                          * max(1, attr(fa.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT)))
+        if cluster_blocks > _PORTABLE_CLUSTER:
             # clusters of 16 blocks (sm_90) launch only once the kernel opts in
             allow = fa.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
             _check(driver.cuFuncSetAttribute(function, allow, 1), "cuFuncSetAttribute")

@@ -75,10 +75,11 @@ class OuterVariant:
     k_live: tuple[bool, ...]  # per access: K stride != 0
     unroll: int = 1  # rows a thread loads (all of them first) per loop iteration
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
+    cluster: bool = False  # the split blocks combine in one cluster (Note [Cluster columns])
 
     def describe(self) -> str:
-        return (f"outer {self.tx}x{self.ty} threads, vec {self.vec}, split {self.split}, "
-                f"unroll {self.unroll}, {self.index_type}"
+        return (f"outer {self.tx}x{self.ty} threads, vec {self.vec}, split {self.split}"
+                f"{' in a cluster' if self.cluster else ''}, unroll {self.unroll}, {self.index_type}"
                 f"{f', hint {self.load_hint}' if self.load_hint else ''}")  # fmt: skip
 
 
@@ -573,7 +574,11 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
                  if r.op == "welford" else [f"{rt}* w_{r.var}"])  # fmt: skip
     name = FINISH_NAME if finish else OUTER_NAME
     threads = v.tx if finish else v.tx * v.ty
-    L.append(f'extern "C" __global__ void __launch_bounds__({threads}) {name}(')
+    dims = ""
+    if v.cluster:
+        L.append(f"#define FC_SPLIT {v.split}")
+        dims = " __cluster_dims__(1, FC_SPLIT, 1)"
+    L.append(f'extern "C" __global__ void{dims} __launch_bounds__({threads}) {name}(')
     L.append("    " + ",\n    ".join(_params(program, 1, extra + work)) + ") {")
     red_types = sorted({_acc_type(r) for r in program.reductions})
     if not finish:
@@ -642,6 +647,9 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
             L.append("#pragma unroll")
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_a[j] = fc_block_reduce_y({r.var}_a[j], "
                      f"{_op_functor(r)}, smem_{_ident(_acc_type(r))});")  # fmt: skip
+        if v.cluster:
+            _cluster_columns(L, program, dtypes, col_load)
+            return "\n".join(L) + "\n"
         L.append("  if (threadIdx.y != 0 || !col_ok) return;")
         if v.split > 1:
             L.append("  for (int j = 0; j < FC_VEC && cb + j < cols; ++j) {")
@@ -670,15 +678,54 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
                 L.append(f"      {r.var}_a[j] = {_op_functor(r)}({r.var}_a[j], w_{r.var}[w]);")
         L.append("    }")
         L.append("  }")
-    # the epilogue, per column: row-level statements read the column's accumulators
     L.append("  for (int j = 0; j < FC_VEC; ++j) {")
     L.append("    if (cb + j >= cols) break;")
     for r in program.reductions:
         L.append(f"    const {_acc_type(r)} {r.var} = {r.var}_a[j];")
-    L.extend("    " + x for x in _row_stmts(program, 0, dtypes, col_load))
-    L.extend("    " + x for x in _row_stmts(program, 1, dtypes, col_load))
-    for k, st in enumerate(program.stores):
-        L.append(f"    o{k}[(cb + j) * o{k}_s0] = {to_memory(st.var, st.dtype)};")
+    L.extend("    " + x for x in _column_epilogue(program, dtypes, col_load))
     L.append("  }")
     L.append("}")
     return "\n".join(L) + "\n"
+
+
+def _column_epilogue(program: ReductionProgram, dtypes: dict, col_load) -> list[str]:
+    """Column cb + j's outputs: row-level statements read the column's accumulators."""
+    out = _row_stmts(program, 0, dtypes, col_load) + _row_stmts(program, 1, dtypes, col_load)
+    for k, st in enumerate(program.stores):
+        out.append(f"o{k}[(cb + j) * o{k}_s0] = {to_memory(st.var, st.dtype)};")
+    return out
+
+
+def _cluster_columns(L: list[str], program: ReductionProgram, dtypes: dict, col_load) -> None:
+    """Note [Cluster columns]: the FC_SPLIT blocks sharing a block's columns form one
+    cluster (sm_90). Each leaves its column partials in its shared memory; after a cluster
+    barrier, block r folds the partials of its 1/FC_SPLIT of the columns from every block,
+    in rank order, and writes those columns' outputs. A second barrier keeps every block's
+    shared memory alive until its peers have read it. No workspace, no second kernel."""
+    for r in program.reductions:
+        L.append(f"  __shared__ {_acc_type(r)} part_{r.var}[FC_TX * FC_VEC];")
+    L.append("  if (threadIdx.y == 0) {")
+    L.append("#pragma unroll")
+    L.append("    for (int j = 0; j < FC_VEC; ++j) {")
+    for r in program.reductions:
+        L.append(f"      part_{r.var}[threadIdx.x * FC_VEC + j] = {r.var}_a[j];")
+    L.append("    }")
+    L.append("  }")
+    L.append("  fc_cluster_sync();")
+    L.append("  {")
+    L.append("    constexpr int share = (FC_TX * FC_VEC + FC_SPLIT - 1) / FC_SPLIT;")
+    L.append("    const int c0 = (int)fc_cluster_rank() * share;")
+    L.append("    for (int c = c0 + threadIdx.y * FC_TX + threadIdx.x; c < c0 + share && c < FC_TX * FC_VEC; "
+             "c += FC_TX * FC_TY) {")  # fmt: skip
+    L.append("      const idx_t cb = (idx_t)blockIdx.x * FC_TX * FC_VEC + c;")
+    L.append("      const int j = 0;")
+    L.append("      if (cb >= cols) break;")
+    for r in program.reductions:
+        L.append(f"      {_acc_type(r)} {r.var} = fc_load_remote(&part_{r.var}[c], 0u);")
+        L.append("      for (unsigned s = 1; s < FC_SPLIT; ++s) "
+                 f"{r.var} = {_op_functor(r)}({r.var}, fc_load_remote(&part_{r.var}[c], s));")  # fmt: skip
+    L.extend("      " + x for x in _column_epilogue(program, dtypes, col_load))
+    L.append("    }")
+    L.append("  }")
+    L.append("  fc_cluster_sync();")
+    L.append("}")

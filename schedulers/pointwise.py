@@ -359,8 +359,11 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     n_acc = len(program.accesses)
     block = knob("pointwise.block", BLOCK)
     # 16-bit vectors with transcendental math: two vectors a thread keep enough loads in
-    # flight (gelu bf16 16384x8192 2730 -> 2875 GB/s on the H100); cheap bodies do not gain
-    heavy = vec >= 8 and any(s.op in TRANSCENDENTAL for s in program.stmts)
+    # flight (gelu bf16 16384x8192 2730 -> 2875 GB/s on the H100); cheap bodies do not gain,
+    # nor grids under four blocks an SM that way (gelu bf16 1024x1024: 554 GB/s with two, 637
+    # with one; benchmarks/results/sweep-pure_small.json)
+    heavy = vec >= 8 and any(s.op in TRANSCENDENTAL for s in program.stmts) and (
+        numel >= block * vec * 2 * 4 * profile.sm_count)
     variant = PointwiseVariant(
         len(sizes), vec, index_type(sizes, strides), tuple(modes[:n_acc]),
         tuple("vec" if m == "vec" else "strided" for m in modes[n_acc:]),

@@ -314,9 +314,16 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
     and ran at half the speed. A row whose slices still do not fit is read in passes by 8
     blocks (below). One block a row reads those where clusters gained nothing: pure
     reductions read each value once anyway (var_mean bf16 256x262144: 1742 GB/s in one
-    block a row, 725 in clusters of 8), and batch norm's two reduced dims ran best without.
-    Column partials of 32-bit rows too long to cache: see Note [Partials of long rows]."""
-    if not profile.supports_clusters or pure or k2 or cached == 0:
+    block a row, 725 in clusters of 8). Batch norm's channels (two reduced dims) take the
+    widest cluster their cached slices fit, or one block. Column partials of 32-bit rows
+    too long to cache: see Note [Partials of long rows]."""
+    welford = any(r.op == "welford" for r in program.reductions)
+    # a pure 32-bit Welford gains from clusters, where the cached slices turn it into two
+    # cheap passes of sums (Note [Two-pass Welford]; var_mean f32 1024x65536: 2449 GB/s a
+    # block a row, 2643 in clusters of 8 on the H100, benchmarks/results/sweep-misc_inner.json;
+    # bf16 lost 12%)
+    two_pass = pure and welford and not narrow
+    if not profile.supports_clusters or (pure and not two_pass) or cached == 0:
         return 1, 512
     kept = cached + partials
     cluster = 1
@@ -324,11 +331,26 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
         cluster *= 2
     if cluster == 1:
         return 1, 512
+    wide = profile.max_cluster
+    if k2:
+        # a channel kept in the registers of the widest cluster is read once: batch norm
+        # f32 32x256x56x56 1714 -> 2365 GB/s in clusters of 16 on the H100 (2298 in 8),
+        # 256x64x28x28 1376 -> 1943, bf16 +9% and +12%; read in passes by a cluster it ran
+        # at a third of that (benchmarks/results/sweep-channels_long.json)
+        fits = -(-nv // wide) * kept <= 512 * per_thread and not partials
+        return (wide, 512) if fits else (1, 512)
+    if not partials and narrow and cluster == 8 and wide > 8 and (
+            -(-nv // 8) * kept > 512 * per_thread >= -(-nv // wide) * kept):  # fmt: skip
+        # 16-bit rows whose slices would need 1024 threads (or 64 values a thread) in 8
+        # blocks take 16 blocks of 512 threads, two an SM: softmax bf16 256x262144 1762 ->
+        # 1926 GB/s on the H100, layer norm's 1764 -> 1853 (sweep-channels_long.json)
+        return wide, 512
     if not partials:
         cluster = min(8, 2 * cluster)
-    welford = any(r.op == "welford" for r in program.reductions)
     most = 1024 if kept == 1 and not welford else 512
     if -(-nv // cluster) * kept > most * per_thread * (2 if partials else 1):
+        if pure:  # read once anyway: one block a row
+            return 1, 512
         # Note [Partials of long rows]: where the cached slices do not fit even 8 blocks,
         # a 32-bit row is read from memory in each pass (the second mostly from L2, which
         # holds the rows a wave of clusters works on) and only the column partials stay in
@@ -338,7 +360,6 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
         # ran slower that way than split (layer norm bf16: 873 against 1218;
         # benchmarks/results/sweep-long_bwd.json), so rows with any 16-bit data (`narrow`)
         # stay split
-        wide = profile.max_cluster
         if partials and not narrow and -(-nv // wide) * partials <= 512 * per_thread * 2:
             return wide, 512
         # other rows too long for a cluster's registers are still shared by 8 blocks: a wave
@@ -494,8 +515,11 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             modes = ["row" if m == "row" else "strided" for m in modes]
         nv = -(-N // vec)
         # about 32 values per thread and row (8 float4 or 4 bf16x8 vectors), at most 512
-        # threads a row so a thread keeps up to 128 registers
-        per_thread = max(1, knob("inner.values", 32) // vec)
+        # threads a row so a thread keeps up to 128 registers; pure sums, maxima and minima
+        # keep two vectors (more threads a row, more loads in flight: sum f32 16384x4096
+        # 2735 -> 2843 GB/s on the H100, bf16 2572 -> 2659; benchmarks/results/sweep-pure_small.json)
+        plain = pure and not any(r.op == "welford" for r in program.reductions)
+        per_thread = max(1, knob("inner.values", 2 * vec if plain else 32) // vec)
         # registers hold the loads that differ per row; weights shared by rows hit in L1/L2
         # (a single row's strides collapse to 0: all of its loads are its own)
         cached = tuple(sorted({s.operands[0] for s in program.stmts
@@ -641,9 +665,14 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     want = sm * knob("outer.blocks_per_sm", 1 if vec >= 8 else 2)
     while col_blocks * split < want and N // (split * 2 * ty * unroll) >= 8:
         split *= 2
+    # split blocks of one cluster combine through its shared memory (Note [Cluster columns])
+    # instead of through a workspace and a second kernel: sum over dim 0 bf16 4096x16384
+    # 2260 -> 2306 GB/s on the H100 (split 4), f32 16384x4096 2564 -> 2596 (split 8); clusters
+    # of 16 ran 5% slower than a second kernel (benchmarks/results/sweep-cluster_cols.json)
+    cluster = (1 < split <= 8 and profile.supports_clusters and bool(knob("outer.cluster", 1)))
     variant = OuterVariant(tx, ty, vec, split, index_type(loop, strides), tuple(modes),
                            tuple(x != 0 for x in ks[:n_acc]), unroll,
-                           knob("load.hint", 3))  # fmt: skip
+                           knob("load.hint", 3), cluster)  # fmt: skip
     base: list = []
     for k in range(len(tensors)):
         base.append(ArgRef("input", program.accesses[k].input_pos) if k < n_acc
@@ -651,7 +680,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         base += [i_strides[k][0], ks[k]]
     base += [cols, N]
     workspaces, work_args = [], []
-    if split > 1:
+    if split > 1 and not cluster:
         for r in program.reductions:
             n = split * cols
             kinds = [r.dtype, r.dtype, DataType.Int32] if r.op == "welford" else [r.dtype]
@@ -663,7 +692,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     types = outer_arg_types(program, variant, False)
     kernels = [KernelLaunch(OUTER_NAME, render_outer(program, variant, False), (col_blocks, split, 1),
                             (tx, ty, 1), types, tuple(base + work_args + scalars))]  # fmt: skip
-    if split > 1:
+    if split > 1 and not cluster:
         # combining partials is latency-bound: one column a thread, many threads
         finish = replace(variant, tx=128, ty=1, vec=1)
         kernels.append(KernelLaunch(FINISH_NAME, render_outer(program, finish, True),

@@ -39,6 +39,7 @@ KNOBS: dict[str, str] = {
     "outer.ty": "row threads of an outer reduction block",
     "outer.unroll": "rows a thread of an outer reduction loads before accumulating",
     "outer.blocks_per_sm": "blocks the split of an outer reduction aims at, per SM",
+    "outer.cluster": "split blocks combine in one cluster (Note [Cluster columns]; 0: a second kernel)",
 }
 
 

@@ -86,13 +86,15 @@ def test_one_stages_reductions_combine_together(dtype):
 def test_rows_too_long_for_a_clusters_registers_still_take_8_blocks(n, dtype):
     # layer norm's Welford rows of 262144 do not fit 512-thread slices of 8 blocks; they
     # are still shared by 8 blocks so that later passes read them from L2 (a million odd
-    # values, one at a time, do not fit registers even then: read from memory in each pass)
+    # values, one at a time, do not fit registers even then: read from memory in each pass).
+    # 16-bit rows of 262144 fit 512-thread slices of 16 blocks, which the H100 runs
     fd = define(layer_norm()[0], dtype, 2)
     fd.precompile([meta(40, n, dtype=dtype), meta(n, dtype=dtype), meta(n, dtype=dtype)],
                   target="h100")  # fmt: skip
     spec = fd._executor().last_plan.spec
-    assert "clusters of 8" in spec.description
-    assert "#define FC_CLUSTER 8" in spec.kernels[0].source
+    blocks = 16 if dtype == torch.bfloat16 and n == 262144 else 8
+    assert f"clusters of {blocks}" in spec.description
+    assert f"#define FC_CLUSTER {blocks}" in spec.kernels[0].source
     assert ("uncached" in spec.description) == (n % 2 == 1)
 
 
@@ -113,3 +115,20 @@ def test_long_rows_take_clusters_where_the_gpu_has_them(rows, n, cluster):
     fd.precompile([meta(64, n)], target="a100")
     assert "__cluster_dims__" not in fd._executor().last_plan.spec.kernels[0].source
 
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", ["sum", "var_mean"])
+def test_outer_split_combines_in_a_cluster_on_sm90(name, dtype):
+    # Note [Cluster columns]: a column split over 2 to 8 blocks is one kernel on sm_90,
+    # its partials folded through distributed shared memory; an A100 runs a second kernel
+    pattern = reduce_op("sum", [0]) if name == "sum" else var_mean([0], correction=0)
+    for target, kernels in (("h100", 1), ("a100", 2)):
+        fd = define(pattern[0], dtype, 2)
+        refs = fd.precompile([meta(1000, 300, dtype=dtype)], target=target)
+        spec = fd._executor().last_plan.spec
+        assert len(refs) == len(spec.kernels) == kernels, spec.description
+        assert ("in a cluster" in spec.description) == (target == "h100")
+        if target == "h100":
+            assert "__cluster_dims__(1, FC_SPLIT, 1)" in spec.kernels[0].source
+            assert not spec.workspaces

@@ -328,6 +328,20 @@ template <typename T> FC_DEVICE void fc_store_remote(T* local, const T& v, unsig
     asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(remote + 4 * i), "r"(words[i]) : "memory");
 }
 
+// Reads the value block `rank` keeps at the place `local` has here.
+template <typename T> FC_DEVICE T fc_load_remote(const T* local, unsigned rank) {
+  static_assert(sizeof(T) % 4 == 0, "cluster slots move 32-bit words");
+  const unsigned addr = (unsigned)__cvta_generic_to_shared(local);
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  T v;
+  unsigned* words = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(T) / 4); ++i)
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(words[i]) : "r"(remote + 4 * i) : "memory");
+  return v;
+}
+
 // v: the block's result for row threadIdx.y (the same in every thread of the row). slots:
 // 2 * blockDim.y * C elements of shared memory; phase: 0 or 1, flipped after every call.
 template <int C, typename T, typename Op>

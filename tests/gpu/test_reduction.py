@@ -5,6 +5,7 @@ import torch
 from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, sum_max_min, var_mean
 
 from fusion_cache import FusionCache
+from schedulers.device import current_profile
 
 pytestmark = pytest.mark.gpu
 
@@ -72,6 +73,28 @@ def test_outer_reduction(n, dtype, gen):
     x = rand((n, 300), dtype, gen)
     check(fd.execute([x])[0], ref(x), dtype, scale=max(1.0, n ** 0.5 / 8))
     assert ran_kernel(fd)
+
+
+@pytest.mark.parametrize("cluster", [1, 0], ids=["cluster", "finish_kernel"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", [7, 1000, 4097, 65537])
+def test_outer_split_combines(n, dtype, cluster, gen):
+    # a column's partials from several blocks (splits of 2 to 16 at these sizes), folded in
+    # one thread-block cluster (Note [Cluster columns]) or by a second kernel, Welford too
+    from schedulers.tuning import overriding
+
+    build, ref = var_mean([0], correction=0)
+    fd = define(build, dtype, 2)
+    x = 2 + rand((n, 300), dtype, gen)
+    with overriding({"outer.cluster": cluster}):
+        got = fd.execute([x])
+    assert ran_kernel(fd)
+    want = ref(x.double())
+    for g, w in zip(got, want):
+        check(g, w, dtype, scale=4)
+    clustered = "in a cluster" in fd._executor().last_plan.spec.description
+    assert clustered if cluster and n == 1000 and torch.cuda.get_device_capability()[0] >= 9 \
+        else not (clustered and not cluster)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -161,8 +184,10 @@ def test_rows_split_over_clusters(pattern, rows, n, dtype, gen):
         err = (g.double() - w).abs().max().item()
         assert err <= TOL[dtype] * w.abs().max().item(), (pattern, err, w.abs().max().item())
     # layer norm's longer rows take 8 blocks a row too, whether or not its slices fit
-    # their registers: later passes then read the row from L2
-    assert "clusters of 8" in fd._executor().last_plan.spec.description
+    # their registers (later passes then read the row from L2); 16-bit rows of 262144
+    # take 16 where the GPU runs clusters that wide
+    wide = n == 262144 and dtype == torch.bfloat16 and current_profile(0).max_cluster > 8
+    assert f"clusters of {16 if wide else 8}" in fd._executor().last_plan.spec.description
     for g, again in zip(got, fd.execute(inputs)):
         assert torch.equal(g, again)  # the same bits again: a fixed order of combines
 
@@ -183,7 +208,7 @@ REDUCTION_KNOBS = [{"inner.pipeline": True}, {"inner.cache": False}, {"inner.clu
                    {"inner.cache": False, "inner.cluster": 2},
                    {"outer.unroll": 8, "outer.blocks_per_sm": 8, "load.hint": 2},
                    {"outer.unroll": 1, "outer.tx": 8, "outer.ty": 16}, {"inner.cluster": 16},
-                   {"inner.merge": False}]  # fmt: skip
+                   {"inner.merge": False}, {"outer.cluster": 0}]  # fmt: skip
 
 
 @pytest.mark.parametrize("knobs", REDUCTION_KNOBS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
