@@ -533,6 +533,16 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             # so few long rows that a block each leaves half the SMs idle (batch norm of 64
             # channels: 64 blocks on 132 SMs): two blocks a row, in a cluster
             cluster = 2
+        # one stage of plain sums over a 16-bit row that would take 16 blocks (rms norm):
+        # 8 blocks reading it again from L2 in the second pass beat 16 keeping it in
+        # registers (bf16 256x262144: 2268 -> 2425 GB/s on the H100; softmax's three
+        # passes and layer norm's Welford lost; benchmarks/results/sweep-f32_long.json,
+        # sweep-channels_long.json)
+        reread_row = (cluster > 8 and narrow and not k2 and not accumulate
+                      and program.stages == 1
+                      and not any(r.op == "welford" for r in program.reductions))  # fmt: skip
+        if reread_row:
+            cluster = 8
         cluster = knob("inner.cluster", cluster)
         nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
         tx = knob("inner.tx", _row_threads(nv_block, vec, per_thread, most if cluster > 1 else 512))
@@ -546,7 +556,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             iters = -(-nv_block // tx)
         budget = 128 if tx <= 256 else 64  # values a thread keeps, under its register cap
         if iters * vec * max(len(cached), 1) > 64 or program.stages == 0 or not knob(
-                "inner.cache", True) or (
+                "inner.cache", not reread_row) or (
                 accumulate and iters * vec * (len(cached) + len(accumulate)) > budget):  # fmt: skip
             # column partials keep the fixed steps (a thread sums the same columns every
             # row) and read the row from memory in each pass instead
