@@ -518,8 +518,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # threads a row so a thread keeps up to 128 registers; pure sums, maxima and minima
         # keep two vectors (more threads a row, more loads in flight: sum f32 16384x4096
         # 2735 -> 2843 GB/s on the H100, bf16 2572 -> 2659; benchmarks/results/sweep-pure_small.json)
-        plain = pure and not any(r.op == "welford" for r in program.reductions)
-        per_thread = max(1, knob("inner.values", 2 * vec if plain else 32) // vec)
+        welford = any(r.op == "welford" for r in program.reductions)
+        per_thread = max(1, knob("inner.values", 2 * vec if pure and not welford else 32) // vec)
         # registers hold the loads that differ per row; weights shared by rows hit in L1/L2
         # (a single row's strides collapse to 0: all of its loads are its own)
         cached = tuple(sorted({s.operands[0] for s in program.stmts
@@ -539,8 +539,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # passes and layer norm's Welford lost; benchmarks/results/sweep-f32_long.json,
         # sweep-channels_long.json)
         reread_row = (cluster > 8 and narrow and not k2 and not accumulate
-                      and program.stages == 1
-                      and not any(r.op == "welford" for r in program.reductions))  # fmt: skip
+                      and program.stages == 1 and not welford)  # fmt: skip
         if reread_row:
             cluster = 8
         cluster = knob("inner.cluster", cluster)
