@@ -191,9 +191,9 @@ class LoadedKernel:
         self.local_bytes = attr(fa.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
         # without opting in, static and dynamic shared memory together stop at 48 KiB
         self._max_dynamic_smem = max(0, _DEFAULT_MAX_DYNAMIC_SMEM - self.static_smem_bytes)
-        cluster_blocks = (attr(fa.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)
-                          * max(1, attr(fa.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT)))
-        if cluster_blocks > _PORTABLE_CLUSTER:
+        self.cluster_dims = (max(1, attr(fa.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)),
+                             max(1, attr(fa.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT)))
+        if self.cluster_dims[0] * self.cluster_dims[1] > _PORTABLE_CLUSTER:
             # clusters of 16 blocks (sm_90) launch only once the kernel opts in
             allow = fa.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
             _check(driver.cuFuncSetAttribute(function, allow, 1), "cuFuncSetAttribute")
@@ -258,6 +258,30 @@ class LoadedKernel:
                 driver.cuCtxPopCurrent()
         if err != _SUCCESS:
             self._raise_launch_error(err, grid, block, shared_mem)
+
+    def max_resident(self, block: tuple[int, int, int], shared_mem: int = 0) -> int:
+        """Clusters of this kernel (blocks, where it has no cluster dims) the device runs at
+        once with `block` threads a block: one wave. 0 when the driver cannot say."""
+        if shared_mem > self._max_dynamic_smem:
+            self._allow_dynamic_smem(shared_mem)
+        _check(driver.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
+        try:
+            if self.cluster_dims == (1, 1):
+                err, per_sm = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    self._function, block[0] * block[1] * block[2], shared_mem)
+                device = _check(driver.cuDeviceGet(self.device_index), "cuDeviceGet")
+                err2, sms = driver.cuDeviceGetAttribute(
+                    driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)
+                return per_sm * sms if err == _SUCCESS and err2 == _SUCCESS else 0
+            config = driver.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = (*self.cluster_dims, 1)
+            config.blockDimX, config.blockDimY, config.blockDimZ = block
+            config.sharedMemBytes = shared_mem
+            config.numAttrs = 0
+            err, clusters = driver.cuOccupancyMaxActiveClusters(self._function, config)
+            return clusters if err == _SUCCESS else 0
+        finally:
+            driver.cuCtxPopCurrent()
 
     def _allow_dynamic_smem(self, shared_mem: int) -> None:
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

@@ -130,6 +130,15 @@ class FusionExecutor:
             if "launch_param" in self.dumps:
                 print(f"fusion {self.fid}: {launch.name} grid {launch.grid} block {launch.block} "
                       f"smem {launch.shared_mem} ({spec.description})")  # fmt: skip
+        if spec.wave and load:
+            # Note [One wave of partials]: the planner estimated the resident clusters; the
+            # driver knows them for this kernel on this GPU. The same kernels, another grid
+            resident = kernels[0].max_resident(spec.kernels[0].block, spec.kernels[0].shared_mem)
+            if resident and resident != spec.wave:
+                from schedulers.tuning import overriding
+
+                with overriding({"inner.groups": resident}):
+                    return self.make_plan(values, profile, load)
         if spec.kernels:
             self.record(values, profile, {"scheduler": spec.scheduler, "plan": spec.description,
                                           "kernels": [r.to_json() for r in refs]})  # fmt: skip

@@ -64,3 +64,6 @@ class LaunchSpec:
     workspaces: tuple[tuple[int, Any], ...]  # (numel, DataType) each, written before read
     kernels: tuple[KernelLaunch, ...]
     description: str = ""
+    # kernel 0's grid is this many clusters, one resident wave as the profile estimates it
+    # (Note [One wave of partials]); 0: the grid does not depend on residency
+    wave: int = 0

@@ -37,6 +37,16 @@ class DeviceProfile:
     max_blocks_per_sm: int = 32
     smem_reserved_per_block: int = 1 * KiB  # the driver keeps this much per resident block
     mem_bytes: int = 0  # nominal DRAM size; 0 when unknown
+    # SMs of each GPC, where known: a cluster runs inside one GPC (Note [One wave of partials])
+    gpc_sms: tuple[int, ...] = ()
+
+    def resident_clusters(self, cluster: int, blocks_per_sm: int) -> int:
+        """Clusters of `cluster` blocks the GPU runs at once, `blocks_per_sm` blocks an SM:
+        a GPC holds those its SMs fit, one block of a cluster an SM (the driver's counts on
+        the H100); without the GPCs, the SMs' blocks shared out."""
+        if not self.gpc_sms:
+            return max(1, self.sm_count * blocks_per_sm // cluster)
+        return max(1, sum(n * blocks_per_sm // cluster for n in self.gpc_sms if n >= cluster))
 
     @property
     def sm_arch(self) -> str:
@@ -66,9 +76,12 @@ KNOWN_PROFILES: dict[str, DeviceProfile] = {
             max_blocks_per_sm=32, mem_bytes=80 * GiB,
         ),
         # H100 SXM5 80GB HBM3, the lent GPU (mem_bytes as its driver reports it); clusters
-        # of 16 ran there (benchmarks/results/sweep-long_bwd.json)
+        # of 16 ran there (benchmarks/results/sweep-long_bwd.json). Its GPCs: seven of 17
+        # SMs and one of 13 fit the driver's resident cluster counts for clusters of 4, 8
+        # and 16 at one to four blocks an SM (benchmarks/results/occupancy-h100.txt); other
+        # chips differ, and the runtime asks the driver
         DeviceProfile(name="h100", mem_bandwidth_gbs=3352.0, mem_bytes=85_017_493_504,
-                      **{**_HOPPER_SXM, "max_cluster": 16}),
+                      **{**_HOPPER_SXM, "max_cluster": 16, "gpc_sms": (17,) * 7 + (13,)}),
         DeviceProfile(
             name="h100-pcie", mem_bandwidth_gbs=2039.0, mem_bytes=80 * GiB,
             **{**_HOPPER_SXM, "sm_count": 114},
@@ -188,6 +201,7 @@ def _read_profile(device_index: int) -> DeviceProfile:
         mem_bandwidth_gbs=round(bandwidth, 1),
         supports_clusters=bool(attr("CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH")),
         max_cluster=KNOWN_PROFILES[known].max_cluster if known else 8,
+        gpc_sms=KNOWN_PROFILES[known].gpc_sms if known else (),
         max_blocks_per_sm=attr("CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR"),
         smem_reserved_per_block=attr("CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK"),
         mem_bytes=mem_bytes,

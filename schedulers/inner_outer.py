@@ -176,4 +176,4 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
                                      n, blocks)))  # fmt: skip
     return LaunchSpec(NAME, tuple(outputs), spec.workspaces, tuple(kernels),
                       f"{spec.description}; {len(program.columns)} column sums over {blocks} "
-                      "blocks")  # fmt: skip
+                      "blocks", spec.wave)  # fmt: skip

@@ -612,11 +612,28 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # groups: blocks (clusters) a launch gets, each taking every so many row groups
         groups = max(1, min(-(-rows // ty), sm * waves // cluster if waves else 2**31 // cluster))
         workspaces: tuple = ()
+        wave = 0
         if accumulate:
             from codegen.reduction_cuda import acc_type
 
-            # enough blocks to fill the GPU; each adds a row of partials to sum later
-            groups = max(1, min(-(-rows // ty), knob("inner.groups", sm * 4 // cluster)))
+            # enough blocks to fill the GPU; each adds a row of partials to sum later.
+            # Note [One wave of partials]: clusters keeping column partials loop over their
+            # row groups, so the grid is exactly the clusters the GPU holds at once: one
+            # more than that starts a second wave that runs nearly alone. On the H100 (14
+            # clusters of 16 resident at two blocks an SM), layer norm backward bf16
+            # 1024x65536 ran 1314 GB/s in 33 clusters, 1625 in 14 and 1131 in 16; f32
+            # 256x262144 (7 resident) 1569 in 33, 1769 in 7, 1307 in 8; clusters of 4 (62
+            # resident) 1497 in 132, 1883 in 60, 1285 in 64 (sweep-groups_wave.json).
+            # The profile's estimate plans; on a GPU the runtime asks the driver and plans
+            # again with its count (the kernels stay the same). Blocks without a cluster
+            # keep four an SM, whole waves already
+            groups = sm * 4 // cluster
+            if cluster > 1:
+                wave = groups = profile.resident_clusters(cluster, max(1, variant.min_blocks))
+            override = knob("inner.groups", None)
+            groups = max(1, min(-(-rows // ty), override or groups))
+            if override or groups < wave:
+                wave = 0  # set by hand, or fewer row groups than a wave: nothing to fit
             workspaces = tuple((groups * N, DataType.Double if acc_type(program.stores[k].dtype)
                                 == "double" else DataType.Float) for k in accumulate)  # fmt: skip
         blocks = groups * cluster
@@ -624,7 +641,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                               (tx, ty, 1), inner_arg_types(program, variant), tuple(args),
                               stage_bytes)  # fmt: skip
         return LaunchSpec(NAME, tuple(outputs), workspaces, (kernel,),
-                          variant.describe() + describe_views(program.views, env))
+                          variant.describe() + describe_views(program.views, env), wave)
 
     if accumulate:
         raise SchedulerRefused("column partials ride on the inner kernel only")

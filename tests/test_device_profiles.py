@@ -32,8 +32,9 @@ def test_other_named_profiles():
     h200 = profile_by_name("h200")
     assert (h200.arch, h200.sm_count, h200.mem_bandwidth_gbs) == (90, 132, 4800.0)
     assert h200.l2_bytes == 60 * 1024 * 1024
-    # Same SMs as the H100: per-SM and per-block limits are identical.
-    ignore = {"name", "mem_bandwidth_gbs", "mem_bytes", "l2_bytes"}
+    # Same SMs as the H100: per-SM and per-block limits are identical (how the SMs fall
+    # into GPCs is each chip's own; only the lent H100's is known)
+    ignore = {"name", "mem_bandwidth_gbs", "mem_bytes", "l2_bytes", "gpc_sms"}
     for field in dataclasses.fields(DeviceProfile):
         if field.name not in ignore:
             assert getattr(h200, field.name) == getattr(profile_by_name("h100"), field.name)
@@ -93,3 +94,17 @@ def test_current_profile_without_gpu_raises_runtime_error():
             current_profile()
         with pytest.raises(RuntimeError):
             resolve_target(None)
+
+
+def test_resident_clusters_follow_the_gpcs():
+    # Note [One wave of partials]: the H100 profile's GPCs give the driver's counts there
+    # (14 clusters of 16 at two blocks an SM, 7 at one, 15 of 8, 62 of 4); a profile
+    # without GPCs shares the SMs' blocks out
+    from schedulers.device import KNOWN_PROFILES
+
+    h100 = KNOWN_PROFILES["h100"]
+    assert sum(h100.gpc_sms) == h100.sm_count
+    counts = [h100.resident_clusters(c, b) for c, b in ((16, 2), (16, 1), (8, 1), (4, 2), (16, 4))]
+    assert counts == [14, 7, 15, 62, 28]
+    a100 = KNOWN_PROFILES["a100"]
+    assert a100.resident_clusters(1, 2) == 216

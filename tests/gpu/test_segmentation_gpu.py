@@ -104,6 +104,24 @@ def test_rms_norm_backward(dtype, rows, cols):
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows,cols", [(300, 16384), (200, 65536), (64, 262144)])
+def test_column_partials_take_one_resident_wave(dtype, rows, cols):
+    # Note [One wave of partials]: a clustered kernel keeping column partials launches
+    # exactly the clusters this GPU holds at once, as the driver counts them
+    fd = layer_norm_backward(dtype)
+    inputs = layer_norm_backward_inputs(rows, cols, dtype, device="cuda", seed=21)
+    check(fd.execute(inputs), layer_norm_backward_eager(*inputs), dtype)
+    plan = fd._executor().last_plan
+    if not hasattr(plan, "spec") or "clusters of" not in plan.spec.description:
+        pytest.skip(f"not one clustered kernel with partials here: {plan.description}")
+    launch = plan.spec.kernels[0]
+    resident = plan.kernels[0].max_resident(launch.block, launch.shared_mem)
+    cluster = plan.kernels[0].cluster_dims[0]
+    assert resident > 0
+    assert launch.grid[0] == cluster * min(resident, -(-rows // launch.block[1])), plan.spec.description
+
+
 @pytest.mark.parametrize("knobs", [{"inner.cluster": 16}, {"inner.cache": False}, {"inner.groups": 3},
                                    {"inner.merge": False}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("norm", ["layer", "rms"])
