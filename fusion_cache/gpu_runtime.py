@@ -124,21 +124,23 @@ class FusionExecutor:
             params = json.dumps({"grid": launch.grid, "block": launch.block, "plan": spec.description})
             cubin, ref = cubin_for(launch.source, launch.name, profile.arch, fusion_id=self.fid,
                                    scheduler=spec.scheduler, params_json=params)  # fmt: skip
+            kernel = load_function(cubin, ref, device) if load else None
+            if kernel is not None and not kernels and spec.wave:
+                # Note [One wave of partials]: the planner estimated the resident clusters;
+                # the driver knows them for this kernel on this GPU. Before the other kernels
+                # load: the same kernels, another grid
+                resident = kernel.max_resident(launch.block, launch.shared_mem)
+                if resident and resident != spec.wave:
+                    from schedulers.tuning import overriding
+
+                    with overriding({"inner.groups": resident}):
+                        return self.make_plan(values, profile, load)
             refs.append(ref)
-            kernels.append(load_function(cubin, ref, device) if load else None)
+            kernels.append(kernel)
             slots.append([(i, a) for i, a in enumerate(launch.args) if isinstance(a, ArgRef)])
             if "launch_param" in self.dumps:
                 print(f"fusion {self.fid}: {launch.name} grid {launch.grid} block {launch.block} "
                       f"smem {launch.shared_mem} ({spec.description})")  # fmt: skip
-        if spec.wave and load:
-            # Note [One wave of partials]: the planner estimated the resident clusters; the
-            # driver knows them for this kernel on this GPU. The same kernels, another grid
-            resident = kernels[0].max_resident(spec.kernels[0].block, spec.kernels[0].shared_mem)
-            if resident and resident != spec.wave:
-                from schedulers.tuning import overriding
-
-                with overriding({"inner.groups": resident}):
-                    return self.make_plan(values, profile, load)
         if spec.kernels:
             self.record(values, profile, {"scheduler": spec.scheduler, "plan": spec.description,
                                           "kernels": [r.to_json() for r in refs]})  # fmt: skip
