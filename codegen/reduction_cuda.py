@@ -50,6 +50,10 @@ class InnerVariant:
     store_hint: int = 0
     unroll: int = 1  # vectors a thread loads ahead in a pass that reads the row from memory
     merge: bool = True  # Note [Merged row reductions] (prelude/reduce.cuh)
+    # Note [Weights in registers]: with the row cached, a thread keeps the same columns of
+    # every row it visits, so inputs shared by all rows (layer norm's weight) load once,
+    # before the row loop, instead of once a row from L1/L2
+    hoist: bool = False
 
     def describe(self) -> str:
         return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
@@ -60,6 +64,7 @@ class InnerVariant:
                 f"{', two reduced dims' if self.k2 else ''}"
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
+                f"{', weights in registers' if self.hoist and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}")  # fmt: skip
 
@@ -278,6 +283,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
 
     first_row0 = "(idx_t)(blockIdx.x / FC_CLUSTER) * FC_TY"
     row_step = "(idx_t)(gridDim.x / FC_CLUSTER) * FC_TY"
+    loop_at = len(L)  # where weights kept in registers load, before the row loop
     if v.pipeline:
         # Note [Row pipeline]: stage slot^1 fills with the next row group while this one runs
         L.append("  extern __shared__ uint4 fc_stage[];  // [2][cached][TY][ITERS][TX] chunks")
@@ -296,6 +302,8 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         return f"(row_ok ? a{i}[a{i}_row] : {MEMORY_TYPE[program.accesses[i].dtype]}())"
 
     def elem_load(i: int) -> str:
+        if i in hoisted:
+            return f"a{i}_w[it][j]"
         return f"a{i}_c[it][j]" if (cached and i in v.cached) else f"a{i}_l[j]"
 
     def fetch(i: int, kb: str, into: str) -> list[str]:
@@ -304,12 +312,25 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         mt = MEMORY_TYPE[program.accesses[i].dtype]
         if v.modes[i] == "vec":
             at = _k_offset(f"a{i}", kb, v.k2, unit=True)
-            return [f"{into} = fc_load_vec_if<FC_VEC, {v.load_hint}>(a{i} + a{i}_row + {at}, ok);"]
+            # streaming hints are for the rows; weights every row reads stay in L1
+            hint = v.load_hint if any(v.live[i]) else 0
+            return [f"{into} = fc_load_vec_if<FC_VEC, {hint}>(a{i} + a{i}_row + {at}, ok);"]
         at = _k_offset(f"a{i}", f"{kb} + j", v.k2)
         return ["#pragma unroll",
                 f"for (int j = 0; j < FC_VEC; ++j) {into}[j] = ok ? a{i}[a{i}_row + {at}] : {mt}();"]  # fmt: skip
 
     cached = v.iters > 0
+    # Note [Weights in registers]: element-level inputs no row stride reaches
+    hoisted = [i for i in range(n_acc) if v.hoist and cached and i not in v.cached
+               and v.modes[i] != "row" and not any(v.live[i])]  # fmt: skip
+    weights: list[str] = []
+    for i in hoisted:
+        weights.append(f"  fc_vec<{MEMORY_TYPE[program.accesses[i].dtype]}, FC_VEC> a{i}_w[{v.iters}];")
+        weights += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
+                    "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
+                    f"    const bool ok = kb < k_hi; const idx_t a{i}_row = 0;"]  # fmt: skip
+        weights += ["    " + line for line in fetch(i, "kb", f"a{i}_w[it]")] + ["  }"]
+    L[loop_at:loop_at] = weights
     if cached:  # load the row's own data into registers once; shared weights stay in L1/L2
         for i in v.cached:  # whole vectors: 16-bit values stay two to a register
             mt = MEMORY_TYPE[program.accesses[i].dtype]
@@ -348,7 +369,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append("    for (idx_t kb = k_lo + (idx_t)tx * FC_VEC; kb < k_hi; kb += FC_TX * FC_VEC) {")
         L.append("      const bool ok = row_ok && kb < k_hi;")
         for i in loads:
-            if not (cached and i in v.cached):  # cached ones are read as a{i}_c[it][j]
+            if not (cached and i in v.cached) and i not in hoisted:  # read as a{i}_c, a{i}_w
                 mt = MEMORY_TYPE[program.accesses[i].dtype]
                 L.append(f"      fc_vec<{mt}, FC_VEC> a{i}_l;")
                 L.extend("      " + line for line in fetch(i, "kb", f"a{i}_l"))

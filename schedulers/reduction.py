@@ -315,8 +315,8 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
     blocks (below). One block a row reads those where clusters gained nothing: pure
     reductions read each value once anyway (var_mean bf16 256x262144: 1742 GB/s in one
     block a row, 725 in clusters of 8). Batch norm's channels (two reduced dims) take the
-    widest cluster their cached slices fit, or one block. Column partials of 32-bit rows
-    too long to cache: see Note [Partials of long rows]."""
+    widest cluster their cached slices fit, or one block. Column partials of rows too
+    long to cache: see Note [Partials of long rows]."""
     welford = any(r.op == "welford" for r in program.reductions)
     # a pure 32-bit Welford gains from clusters, where the cached slices turn it into two
     # cheap passes of sums (Note [Two-pass Welford]; var_mean f32 1024x65536: 2449 GB/s a
@@ -352,16 +352,19 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
         if pure:  # read once anyway: one block a row
             return 1, 512
         # Note [Partials of long rows]: where the cached slices do not fit even 8 blocks,
-        # a 32-bit row is read from memory in each pass (the second mostly from L2, which
-        # holds the rows a wave of clusters works on) and only the column partials stay in
-        # registers, spread over the widest cluster the GPU runs. On the H100, clusters of
-        # 16 gave layer norm backward f32 256x262144 1547 GB/s against 1255 split in a row
-        # and a column kernel, rms norm's 1604 against 1472 in clusters of 8; 16-bit rows
-        # ran slower that way than split (layer norm bf16: 873 against 1218;
-        # benchmarks/results/sweep-long_bwd.json), so rows with any 16-bit data (`narrow`)
-        # stay split
-        if partials and not narrow and -(-nv // wide) * partials <= 512 * per_thread * 2:
-            return wide, 512
+        # the row is read from memory in each pass (the second mostly from L2, which holds
+        # the rows a wave of clusters works on) and only the column partials stay in
+        # registers, over 8 blocks where each reads at most 8 vectors a thread a pass (64
+        # KiB) and the partials fit, else over the widest cluster the GPU runs. Since a
+        # launch is one resident wave (Note [One wave of partials]), this beats a row and
+        # a column kernel for 16-bit rows too. On the H100: rms norm backward bf16
+        # 256x262144 (one partial) 1329 -> 1588 GB/s in clusters of 8, 1372 in 16; layer
+        # norm backward's two partials 1284 -> 1398 in 16; f32 rows (16 vectors a thread
+        # in 8 blocks) ran best in 16: rms norm's 1788 against 1648 in 8
+        # (benchmarks/results/sweep-narrow_partials.json, sweep-wave_rules.json)
+        fits = [b for b in (8, wide) if -(-nv // b) * partials <= 512 * per_thread * 2]
+        if partials and fits:
+            return (8 if 8 in fits and -(-nv // 8) <= 512 * 8 else fits[-1]), 512
         # other rows too long for a cluster's registers are still shared by 8 blocks: a wave
         # of clusters then works on few enough rows that passes after the first read them
         # from L2 (layer norm f32 256x262144: 1842 -> 2101 GB/s, the row kernel of rms norm
@@ -586,13 +589,20 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
         if stage_bytes + partial_bytes > profile.smem_per_block_optin - 1024:
             pipeline, stage_bytes = False, 0
+        # Note [Weights in registers]: 32-bit column partials gained 0.2-1.7% (layer norm
+        # backward f32 4096x16384 2628 -> 2672 GB/s on the H100); 16-bit ones lost up to 2%,
+        # forward rows up to 25% (the weights' registers cost them occupancy;
+        # benchmarks/results/sweep-weights.json). Streaming hints (load.hint) leave weights
+        # cached in L1 but gained nothing there either. Rows read in each pass are untried
+        hoist = knob("inner.hoist", bool(accumulate) and not narrow and bool(cached))
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
                                load_hint=knob("load.hint", 3 if pure else 0),
                                store_hint=knob("store.hint", 0),
                                unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1,
-                               merge=knob("inner.merge", True))  # fmt: skip
+                               merge=knob("inner.merge", True),
+                               hoist=hoist)  # fmt: skip
         variant = replace(variant, min_blocks=knob("inner.min_blocks",
                                                    _min_blocks(program, variant)))
         args: list = []

@@ -14,6 +14,9 @@ from segment_patterns import (
     layer_norm_backward_inputs,
     max_then_scale,
     max_then_scale_eager,
+    rms_norm_backward,
+    rms_norm_backward_eager,
+    rms_norm_backward_inputs,
     row_sum_spread,
     row_sum_spread_eager,
     seed_002,
@@ -36,6 +39,15 @@ def body(fd) -> str:
 def run_segmented(fd, inputs):
     plan = fd._executor().last_plan
     return run_segments(fd, plan, inputs)
+
+
+def _norm_backward(norm, rows, cols, dtype, seed=11):
+    """(definition, CPU inputs, eager function) of layer or rms norm's backward."""
+    if norm == "layer":
+        return (layer_norm_backward(dtype), layer_norm_backward_inputs(rows, cols, dtype, seed=seed),
+                layer_norm_backward_eager)  # fmt: skip
+    return (rms_norm_backward(dtype), rms_norm_backward_inputs(rows, cols, dtype, seed=seed),
+            rms_norm_backward_eager)  # fmt: skip
 
 
 def check(got, want, tol=1e-5):
@@ -138,35 +150,37 @@ def test_layer_norm_backward_reads_its_inputs_once(dtype):
     check(fd.execute(inputs), layer_norm_backward_eager(*inputs), tol)
 
 
-@pytest.mark.parametrize("dtype,target", [(torch.bfloat16, "h100"), (torch.float32, "a100")],
-                         ids=str)  # fmt: skip
-def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel(dtype, target):
-    fd = layer_norm_backward(dtype)
-    inputs = layer_norm_backward_inputs(4, 262144, dtype, seed=11)
-    # rows too long for registers, even a cluster's, with 16-bit data or no clusters: no
-    # column partials; the segmenter splits it into a row kernel and a column kernel that
+def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel_without_clusters():
+    fd = layer_norm_backward(torch.float32)
+    inputs = layer_norm_backward_inputs(4, 262144, torch.float32, seed=11)
+    # rows too long for one block's registers and no clusters (an A100): no column
+    # partials; the segmenter splits it into a row kernel and a column kernel that
     # recomputes x-hat rather than reading it back
-    segments = fd.segment(inputs, target=target)
+    segments = fd.segment(inputs, target="a100")
     plan = fd._executor().last_plan
     assert len(segments) == 2
     assert [s.scheduler for s in plan.segments] == ["reduction", "reduction"]
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    check(run_segmented(fd, inputs), layer_norm_backward_eager(*inputs), tol)
+    check(run_segmented(fd, inputs), layer_norm_backward_eager(*inputs), 1e-4)
 
 
-def test_layer_norm_backward_f32_long_rows_keep_partials_in_a_cluster_of_16():
-    # Note [Partials of long rows]: on an H100 the f32 rows are read from memory in each
-    # pass and the column partials alone stay in registers, over 16 blocks (no segments)
-    fd = layer_norm_backward(torch.float32)
-    inputs = layer_norm_backward_inputs(4, 262144, torch.float32, seed=11)
+@pytest.mark.parametrize("norm,dtype,blocks", [
+    ("layer", torch.float32, 16), ("layer", torch.bfloat16, 16),
+    ("rms", torch.float32, 16), ("rms", torch.bfloat16, 8)], ids=str)  # fmt: skip
+def test_norm_backward_long_rows_keep_partials_in_a_cluster(norm, dtype, blocks):
+    # Note [Partials of long rows]: on an H100 the rows are read from memory in each pass
+    # and the column partials alone stay in registers (no segments): over 8 blocks where
+    # the partials fit and a thread reads at most 8 vectors a pass (rms norm's one partial
+    # of a 16-bit row), else over 16
+    fd, inputs, eager = _norm_backward(norm, 4, 262144, dtype)
     assert fd.segment(inputs, target="h100") == []
     kernel = fd.precompile(inputs, target="h100")[0]
     assert kernel.name == "fc_inner_reduction"
     spec = fd._executor().last_plan.spec
-    assert "read each pass" in spec.description and "clusters of 16" in spec.description
+    assert "read each pass" in spec.description and f"clusters of {blocks}" in spec.description
     assert "__cluster_dims__(FC_CLUSTER, 1, 1)" in spec.kernels[0].source
-    assert "#define FC_CLUSTER 16" in spec.kernels[0].source
-    check(fd.execute(inputs), layer_norm_backward_eager(*inputs), 1e-4)
+    assert f"#define FC_CLUSTER {blocks}" in spec.kernels[0].source
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    check(fd.execute(inputs), eager(*inputs), tol)
 
 
 def test_layer_norm_backward_rows_of_65536_share_a_cluster_on_hopper():
@@ -185,11 +199,11 @@ def test_precompile_compiles_every_segment_without_a_gpu():
     fd = layer_norm_backward(torch.bfloat16)
     inputs = layer_norm_backward_inputs(16, 262144, torch.bfloat16, seed=12)
     before = FusionCache.get().stats()["kernels_compiled"]
-    refs = fd.precompile(inputs, target="h100")
-    assert {r.arch for r in refs} == {90}
+    refs = fd.precompile(inputs, target="a100")  # a row and a column kernel, and finishes
+    assert {r.arch for r in refs} == {80}
     assert len(refs) >= 2
     assert FusionCache.get().stats()["kernels_compiled"] - before == len(refs)
-    assert fd.precompile(inputs, target="a100")[0].arch == 80
+    assert fd.precompile(inputs, target="h100")[0].arch == 90
 
 
 def test_segments_dump_names_segments_and_schedulers(monkeypatch, capsys):

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from fusion_patterns import define, softmax
+from segment_patterns import layer_norm_backward, layer_norm_backward_inputs
 
 from benchmarks.sweep import _precompile, combinations, load_plan
 from schedulers.tuning import KNOBS, knob, overriding
@@ -40,6 +41,25 @@ def test_knobs_reach_the_generated_kernel():
     with overriding({"inner.pipeline": False}):
         fd.precompile([x], target="h100")
     assert "fc_cp_async16(&" not in fd._executor().last_plan.spec.kernels[0].source
+
+
+@pytest.mark.parametrize("dtype,default", [(torch.float32, True), (torch.bfloat16, False)], ids=str)
+def test_weights_in_registers_load_once_before_the_row_loop(dtype, default):
+    # Note [Weights in registers]: layer norm backward's weight (input 2, the same for every
+    # row) loads into a2_w before the loop over rows; by default for 32-bit partials only
+    inputs = layer_norm_backward_inputs(4096, 4096, dtype)
+    for knobs, hoisted in (({}, default), ({"inner.hoist": True}, True),
+                           ({"inner.hoist": False}, False)):  # fmt: skip
+        fd = layer_norm_backward(dtype)
+        with overriding(knobs):
+            fd.precompile(inputs, target="h100")
+        spec = fd._executor().last_plan.spec
+        source = spec.kernels[0].source
+        assert ("weights in registers" in spec.description) is hoisted, knobs
+        assert ("a2_w[it] = fc_load_vec_if" in source) is hoisted, knobs
+        if hoisted:  # loaded before the row loop, read inside it
+            assert source.index("a2_w[it] = ") < source.index("for (idx_t row0 = ")
+            assert "a2_w[it][j]" in source and "a2_l" not in source
 
 
 def test_combinations_put_the_default_first():

@@ -68,9 +68,11 @@ def test_reduction_feeding_a_differently_shaped_pointwise(dtype, rows, k, m):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("rows,cols", [(7, 1000), (64, 4097), (1000, 256), (4096, 1024),
-                                       (300, 16384), (9, 65536), (5, 65537)])
+                                       (300, 16384), (9, 65536), (5, 65537), (3, 200001),
+                                       (4, 262144)])
 def test_layer_norm_backward(dtype, rows, cols):
-    # the last three split each row over a thread-block cluster (Note [Cluster rows])
+    # the last five split each row over a thread-block cluster (Note [Cluster rows]); the
+    # longest two read it in each pass (Note [Partials of long rows])
     fd = layer_norm_backward(dtype)
     inputs = layer_norm_backward_inputs(rows, cols, dtype, device="cuda", seed=5)
     before = counters()
@@ -88,19 +90,18 @@ def test_layer_norm_backward(dtype, rows, cols):
 @pytest.mark.parametrize("rows,cols", [(5, 262144), (3, 200001), (40, 131072), (9, 65536), (5, 65537),
                                        (300, 4097)])
 def test_rms_norm_backward(dtype, rows, cols):
-    # Note [Partials of long rows]: f32 rows too long to keep in registers beside the
-    # column partials are read from memory in each pass, the partials staying in registers
-    # (one kernel and a finish); 16-bit ones split into a row and a column kernel
+    # Note [Partials of long rows]: rows too long to keep in registers beside the column
+    # partials are read from memory in each pass, the partials staying in registers of a
+    # cluster (one kernel and a finish)
     fd = rms_norm_backward(dtype)
     inputs = rms_norm_backward_inputs(rows, cols, dtype, device="cuda", seed=12)
     before = counters()
     got = fd.execute(inputs)
     assert counters()["reference_runs"] == before["reference_runs"]
     check(got, rms_norm_backward_eager(*inputs), dtype)
-    if cols < 131072 or dtype == torch.float32:
-        assert fd._executor().scheduler == "inner_outer"
-    if cols >= 131072 and dtype == torch.float32:
-        assert "clusters of 16" in fd._executor().last_plan.spec.description
+    assert fd._executor().scheduler == "inner_outer"
+    if cols >= 131072:
+        assert "read each pass" in fd._executor().last_plan.spec.description
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
 
 
@@ -123,7 +124,8 @@ def test_column_partials_take_one_resident_wave(dtype, rows, cols):
 
 
 @pytest.mark.parametrize("knobs", [{"inner.cluster": 16}, {"inner.cache": False}, {"inner.groups": 3},
-                                   {"inner.merge": False}], ids=str)  # fmt: skip
+                                   {"inner.merge": False}, {"inner.hoist": True},
+                                   {"inner.hoist": False}, {"load.hint": 1}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("norm", ["layer", "rms"])
 def test_norm_backward_knobs_keep_results(norm, knobs):
     # column partials with a cluster of 16 (a non-portable size), rows read in each pass,
@@ -184,8 +186,9 @@ def test_segments_dump_shows_segments_and_kernels(monkeypatch, capsys):
 
 def test_explicit_segments_match_execute():
     fd = layer_norm_backward(torch.bfloat16)
-    inputs = layer_norm_backward_inputs(8, 262144, torch.bfloat16, device="cuda", seed=10)
-    segments = fd.segment(inputs)  # rows too long for column partials: a row and a column kernel
+    inputs = layer_norm_backward_inputs(4, 1048576, torch.bfloat16, device="cuda", seed=10)
+    # rows too long for column partials even in a cluster of 16: a row and a column kernel
+    segments = fd.segment(inputs)
     assert len(segments) == 2
     # running the segments by hand with the index maps gives what execute gives
     env = dict(zip(fd.inputs(), inputs))
