@@ -5,12 +5,13 @@
         python -m benchmarks.profile_case CASE --compile
 
 The fusion (or, with --compile, torch.compile's kernels) runs `--calls` times after one
-warm-up call, on fresh random inputs.
+warm-up call, on fresh random inputs; `--knobs` sets tuning knobs (Note [Tuning knobs]).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import torch
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("case", choices=[c.name for c in CASES], metavar="CASE")
     parser.add_argument("--compile", action="store_true", help="torch.compile's kernels instead")
     parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--knobs", type=json.loads, default={},
+                        help='tuning knobs of the fusion, as JSON: \'{"inner.pipeline": true}\'')
     args = parser.parse_args(argv)
     case = next(c for c in CASES if c.name == args.case)
     torch.manual_seed(seed_for(case.name))
@@ -35,8 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         fd = case.build()
         run = lambda: fd.execute(inputs)  # noqa: E731
-    for _ in range(args.calls + 1):
-        run()
+    from schedulers.tuning import overriding
+
+    with overriding(args.knobs):
+        for _ in range(args.calls + 1):
+            run()
     torch.cuda.synchronize()
     return 0
 

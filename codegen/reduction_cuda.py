@@ -54,6 +54,9 @@ class InnerVariant:
     # every row it visits, so inputs shared by all rows (layer norm's weight) load once,
     # before the row loop, instead of once a row from L1/L2
     hoist: bool = False
+    # Note [Cluster exchange] (prelude/reduce.cuh): a cluster's blocks swap row partials
+    # through mbarriers, without the fence of a cluster barrier; False: the barrier
+    exchange_async: bool = True
 
     def describe(self) -> str:
         return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
@@ -63,6 +66,7 @@ class InnerVariant:
                 f", {self.index_type}"
                 f"{', two reduced dims' if self.k2 else ''}"
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
+                f"{', barrier exchange' if self.cluster > 1 and not self.exchange_async else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
                 f"{', weights in registers' if self.hoist and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
@@ -239,7 +243,12 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         # fc_cluster_reduce hands each block its partial from one thread of the row
         L.append('  static_assert(FC_TX >= FC_CLUSTER, "a row needs a thread per block of its cluster");')
         L.append("  const unsigned cl_rank = fc_cluster_rank();")
-        L.append("  unsigned cl_phase = 0;")
+        if v.exchange_async:  # Note [Cluster exchange]
+            L.append("  __shared__ unsigned long long cl_bars[2 * FC_TY];")
+            L.append("  fc_cluster_bars_init(cl_bars, 2 * FC_TY);")
+            L.append("  unsigned cl_call = 0;")
+        else:
+            L.append("  unsigned cl_phase = 0;")
         L.append("  const idx_t chunk = ((N + FC_CLUSTER - 1) / FC_CLUSTER + FC_VEC - 1) / FC_VEC * FC_VEC;")
         L.append("  const idx_t k_lo = (idx_t)cl_rank * chunk;")
         L.append("  const idx_t k_hi = k_lo + chunk < N ? k_lo + chunk : N;")
@@ -422,8 +431,12 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         """Reduce `var` over the row's threads, then over the cluster's blocks."""
         L.append(f"    {var} = fc_row_reduce<FC_TX, FC_TX * FC_TY>({var}, {op}, smem_{_ident(ctype)});")
         if v.cluster > 1:
-            L.append(f"    {var} = fc_cluster_reduce<FC_CLUSTER>({var}, {op}, cl_{_ident(ctype)}, "
-                     "cl_phase); cl_phase ^= 1u;")  # fmt: skip
+            if v.exchange_async:
+                L.append(f"    {var} = fc_cluster_reduce_async<FC_CLUSTER>({var}, {op}, "
+                         f"cl_{_ident(ctype)}, cl_bars, cl_call++);")  # fmt: skip
+            else:
+                L.append(f"    {var} = fc_cluster_reduce<FC_CLUSTER>({var}, {op}, cl_{_ident(ctype)}, "
+                         "cl_phase); cl_phase ^= 1u;")  # fmt: skip
 
     row_stmts(0)
     from .cuda_ops import convert

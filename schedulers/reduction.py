@@ -602,7 +602,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                store_hint=knob("store.hint", 0),
                                unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1,
                                merge=knob("inner.merge", True),
-                               hoist=hoist)  # fmt: skip
+                               hoist=hoist,
+                               exchange_async=bool(knob("inner.exchange_async", True)))  # fmt: skip
         variant = replace(variant, min_blocks=knob("inner.min_blocks",
                                                    _min_blocks(program, variant)))
         args: list = []

@@ -125,7 +125,8 @@ def test_column_partials_take_one_resident_wave(dtype, rows, cols):
 
 @pytest.mark.parametrize("knobs", [{"inner.cluster": 16}, {"inner.cache": False}, {"inner.groups": 3},
                                    {"inner.merge": False}, {"inner.hoist": True},
-                                   {"inner.hoist": False}, {"load.hint": 1}], ids=str)  # fmt: skip
+                                   {"inner.hoist": False}, {"load.hint": 1},
+                                   {"inner.exchange_async": False}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("norm", ["layer", "rms"])
 def test_norm_backward_knobs_keep_results(norm, knobs):
     # column partials with a cluster of 16 (a non-portable size), rows read in each pass,
