@@ -329,6 +329,13 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
     cluster = 1
     while cluster < 8 and -(-nv // cluster) * kept > 512 * per_thread:
         cluster *= 2
+    if cluster == 1 and partials and not k2 and -(-nv // 2) >= 64:
+        # column partials of a row one block holds still take two blocks a row where each
+        # keeps a warp of threads with two vectors: one resident wave of 2-block clusters
+        # (Note [One wave of partials]) beat four blocks an SM: layer norm backward bf16
+        # 16384x4096 2140 -> 2375 GB/s on the H100, 65536x1024 2387 -> 2522, f32 16384x4096
+        # 2672 -> 2768, rms norm's 1-2%; rows of 256 lost half (sweep-partials_cluster2.json)
+        return 2, 512
     if cluster == 1:
         return 1, 512
     wide = profile.max_cluster
@@ -624,9 +631,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         groups = max(1, min(-(-rows // ty), sm * waves // cluster if waves else 2**31 // cluster))
         workspaces: tuple = ()
         wave = 0
-        if accumulate:
-            from codegen.reduction_cuda import acc_type
-
+        if accumulate or (pipeline and cluster > 1):
             # enough blocks to fill the GPU; each adds a row of partials to sum later.
             # Note [One wave of partials]: clusters keeping column partials loop over their
             # row groups, so the grid is exactly the clusters the GPU holds at once: one
@@ -637,14 +642,20 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             # resident) 1497 in 132, 1883 in 60, 1285 in 64 (sweep-groups_wave.json).
             # The profile's estimate plans; on a GPU the runtime asks the driver and plans
             # again with its count (the kernels stay the same). Blocks without a cluster
-            # keep four an SM, whole waves already
-            groups = sm * 4 // cluster
+            # keep four an SM, whole waves already. Pipelined clusters (Note [Row
+            # pipeline]) loop over their row groups too: one wave of those as well
+            if accumulate:
+                groups = sm * 4 // cluster
             if cluster > 1:
-                wave = groups = profile.resident_clusters(cluster, max(1, variant.min_blocks))
+                per_sm = max(1, variant.min_blocks) if accumulate else waves
+                wave = groups = profile.resident_clusters(cluster, per_sm)
             override = knob("inner.groups", None)
             groups = max(1, min(-(-rows // ty), override or groups))
             if override or groups < wave:
                 wave = 0  # set by hand, or fewer row groups than a wave: nothing to fit
+        if accumulate:
+            from codegen.reduction_cuda import acc_type
+
             workspaces = tuple((groups * N, DataType.Double if acc_type(program.stores[k].dtype)
                                 == "double" else DataType.Float) for k in accumulate)  # fmt: skip
         blocks = groups * cluster

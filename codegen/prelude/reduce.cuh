@@ -368,13 +368,16 @@ FC_DEVICE T fc_cluster_reduce(T v, Op op, T* slots, unsigned phase) {
 // arrive before the expecting arrive leave the count negative for a while, as PTX allows.
 FC_DEVICE unsigned fc_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// Arms `n` mbarriers of one expected arrival each, then makes them visible to the cluster.
+// Arms `n` mbarriers of one expected arrival each and arrives at the cluster barrier; the
+// first exchange waits there, so that no block sends before its peers' mbarriers exist,
+// and the wait overlaps the first row's loads. Only the thread that armed them fences.
 FC_DEVICE void fc_cluster_bars_init(unsigned long long* bars, int n) {
-  if (threadIdx.x == 0 && threadIdx.y == 0)
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
     for (int i = 0; i < n; ++i)
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(fc_smem_addr(bars + i)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  fc_cluster_sync();
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 
 FC_DEVICE bool fc_bar_try_wait(unsigned bar, unsigned parity) {
@@ -401,9 +404,11 @@ FC_DEVICE void fc_send_remote(T* local, const T& v, unsigned rank, unsigned long
 }
 
 // As fc_cluster_reduce, through mbarriers (Note [Cluster exchange]). bars: 2 * blockDim.y
-// mbarriers armed by fc_cluster_bars_init; call: 0, 1, 2, ... counted over every call.
+// mbarriers armed by fc_cluster_bars_init; call: 0, 1, 2, ... counted over every call, by
+// every thread of the block alike.
 template <int C, typename T, typename Op>
 FC_DEVICE T fc_cluster_reduce_async(T v, Op op, T* slots, unsigned long long* bars, unsigned call) {
+  if (call == 0) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
   const unsigned buffer = call & 1u;
   T* row_slots = slots + (buffer * blockDim.y + threadIdx.y) * C;
   unsigned long long* bar = bars + buffer * blockDim.y + threadIdx.y;
