@@ -278,9 +278,19 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         return (f"fc_stage[(((({slot}) * {len(v.cached)} + {c}) * FC_TY + threadIdx.y) * {v.iters}"
                 " + it) * FC_TX + tx]")  # fmt: skip
 
+    # Note [Row pipeline]: the row-level loads (layer norm backward's mean and rstd) of the
+    # next row group are loaded ahead too, into registers, so that no load of the row's own
+    # waits on memory once its stage has arrived
+    row_level = [i for i in range(n_acc) if v.modes[i] == "row"] if v.pipeline else []
+
     def prefetch(row0: str, slot: str) -> list[str]:
-        """cp.async of the cached inputs of row group `row0` into stage `slot`."""
-        out = ["{"] + ["  " + x for x in row_offsets(f"{row0} + threadIdx.y", "p_", v.cached)]
+        """cp.async of the cached inputs of row group `row0` into stage `slot`, and loads of
+        its row-level values into registers."""
+        out = ["{"] + ["  " + x for x in row_offsets(f"{row0} + threadIdx.y", "p_",
+                                                   [*v.cached, *row_level])]  # fmt: skip
+        for i in row_level:
+            mt = MEMORY_TYPE[program.accesses[i].dtype]
+            out.append(f"  a{i}_next = p_row_ok ? a{i}[p_a{i}_row] : {mt}();")
         out += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
                 "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
                 "    const bool ok = p_row_ok && kb < k_hi;"]  # fmt: skip
@@ -296,10 +306,13 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     if v.pipeline:
         # Note [Row pipeline]: stage slot^1 fills with the next row group while this one runs
         L.append("  extern __shared__ uint4 fc_stage[];  // [2][cached][TY][ITERS][TX] chunks")
+        L.extend(f"  {MEMORY_TYPE[program.accesses[i].dtype]} a{i}_next;" for i in row_level)
         L.extend("  " + x for x in prefetch(first_row0, "0"))
         L.append("  fc_cp_async_commit();")
         L.append("  unsigned slot = 0;")
         L.append(f"  for (idx_t row0 = {first_row0}; row0 < rows; row0 += {row_step}, slot ^= 1u) {{")
+        L.extend(f"    const {MEMORY_TYPE[program.accesses[i].dtype]} a{i}_now = a{i}_next;"
+                 for i in row_level)  # fmt: skip
         L.extend("    " + x for x in prefetch(f"row0 + {row_step}", "slot ^ 1u"))
         L.append("    fc_cp_async_commit();")
         L.append("    fc_cp_async_wait<1>();")
@@ -308,6 +321,8 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     L.extend("    " + x for x in row_offsets("row0 + threadIdx.y", "", range(len(tensors))))
 
     def row_load(i: int) -> str:
+        if i in row_level:
+            return f"a{i}_now"
         return f"(row_ok ? a{i}[a{i}_row] : {MEMORY_TYPE[program.accesses[i].dtype]}())"
 
     def elem_load(i: int) -> str:

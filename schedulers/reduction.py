@@ -586,22 +586,30 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # twice today's instructions; since Note [Two-pass Welford] and the packed row loads
         # it costs them 3-8% (layer norm f32 4096x16384: 2875 GB/s without, 2730 with;
         # softmax f32 4096x16384: 2927 and 2788; sweep-twopass.json), and column partials
-        # 0-3% (rms norm backward f32 65536x1024: 2818 without, 2726 with; sweep-unroll.json):
-        # it stays a knob for the sweeps
-        can_pipeline = iters > 0 and profile.arch >= 80 and all(
+        # 0-3% (rms norm backward f32 65536x1024: 2818 without, 2726 with; sweep-unroll.json).
+        # Since the cluster exchange needs no fence (Note [Cluster exchange]), the row-level
+        # loads come ahead too and the weights stay in registers (Note [Weights in
+        # registers]), 16-bit column partials gain: layer norm backward bf16 1024x65536 1868
+        # -> 2231 GB/s on the H100, 16384x4096 2377 -> 2576, rms norm's 1024x65536 2038 ->
+        # 2373, 4096x16384 within 2% either way (all in clusters; rows of 256 in one block
+        # are untried); 32-bit ones lost up to 14% and forward rows up to 14%
+        # (sweep-pipeline_rows.json, sweep-pipeline_async.json)
+        can_pipeline = iters > 0 and bool(cached) and profile.arch >= 80 and all(
             modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
             for i in cached)  # fmt: skip
-        pipeline = can_pipeline and bool(knob("inner.pipeline", False))
+        pipeline = can_pipeline and bool(knob("inner.pipeline",
+                                              bool(accumulate) and narrow and cluster > 1))
         partial_bytes = len(accumulate) * ty * tx * vec * 8  # column partials' static arrays
         stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
         if stage_bytes + partial_bytes > profile.smem_per_block_optin - 1024:
             pipeline, stage_bytes = False, 0
         # Note [Weights in registers]: 32-bit column partials gained 0.2-1.7% (layer norm
-        # backward f32 4096x16384 2628 -> 2672 GB/s on the H100); 16-bit ones lost up to 2%,
-        # forward rows up to 25% (the weights' registers cost them occupancy;
-        # benchmarks/results/sweep-weights.json). Streaming hints (load.hint) leave weights
-        # cached in L1 but gained nothing there either. Rows read in each pass are untried
-        hoist = knob("inner.hoist", bool(accumulate) and not narrow and bool(cached))
+        # backward f32 4096x16384 2628 -> 2672 GB/s on the H100); 16-bit ones lost up to 2%
+        # unless pipelined (above), forward rows up to 25% (the weights' registers cost them
+        # occupancy; benchmarks/results/sweep-weights.json). Streaming hints (load.hint)
+        # leave weights cached in L1 but gained nothing there either. Rows read in each pass
+        # are untried
+        hoist = knob("inner.hoist", bool(accumulate) and bool(cached) and (pipeline or not narrow))
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,

@@ -43,12 +43,19 @@ def test_knobs_reach_the_generated_kernel():
     assert "fc_cp_async16(&" not in fd._executor().last_plan.spec.kernels[0].source
 
 
-@pytest.mark.parametrize("dtype,default", [(torch.float32, True), (torch.bfloat16, False)], ids=str)
-def test_weights_in_registers_load_once_before_the_row_loop(dtype, default):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_weights_in_registers_load_once_before_the_row_loop(dtype):
     # Note [Weights in registers]: layer norm backward's weight (input 2, the same for every
-    # row) loads into a2_w before the loop over rows; by default for 32-bit partials only
+    # row) loads into a2_w before the loop over rows: by default for 32-bit partials, and
+    # for 16-bit ones, which also take the row pipeline (Note [Row pipeline])
     inputs = layer_norm_backward_inputs(4096, 4096, dtype)
-    for knobs, hoisted in (({}, default), ({"inner.hoist": True}, True),
+    fd = layer_norm_backward(dtype)
+    fd.precompile(inputs, target="h100")
+    spec = fd._executor().last_plan.spec
+    assert ("pipelined" in spec.description) is (dtype == torch.bfloat16)
+    if dtype == torch.bfloat16:  # the mean and rstd of the next row load ahead as well
+        assert "a0_next = p_row_ok ? a0[p_a0_row]" in spec.kernels[0].source
+    for knobs, hoisted in (({}, True), ({"inner.hoist": True}, True),
                            ({"inner.hoist": False}, False)):  # fmt: skip
         fd = layer_norm_backward(dtype)
         with overriding(knobs):
