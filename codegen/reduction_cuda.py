@@ -54,6 +54,9 @@ class InnerVariant:
     # every row it visits, so inputs shared by all rows (layer norm's weight) load once,
     # before the row loop, instead of once a row from L1/L2
     hoist: bool = False
+    # ... or into shared memory, each thread's own 16-byte chunks (no barrier), read from
+    # there every row: no registers held, no L2 traffic (16-byte vectors, not pipelined)
+    hoist_smem: bool = False
     # Note [Cluster exchange] (prelude/reduce.cuh): a cluster's blocks swap row partials
     # through mbarriers, without the fence of a cluster barrier; False: the barrier
     exchange_async: bool = True
@@ -68,7 +71,8 @@ class InnerVariant:
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
                 f"{', barrier exchange' if self.cluster > 1 and not self.exchange_async else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
-                f"{', weights in registers' if self.hoist and self.iters else ''}"
+                f"{', weights in registers' if self.hoist and self.iters and not self.hoist_smem else ''}"
+                f"{', weights in shared memory' if self.hoist and self.iters and self.hoist_smem else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}")  # fmt: skip
 
@@ -327,7 +331,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
 
     def elem_load(i: int) -> str:
         if i in hoisted:
-            return f"a{i}_w[it][j]"
+            return f"a{i}_w1[j]" if v.hoist_smem else f"a{i}_w[it][j]"
         return f"a{i}_c[it][j]" if (cached and i in v.cached) else f"a{i}_l[j]"
 
     def fetch(i: int, kb: str, into: str) -> list[str]:
@@ -348,7 +352,20 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     hoisted = [i for i in range(n_acc) if v.hoist and cached and i not in v.cached
                and v.modes[i] != "row" and not any(v.live[i])]  # fmt: skip
     weights: list[str] = []
-    for i in hoisted:
+
+    def weight_chunk(w: int) -> str:  # this thread's 16 bytes of hoisted weight w, this `it`
+        return f"fc_wts[((({w}) * FC_TY + threadIdx.y) * {v.iters} + it) * FC_TX + tx]"
+
+    if hoisted and v.hoist_smem:
+        weights.append("  extern __shared__ uint4 fc_wts[];  // [weights][TY][ITERS][TX] chunks")
+        weights += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
+                    "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
+                    "    const bool ok = kb < k_hi;"]  # fmt: skip
+        for w, i in enumerate(hoisted):
+            at = _k_offset(f"a{i}", "kb", v.k2, unit=True)
+            weights.append(f"    fc_cp_async16(&{weight_chunk(w)}, ok ? a{i} + {at} : a{i}, ok);")
+        weights += ["  }", "  fc_cp_async_commit();  // waited for by the first pass reading them"]
+    for i in hoisted if not v.hoist_smem else ():
         weights.append(f"  fc_vec<{MEMORY_TYPE[program.accesses[i].dtype]}, FC_VEC> a{i}_w[{v.iters}];")
         weights += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
                     "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
@@ -383,6 +400,8 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         loads = sorted({s.operands[0] for s in stmts if s.op == "load"})
         for var in carry:
             L.append(f"    {REGISTER_TYPE[dtypes[var]]} {var}_c[{v.iters}][FC_VEC];")
+        if v.hoist_smem and any(i in hoisted for i in loads):  # the weights have landed
+            L.append("    fc_cp_async_wait<0>();")
         if cached:
             L.append("#pragma unroll")
             L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
@@ -393,7 +412,11 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append("    for (idx_t kb = k_lo + (idx_t)tx * FC_VEC; kb < k_hi; kb += FC_TX * FC_VEC) {")
         L.append("      const bool ok = row_ok && kb < k_hi;")
         for i in loads:
-            if not (cached and i in v.cached) and i not in hoisted:  # read as a{i}_c, a{i}_w
+            if i in hoisted and v.hoist_smem:  # this vector of the weight, from shared memory
+                mt = MEMORY_TYPE[program.accesses[i].dtype]
+                L.append(f"      const fc_vec<{mt}, FC_VEC> a{i}_w1 = *reinterpret_cast<const "
+                         f"fc_vec<{mt}, FC_VEC>*>(&{weight_chunk(hoisted.index(i))});")  # fmt: skip
+            elif not (cached and i in v.cached) and i not in hoisted:  # read as a{i}_c, a{i}_w
                 mt = MEMORY_TYPE[program.accesses[i].dtype]
                 L.append(f"      fc_vec<{mt}, FC_VEC> a{i}_l;")
                 L.extend("      " + line for line in fetch(i, "kb", f"a{i}_l"))
@@ -537,8 +560,8 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             first = "tx == 0 && cl_rank == 0" if v.cluster > 1 else "tx == 0"
             L.append(f"    if ({first} && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
     L.append("  }")
-    if v.pipeline:
-        L.append("  fc_cp_async_wait<0>();  // the last (empty) prefetch lands before the block ends")
+    if v.pipeline or (v.hoist_smem and hoisted):  # no copy still in flight when the block ends
+        L.append("  fc_cp_async_wait<0>();")
     for k in v.acc:  # the block's column partials: its TY thread rows added in a fixed order
         at = acc_type(program.stores[k].dtype)
         L.append(f"  __shared__ {at} part{k}[FC_TY][FC_TX * FC_VEC];")

@@ -356,6 +356,11 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
         cluster = min(8, 2 * cluster)
     most = 1024 if kept == 1 and not welford else 512
     if -(-nv // cluster) * kept > most * per_thread * (2 if partials else 1):
+        if two_pass and -(-nv // wide) * kept <= 512 * per_thread:
+            # a 32-bit Welford row the widest cluster holds: its two passes of sums from
+            # registers (var_mean f32 256x262144: 2385 -> 2821 GB/s on the H100 in clusters
+            # of 16, 2666 in 8; benchmarks/results/sweep-last_rows.json)
+            return wide, 512
         if pure:  # read once anyway: one block a row
             return 1, 512
         # Note [Partials of long rows]: where the cached slices do not fit even 8 blocks,
@@ -594,14 +599,18 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # 2373, 4096x16384 within 2% either way (all in clusters; rows of 256 in one block
         # are untried); 32-bit ones lost up to 14% and forward rows up to 14%
         # (sweep-pipeline_rows.json, sweep-pipeline_async.json)
-        can_pipeline = iters > 0 and bool(cached) and profile.arch >= 80 and all(
-            modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
-            for i in cached)  # fmt: skip
+        def chunks16(inputs: Sequence[int]) -> bool:  # 16-byte vectors cp.async can copy
+            return iters > 0 and profile.arch >= 80 and all(
+                modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
+                for i in inputs)  # fmt: skip
+
+        can_pipeline = bool(cached) and chunks16(cached)
         pipeline = can_pipeline and bool(knob("inner.pipeline",
                                               bool(accumulate) and narrow and cluster > 1))
         partial_bytes = len(accumulate) * ty * tx * vec * 8  # column partials' static arrays
+        room = profile.smem_per_block_optin - 1024 - partial_bytes
         stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
-        if stage_bytes + partial_bytes > profile.smem_per_block_optin - 1024:
+        if stage_bytes > room:
             pipeline, stage_bytes = False, 0
         # Note [Weights in registers]: 32-bit column partials gained 0.2-1.7% (layer norm
         # backward f32 4096x16384 2628 -> 2672 GB/s on the H100); 16-bit ones lost up to 2%
@@ -610,6 +619,21 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # leave weights cached in L1 but gained nothing there either. Rows read in each pass
         # are untried
         hoist = knob("inner.hoist", bool(accumulate) and bool(cached) and (pipeline or not narrow))
+        # Note [Weights in registers]: or in shared memory, where the row is cached, not
+        # pipelined, and the weights' 16-byte chunks fit; the copies land while the first
+        # row loads and reduces. Forward rows split over clusters of up to 8 gained (on the
+        # H100 layer norm f32 1024x65536 2522 -> 2731 GB/s, bf16 2501 -> 2624, rms norm bf16
+        # 2708 -> 2785); rows of one block -7% to +2% (rms norm f32 4096x16384 2915 -> 2698),
+        # clusters of 16 -8%, column partials up to -17% (sweep-weights_smem2.json). Shared
+        # memory, not a register bound, then sets the blocks an SM
+        weight_ins = [i for i in range(n_acc) if i not in cached and modes[i] != "row"
+                      and not any(i_strides[i])]  # fmt: skip
+        weight_bytes = len(weight_ins) * ty * iters * tx * 16
+        hoist_smem = bool(knob("inner.hoist_smem", 1 < cluster <= 8 and not accumulate)) and bool(
+            weight_ins) and bool(cached) and not pipeline and chunks16(weight_ins) and (
+            weight_bytes <= room)  # fmt: skip
+        if hoist_smem:
+            stage_bytes = weight_bytes
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
@@ -617,10 +641,14 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                store_hint=knob("store.hint", 0),
                                unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1,
                                merge=knob("inner.merge", True),
-                               hoist=hoist,
+                               hoist=hoist or hoist_smem, hoist_smem=hoist_smem,
                                exchange_async=bool(knob("inner.exchange_async", True)))  # fmt: skip
-        variant = replace(variant, min_blocks=knob("inner.min_blocks",
-                                                   _min_blocks(program, variant)))
+        # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
+        # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)
+        min_blocks = _min_blocks(program, variant)
+        if hoist_smem and min_blocks * (weight_bytes + profile.smem_reserved_per_block) > profile.smem_per_sm:
+            min_blocks = 0
+        variant = replace(variant, min_blocks=knob("inner.min_blocks", min_blocks))
         args: list = []
         ref_of = _store_refs(len(program.stores), accumulate)
         for k in range(len(tensors)):

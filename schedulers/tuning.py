@@ -33,6 +33,7 @@ KNOBS: dict[str, str] = {
     "inner.reread": "blocks sharing a row too long for a cluster's registers (0: one block)",
     "inner.cache": "keep the row in registers between passes (False: read it again)",
     "inner.exchange_async": "cluster blocks swap row partials through mbarriers, not a cluster barrier (Note [Cluster exchange])",
+    "inner.hoist_smem": "weights loaded once into shared memory instead (Note [Weights in registers])",
     "inner.hoist": "load inputs shared by every row once, into registers (Note [Weights in registers])",
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fusion_patterns import define, softmax
+from fusion_patterns import define, layer_norm, softmax
 from segment_patterns import layer_norm_backward, layer_norm_backward_inputs
 
 from benchmarks.sweep import _precompile, combinations, load_plan
@@ -67,6 +67,30 @@ def test_weights_in_registers_load_once_before_the_row_loop(dtype):
         if hoisted:  # loaded before the row loop, read inside it
             assert source.index("a2_w[it] = ") < source.index("for (idx_t row0 = ")
             assert "a2_w[it][j]" in source and "a2_l" not in source
+
+
+def _layer_norm_plan(dtype, rows, n):
+    fd = define(layer_norm()[0], dtype, 2)
+    fd.precompile([torch.empty(rows, n, dtype=dtype, device="meta"),
+                   *(torch.empty(n, dtype=dtype, device="meta") for _ in range(2))], target="h100")
+    return fd._executor().last_plan.spec
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_weights_in_shared_memory_for_rows_split_over_clusters(dtype):
+    # Note [Weights in registers]: layer norm's weight and bias (inputs 1 and 2) of rows of
+    # 65536, split over clusters of 8, are copied once into shared memory, each thread its
+    # own chunks, before the row loop; the output pass waits for them and reads them there
+    spec = _layer_norm_plan(dtype, 64, 65536)
+    assert "clusters of 8, weights in shared memory" in spec.description
+    assert "blocks/SM" not in spec.description  # shared memory sets the occupancy
+    assert spec.kernels[0].shared_mem == 2 * (65536 // 8) * dtype.itemsize
+    source = spec.kernels[0].source
+    loop = source.index("for (idx_t row0 = ")
+    assert source.index("extern __shared__ uint4 fc_wts[]") < source.index("fc_cp_async16(&fc_wts[") < loop
+    assert source.index("fc_cp_async_wait<0>();", loop) < source.index("a1_w1 = *reinterpret_cast", loop)
+    # rows of one block keep their weights in L1/L2
+    assert "weights in" not in _layer_norm_plan(dtype, 64, 4096).description
 
 
 def test_combinations_put_the_default_first():
