@@ -22,6 +22,9 @@ OUTER_NAME = "fc_outer_reduction"
 FINISH_NAME = "fc_outer_finish"
 
 
+_WEIGHTS_IN = {"registers": "registers", "shared": "shared memory"}
+
+
 @dataclass(frozen=True)
 class InnerVariant:
     i_rank: int  # collapsed row dims
@@ -50,13 +53,12 @@ class InnerVariant:
     store_hint: int = 0
     unroll: int = 1  # vectors a thread loads ahead in a pass that reads the row from memory
     merge: bool = True  # Note [Merged row reductions] (prelude/reduce.cuh)
-    # Note [Weights in registers]: with the row cached, a thread keeps the same columns of
-    # every row it visits, so inputs shared by all rows (layer norm's weight) load once,
-    # before the row loop, instead of once a row from L1/L2
-    hoist: bool = False
-    # ... or into shared memory, each thread's own 16-byte chunks (no barrier), read from
-    # there every row: no registers held, no L2 traffic (16-byte vectors, not pipelined)
-    hoist_smem: bool = False
+    # Note [Weights loaded once]: with the row cached, a thread keeps the same columns of
+    # every row it visits, so inputs shared by all rows (layer norm's weight) can load once,
+    # before the row loop, instead of once a row from L1/L2: into "registers", or into
+    # "shared" memory, each thread its own 16-byte chunks (no barrier), read there every
+    # row (16-byte vectors, not pipelined); "" loads them every row
+    weights: str = ""
     # Note [Cluster exchange] (prelude/reduce.cuh): a cluster's blocks swap row partials
     # through mbarriers, without the fence of a cluster barrier; False: the barrier
     exchange_async: bool = True
@@ -71,8 +73,7 @@ class InnerVariant:
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
                 f"{', barrier exchange' if self.cluster > 1 and not self.exchange_async else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
-                f"{', weights in registers' if self.hoist and self.iters and not self.hoist_smem else ''}"
-                f"{', weights in shared memory' if self.hoist and self.iters and self.hoist_smem else ''}"
+                f"{', weights in ' + _WEIGHTS_IN[self.weights] if self.weights and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}")  # fmt: skip
 
@@ -331,7 +332,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
 
     def elem_load(i: int) -> str:
         if i in hoisted:
-            return f"a{i}_w1[j]" if v.hoist_smem else f"a{i}_w[it][j]"
+            return f"a{i}_w1[j]" if v.weights == "shared" else f"a{i}_w[it][j]"
         return f"a{i}_c[it][j]" if (cached and i in v.cached) else f"a{i}_l[j]"
 
     def fetch(i: int, kb: str, into: str) -> list[str]:
@@ -340,38 +341,38 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         mt = MEMORY_TYPE[program.accesses[i].dtype]
         if v.modes[i] == "vec":
             at = _k_offset(f"a{i}", kb, v.k2, unit=True)
-            # streaming hints are for the rows; weights every row reads stay in L1
-            hint = v.load_hint if any(v.live[i]) else 0
-            return [f"{into} = fc_load_vec_if<FC_VEC, {hint}>(a{i} + a{i}_row + {at}, ok);"]
+            return [f"{into} = fc_load_vec_if<FC_VEC, {v.load_hint}>(a{i} + a{i}_row + {at}, ok);"]
         at = _k_offset(f"a{i}", f"{kb} + j", v.k2)
         return ["#pragma unroll",
                 f"for (int j = 0; j < FC_VEC; ++j) {into}[j] = ok ? a{i}[a{i}_row + {at}] : {mt}();"]  # fmt: skip
 
     cached = v.iters > 0
-    # Note [Weights in registers]: element-level inputs no row stride reaches
-    hoisted = [i for i in range(n_acc) if v.hoist and cached and i not in v.cached
+    # Note [Weights loaded once]: element-level inputs no row stride reaches
+    hoisted = [i for i in range(n_acc) if v.weights and cached and i not in v.cached
                and v.modes[i] != "row" and not any(v.live[i])]  # fmt: skip
-    weights: list[str] = []
+    in_smem = v.weights == "shared" and bool(hoisted)
 
     def weight_chunk(w: int) -> str:  # this thread's 16 bytes of hoisted weight w, this `it`
         return f"fc_wts[((({w}) * FC_TY + threadIdx.y) * {v.iters} + it) * FC_TX + tx]"
 
-    if hoisted and v.hoist_smem:
+    weights = [f"  fc_vec<{MEMORY_TYPE[program.accesses[i].dtype]}, FC_VEC> a{i}_w[{v.iters}];"
+               for i in hoisted if not in_smem]  # fmt: skip
+    if in_smem:
         weights.append("  extern __shared__ uint4 fc_wts[];  // [weights][TY][ITERS][TX] chunks")
-        weights += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
-                    "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
-                    "    const bool ok = kb < k_hi;"]  # fmt: skip
-        for w, i in enumerate(hoisted):
+    weights += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
+                "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
+                "    const bool ok = kb < k_hi;"]  # fmt: skip
+    for w, i in enumerate(hoisted):
+        if in_smem:
             at = _k_offset(f"a{i}", "kb", v.k2, unit=True)
             weights.append(f"    fc_cp_async16(&{weight_chunk(w)}, ok ? a{i} + {at} : a{i}, ok);")
-        weights += ["  }", "  fc_cp_async_commit();  // waited for by the first pass reading them"]
-    for i in hoisted if not v.hoist_smem else ():
-        weights.append(f"  fc_vec<{MEMORY_TYPE[program.accesses[i].dtype]}, FC_VEC> a{i}_w[{v.iters}];")
-        weights += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
-                    "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
-                    f"    const bool ok = kb < k_hi; const idx_t a{i}_row = 0;"]  # fmt: skip
-        weights += ["    " + line for line in fetch(i, "kb", f"a{i}_w[it]")] + ["  }"]
-    L[loop_at:loop_at] = weights
+        else:
+            weights += [f"    {{ const idx_t a{i}_row = 0;",
+                        *("      " + line for line in fetch(i, "kb", f"a{i}_w[it]")), "    }"]
+    weights.append("  }")
+    if in_smem:
+        weights.append("  fc_cp_async_commit();  // waited for by the first pass reading them")
+    L[loop_at:loop_at] = weights if hoisted else []
     if cached:  # load the row's own data into registers once; shared weights stay in L1/L2
         for i in v.cached:  # whole vectors: 16-bit values stay two to a register
             mt = MEMORY_TYPE[program.accesses[i].dtype]
@@ -400,7 +401,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         loads = sorted({s.operands[0] for s in stmts if s.op == "load"})
         for var in carry:
             L.append(f"    {REGISTER_TYPE[dtypes[var]]} {var}_c[{v.iters}][FC_VEC];")
-        if v.hoist_smem and any(i in hoisted for i in loads):  # the weights have landed
+        if in_smem and any(i in hoisted for i in loads):  # the weights have landed
             L.append("    fc_cp_async_wait<0>();")
         if cached:
             L.append("#pragma unroll")
@@ -412,7 +413,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append("    for (idx_t kb = k_lo + (idx_t)tx * FC_VEC; kb < k_hi; kb += FC_TX * FC_VEC) {")
         L.append("      const bool ok = row_ok && kb < k_hi;")
         for i in loads:
-            if i in hoisted and v.hoist_smem:  # this vector of the weight, from shared memory
+            if i in hoisted and in_smem:  # this vector of the weight, from shared memory
                 mt = MEMORY_TYPE[program.accesses[i].dtype]
                 L.append(f"      const fc_vec<{mt}, FC_VEC> a{i}_w1 = *reinterpret_cast<const "
                          f"fc_vec<{mt}, FC_VEC>*>(&{weight_chunk(hoisted.index(i))});")  # fmt: skip
@@ -560,7 +561,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             first = "tx == 0 && cl_rank == 0" if v.cluster > 1 else "tx == 0"
             L.append(f"    if ({first} && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
     L.append("  }")
-    if v.pipeline or (v.hoist_smem and hoisted):  # no copy still in flight when the block ends
+    if v.pipeline or in_smem:  # no copy still in flight when the block ends
         L.append("  fc_cp_async_wait<0>();")
     for k in v.acc:  # the block's column partials: its TY thread rows added in a fixed order
         at = acc_type(program.stores[k].dtype)

@@ -612,14 +612,14 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
         if stage_bytes > room:
             pipeline, stage_bytes = False, 0
-        # Note [Weights in registers]: 32-bit column partials gained 0.2-1.7% (layer norm
+        # Note [Weights loaded once]: 32-bit column partials gained 0.2-1.7% (layer norm
         # backward f32 4096x16384 2628 -> 2672 GB/s on the H100); 16-bit ones lost up to 2%
         # unless pipelined (above), forward rows up to 25% (the weights' registers cost them
         # occupancy; benchmarks/results/sweep-weights.json). Streaming hints (load.hint)
         # leave weights cached in L1 but gained nothing there either. Rows read in each pass
         # are untried
         hoist = knob("inner.hoist", bool(accumulate) and bool(cached) and (pipeline or not narrow))
-        # Note [Weights in registers]: or in shared memory, where the row is cached, not
+        # Note [Weights loaded once]: or in shared memory, where the row is cached, not
         # pipelined, and the weights' 16-byte chunks fit; the copies land while the first
         # row loads and reduces. Forward rows split over clusters of up to 8 gained (on the
         # H100 layer norm f32 1024x65536 2522 -> 2731 GB/s, bf16 2501 -> 2624, rms norm bf16
@@ -641,7 +641,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                store_hint=knob("store.hint", 0),
                                unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1,
                                merge=knob("inner.merge", True),
-                               hoist=hoist or hoist_smem, hoist_smem=hoist_smem,
+                               weights="shared" if hoist_smem else "registers" if hoist else "",
                                exchange_async=bool(knob("inner.exchange_async", True)))  # fmt: skip
         # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
         # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)

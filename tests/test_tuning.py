@@ -45,7 +45,7 @@ def test_knobs_reach_the_generated_kernel():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_weights_in_registers_load_once_before_the_row_loop(dtype):
-    # Note [Weights in registers]: layer norm backward's weight (input 2, the same for every
+    # Note [Weights loaded once]: layer norm backward's weight (input 2, the same for every
     # row) loads into a2_w before the loop over rows: by default for 32-bit partials, and
     # for 16-bit ones, which also take the row pipeline (Note [Row pipeline])
     inputs = layer_norm_backward_inputs(4096, 4096, dtype)
@@ -78,7 +78,7 @@ def _layer_norm_plan(dtype, rows, n):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_weights_in_shared_memory_for_rows_split_over_clusters(dtype):
-    # Note [Weights in registers]: layer norm's weight and bias (inputs 1 and 2) of rows of
+    # Note [Weights loaded once]: layer norm's weight and bias (inputs 1 and 2) of rows of
     # 65536, split over clusters of 8, are copied once into shared memory, each thread its
     # own chunks, before the row loop; the output pass waits for them and reads them there
     spec = _layer_norm_plan(dtype, 64, 65536)
