@@ -323,6 +323,12 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
     # block a row, 2643 in clusters of 8 on the H100, benchmarks/results/sweep-misc_inner.json;
     # bf16 lost 12%)
     two_pass = pure and welford and not narrow
+    if profile.supports_clusters and pure and not welford and not narrow and nv >= 4096 and cached:
+        # 32-bit sums of rows of 16384 and more: eight blocks a row keep more loads in flight
+        # than one (sum f32 4096x16384 2740 -> 2878 GB/s on the H100, 1024x65536 2691 ->
+        # 2756, 256x262144 2630 -> 2703; bf16 256x262144 lost 5%; sweep-pure_clusters.json,
+        # sweep-last_rows.json)
+        return 8, 512
     if not profile.supports_clusters or (pure and not two_pass) or cached == 0:
         return 1, 512
     kept = cached + partials
@@ -604,9 +610,17 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                 modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
                 for i in inputs)  # fmt: skip
 
+        weight_ins = [i for i in range(n_acc) if i not in cached and modes[i] != "row"
+                      and not any(i_strides[i])]  # fmt: skip
+        # forward rows over the widest clusters with no weights (softmax) hold one row a
+        # cluster at a time, and gain from loading the next meanwhile: softmax bf16
+        # 256x262144 2259 -> 2393 GB/s (layer norm, with weights, lost 2%;
+        # sweep-pure_clusters.json, sweep-pipeline_async.json)
+        wide_rows = (not accumulate and not pure and not k2 and cluster >= 16
+                     and not weight_ins)  # fmt: skip
         can_pipeline = bool(cached) and chunks16(cached)
-        pipeline = can_pipeline and bool(knob("inner.pipeline",
-                                              bool(accumulate) and narrow and cluster > 1))
+        pipeline = can_pipeline and bool(knob("inner.pipeline", wide_rows or (
+            bool(accumulate) and narrow and cluster > 1)))  # fmt: skip
         partial_bytes = len(accumulate) * ty * tx * vec * 8  # column partials' static arrays
         room = profile.smem_per_block_optin - 1024 - partial_bytes
         stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
@@ -626,8 +640,6 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # 2708 -> 2785); rows of one block -7% to +2% (rms norm f32 4096x16384 2915 -> 2698),
         # clusters of 16 -8%, column partials up to -17% (sweep-weights_smem2.json). Shared
         # memory, not a register bound, then sets the blocks an SM
-        weight_ins = [i for i in range(n_acc) if i not in cached and modes[i] != "row"
-                      and not any(i_strides[i])]  # fmt: skip
         weight_bytes = len(weight_ins) * ty * iters * tx * 16
         hoist_smem = bool(knob("inner.hoist_smem", 1 < cluster <= 8 and not accumulate)) and bool(
             weight_ins) and bool(cached) and not pipeline and chunks16(weight_ins) and (

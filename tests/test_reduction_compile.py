@@ -116,6 +116,35 @@ def test_long_rows_take_clusters_where_the_gpu_has_them(rows, n, cluster):
     assert "__cluster_dims__" not in fd._executor().last_plan.spec.kernels[0].source
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [4096, 16384, 262144])
+def test_sums_of_long_32_bit_rows_take_clusters_of_8(n, dtype):
+    # 32-bit rows of 16384 and more are summed by 8 blocks a row on sm_90; shorter rows,
+    # 16-bit rows and GPUs without clusters take a block a row
+    fd = define(reduce_op("sum", [-1])[0], dtype, 2)
+    fd.precompile([meta(64, n, dtype=dtype)], target="h100")
+    clustered = dtype == torch.float32 and n >= 16384
+    assert ("clusters of 8" in fd._executor().last_plan.spec.description) is clustered
+    fd.precompile([meta(64, n, dtype=dtype)], target="a100")
+    assert "clusters" not in fd._executor().last_plan.spec.description
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_softmax_over_the_widest_clusters_loads_the_next_row_ahead(dtype):
+    # Note [Row pipeline]: softmax rows over clusters of 16 (bf16 rows of 262144) copy the
+    # next row into shared memory while this one runs; layer norm's (weights) do not
+    fd = define(softmax()[0], dtype, 2)
+    fd.precompile([meta(64, 262144, dtype=dtype)], target="h100")
+    spec = fd._executor().last_plan.spec
+    wide = dtype == torch.bfloat16
+    assert ("clusters of 16, pipelined" in spec.description) is wide, spec.description
+    assert ("fc_cp_async16(&fc_stage[" in spec.kernels[0].source) is wide
+    fd = define(layer_norm()[0], dtype, 2)
+    fd.precompile([meta(64, 262144, dtype=dtype), meta(262144, dtype=dtype), meta(262144, dtype=dtype)],
+                  target="h100")  # fmt: skip
+    assert "pipelined" not in fd._executor().last_plan.spec.description
+
+
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("name", ["sum", "var_mean"])
