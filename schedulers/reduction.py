@@ -314,9 +314,10 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
     and ran at half the speed. A row whose slices still do not fit is read in passes by 8
     blocks (below). One block a row reads those where clusters gained nothing: pure
     reductions read each value once anyway (var_mean bf16 256x262144: 1742 GB/s in one
-    block a row, 725 in clusters of 8). Batch norm's channels (two reduced dims) take the
-    widest cluster their cached slices fit, or one block. Column partials of rows too
-    long to cache: see Note [Partials of long rows]."""
+    block a row, 725 in clusters of 8), but for 32-bit Welford rows (two passes of sums
+    in registers) and plain reductions of long 32-bit rows (below). Batch norm's channels
+    (two reduced dims) take the widest cluster their cached slices fit, or one block.
+    Column partials of rows too long to cache: see Note [Partials of long rows]."""
     welford = any(r.op == "welford" for r in program.reductions)
     # a pure 32-bit Welford gains from clusters, where the cached slices turn it into two
     # cheap passes of sums (Note [Two-pass Welford]; var_mean f32 1024x65536: 2449 GB/s a
@@ -324,10 +325,10 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
     # bf16 lost 12%)
     two_pass = pure and welford and not narrow
     if profile.supports_clusters and pure and not welford and not narrow and nv >= 4096 and cached:
-        # 32-bit sums of rows of 16384 and more: eight blocks a row keep more loads in flight
-        # than one (sum f32 4096x16384 2740 -> 2878 GB/s on the H100, 1024x65536 2691 ->
-        # 2756, 256x262144 2630 -> 2703; bf16 256x262144 lost 5%; sweep-pure_clusters.json,
-        # sweep-last_rows.json)
+        # plain 32-bit reductions (sum, max, min, prod) of rows of 16384 and more: eight
+        # blocks a row keep more loads in flight than one (measured with sums: f32
+        # 4096x16384 2740 -> 2878 GB/s on the H100, 1024x65536 2691 -> 2756, 256x262144
+        # 2630 -> 2703; bf16 256x262144 lost 5%; sweep-pure_clusters.json, sweep-last_rows.json)
         return 8, 512
     if not profile.supports_clusters or (pure and not two_pass) or cached == 0:
         return 1, 512
@@ -658,7 +659,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
         # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)
         min_blocks = _min_blocks(program, variant)
-        if hoist_smem and min_blocks * (weight_bytes + profile.smem_reserved_per_block) > profile.smem_per_sm:
+        per_block = weight_bytes + profile.smem_reserved_per_block
+        if hoist_smem and min_blocks * per_block > profile.smem_per_sm:
             min_blocks = 0
         variant = replace(variant, min_blocks=knob("inner.min_blocks", min_blocks))
         args: list = []
