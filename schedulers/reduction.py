@@ -300,22 +300,24 @@ def _row_threads(nv: int, vec: int, per_thread: int, most: int) -> int:
     return min(most, max(32, (-(-nv // per_thread) + 31) // 32 * 32))
 
 
-def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials: int,
+def _cluster_size(n: int, nv: int, per_thread: int, narrow: bool, cached: int, partials: int,
                   program: ReductionProgram, pure: bool, k2: bool,
                   profile: Any) -> tuple[int, int]:  # fmt: skip
     """(blocks of a cluster sharing each row, most threads a block) (Note [Cluster rows] in
-    codegen/prelude/reduce.cuh). The fewest blocks, up to 8, whose slices fit 512 threads
-    keeping `per_thread` vectors of each cached input and column partial in registers;
-    then, but for column partials, twice as many: slices for 256 threads beat slices for
-    512 (softmax bf16 1024x65536: 2010 GB/s in clusters of 8, 1847 in clusters of 4 on the
-    H100, benchmarks/results/sweep-rows.json), while a row of 16384 ran best in one block
-    (sweep-pipeline). A slice may take 1024 threads (64 registers each) only where one
+    codegen/prelude/reduce.cuh) for rows of n elements, nv vectors. The fewest blocks, up
+    to 8, whose slices fit 512 threads keeping `per_thread` vectors of each cached input
+    and column partial in registers; then twice as many: slices for 256 threads beat
+    slices for 512 (softmax bf16 1024x65536: 2010 GB/s in clusters of 8, 1847 in clusters
+    of 4 on the H100, benchmarks/results/sweep-rows.json), while a row of 16384 ran best in
+    one block (sweep-pipeline). Column partials double only from 4 (layer norm backward
+    bf16 4096x16384: 2298 -> 2615 GB/s in 8 blocks, rms norm's 2449 -> 2712, f32 +1-2%;
+    from 2 they lost up to 40%, 65536x1024 in 4; sweep-partials2.json). A slice may take 1024 threads (64 registers each) only where one
     input is kept and nothing else: layer norm's Welford and two-input rows spilled there
     and ran at half the speed. A row whose slices still do not fit is read in passes by 8
     blocks (below). One block a row reads those where clusters gained nothing: pure
-    reductions read each value once anyway (var_mean bf16 256x262144: 1742 GB/s in one
-    block a row, 725 in clusters of 8), but for 32-bit Welford rows (two passes of sums
-    in registers) and plain reductions of long 32-bit rows (below). Batch norm's channels
+    reductions read each value once anyway (var_mean bf16 256x262144: 2095 GB/s in one
+    block a row, 1978 in clusters of 8), but for Welford rows that a cluster keeps in
+    registers (two passes of sums) and plain reductions of long rows (below). Batch norm's channels
     (two reduced dims) take the widest cluster their cached slices fit, or one block.
     Column partials of rows too long to cache: see Note [Partials of long rows]."""
     welford = any(r.op == "welford" for r in program.reductions)
@@ -324,11 +326,20 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
     # block a row, 2643 in clusters of 8 on the H100, benchmarks/results/sweep-misc_inner.json;
     # bf16 lost 12%)
     two_pass = pure and welford and not narrow
-    if profile.supports_clusters and pure and not welford and not narrow and nv >= 4096 and cached:
-        # plain 32-bit reductions (sum, max, min, prod) of rows of 16384 and more: eight
-        # blocks a row keep more loads in flight than one (measured with sums: f32
-        # 4096x16384 2740 -> 2878 GB/s on the H100, 1024x65536 2691 -> 2756, 256x262144
-        # 2630 -> 2703; bf16 256x262144 lost 5%; sweep-pure_clusters.json, sweep-last_rows.json)
+    if profile.supports_clusters and pure and not welford and cached and n >= 16384 and (
+            not narrow or n <= 65536):  # fmt: skip
+        # plain reductions (sum, max, min, prod) of rows of 16384 and more: eight blocks a
+        # row keep more loads in flight than one (measured with sums on the H100: f32
+        # 4096x16384 2740 -> 2878 GB/s, 1024x65536 2691 -> 2756, 256x262144 2630 -> 2703;
+        # bf16 4096x16384 2569 -> 2718, 1024x65536 2558 -> 2576; bf16 256x262144 lost 4%;
+        # sweep-pure_clusters.json, sweep-last_rows.json, sweep-bf16_rows.json)
+        return 8, 512
+    if profile.supports_clusters and pure and welford and narrow and cached and (
+            nv > 512 * per_thread and -(-nv // 8) <= 256 * per_thread):  # fmt: skip
+        # a 16-bit Welford row one block cannot keep but 8 blocks of 256 threads can: two
+        # passes of sums from registers (var_mean bf16 1024x65536: 2147 -> 2470 GB/s on the
+        # H100; rows one block keeps gained nothing in 2 blocks, rows of 262144 lost 6% in 8
+        # and 9% in 16; benchmarks/results/sweep-bf16_rows.json)
         return 8, 512
     if not profile.supports_clusters or (pure and not two_pass) or cached == 0:
         return 1, 512
@@ -359,7 +370,7 @@ def _cluster_size(nv: int, per_thread: int, narrow: bool, cached: int, partials:
         # blocks take 16 blocks of 512 threads, two an SM: softmax bf16 256x262144 1762 ->
         # 1926 GB/s on the H100, layer norm's 1764 -> 1853 (sweep-channels_long.json)
         return wide, 512
-    if not partials:
+    if not partials or cluster >= 4:
         cluster = min(8, 2 * cluster)
     most = 1024 if kept == 1 and not welford else 512
     if -(-nv // cluster) * kept > most * per_thread * (2 if partials else 1):
@@ -548,7 +559,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                if s.op == "load" and s.var in program.element_vars
                                and (any(i_strides[s.operands[0]]) or rows == 1)}))  # fmt: skip
         narrow = any(ELEMENT_BYTES[d] < 4 for d in moving)
-        cluster, most = _cluster_size(nv, per_thread, narrow, len(cached), len(accumulate),
+        cluster, most = _cluster_size(N, nv, per_thread, narrow, len(cached), len(accumulate),
                                       program, pure, k2, profile)  # fmt: skip
         if (cluster == 1 and profile.supports_clusters and not pure and not accumulate
                 and nv >= 4096 and 2 * rows <= sm):  # fmt: skip

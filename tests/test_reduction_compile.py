@@ -117,16 +117,28 @@ def test_long_rows_take_clusters_where_the_gpu_has_them(rows, n, cluster):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("n", [4096, 16384, 262144])
-def test_sums_of_long_32_bit_rows_take_clusters_of_8(n, dtype):
-    # 32-bit rows of 16384 and more are summed by 8 blocks a row on sm_90; shorter rows,
-    # 16-bit rows and GPUs without clusters take a block a row
+@pytest.mark.parametrize("n", [4096, 16384, 65536, 262144])
+def test_sums_of_long_rows_take_clusters_of_8(n, dtype):
+    # rows of 16384 and more are summed by 8 blocks a row on sm_90, but for 16-bit rows
+    # over 65536; shorter rows and GPUs without clusters take a block a row
     fd = define(reduce_op("sum", [-1])[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype)], target="h100")
-    clustered = dtype == torch.float32 and n >= 16384
+    clustered = n >= 16384 and (dtype == torch.float32 or n <= 65536)
     assert ("clusters of 8" in fd._executor().last_plan.spec.description) is clustered
     fd.precompile([meta(64, n, dtype=dtype)], target="a100")
     assert "clusters" not in fd._executor().last_plan.spec.description
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n,cluster", [(16384, 1), (65536, 8), (262144, 1)])
+def test_16_bit_welford_rows_8_blocks_keep_take_a_cluster(n, cluster, dtype):
+    # var_mean of 16-bit rows: rows one block keeps take one, rows a cluster of 8 keeps in
+    # registers take it (two passes of sums), longer rows a block a row read once
+    fd = define(var_mean([-1])[0], dtype, 2)
+    fd.precompile([meta(64, n, dtype=dtype)], target="h100")
+    spec = fd._executor().last_plan.spec
+    assert ("clusters of 8" in spec.description) is (cluster == 8), spec.description
+    assert ("uncached" in spec.description) is (n == 262144), spec.description
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -39,7 +39,7 @@ def ran_kernel(fd):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZES + [16384])  # 16-bit rows of 16384: clusters of 8
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
 def test_inner_reduction(op, n, dtype, gen):
     build, ref = reduce_op(op, [-1])
@@ -132,9 +132,10 @@ def test_integer_and_prod(gen):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("n", SIZES + [262144])
+@pytest.mark.parametrize("n", SIZES + [65536, 262144])
 def test_var_mean(n, dtype, gen):
-    # f32 rows of 262144 take two passes of sums in clusters of 16 (Note [Two-pass Welford])
+    # f32 rows of 262144 take two passes of sums in clusters of 16 (Note [Two-pass Welford]),
+    # 16-bit rows of 65536 in clusters of 8
     build, ref = var_mean([-1], correction=1 if n > 1 else 0)
     fd = define(build, dtype, 2)
     x = 3 + rand((17, n), dtype, gen)
