@@ -311,35 +311,35 @@ def _cluster_size(n: int, nv: int, per_thread: int, narrow: bool, cached: int, p
     of 4 on the H100, benchmarks/results/sweep-rows.json), while a row of 16384 ran best in
     one block (sweep-pipeline). Column partials double only from 4 (layer norm backward
     bf16 4096x16384: 2298 -> 2615 GB/s in 8 blocks, rms norm's 2449 -> 2712, f32 +1-2%;
-    from 2 they lost up to 40%, 65536x1024 in 4; sweep-partials2.json). A slice may take 1024 threads (64 registers each) only where one
-    input is kept and nothing else: layer norm's Welford and two-input rows spilled there
-    and ran at half the speed. A row whose slices still do not fit is read in passes by 8
-    blocks (below). One block a row reads those where clusters gained nothing: pure
-    reductions read each value once anyway (var_mean bf16 256x262144: 2095 GB/s in one
-    block a row, 1978 in clusters of 8), but for Welford rows that a cluster keeps in
-    registers (two passes of sums) and plain reductions of long rows (below). Batch norm's channels
-    (two reduced dims) take the widest cluster their cached slices fit, or one block.
+    from 2 they lost up to 40%, 65536x1024 in 4; sweep-partials2.json). A slice may take
+    1024 threads (64 registers each) only where one input is kept and nothing else: layer
+    norm's Welford and two-input rows spilled there and ran at half the speed. A row whose
+    slices still do not fit is read in passes by 8 blocks (below). One block a row reads
+    those where clusters gained nothing: pure reductions read each value once anyway
+    (var_mean bf16 256x262144: 2095 GB/s in one block a row, 1978 in clusters of 8), but
+    for Welford rows that a cluster keeps in registers (two passes of sums) and plain
+    reductions of long rows (below). Batch norm's channels (two reduced dims) take the
+    widest cluster their cached slices fit, or one block.
     Column partials of rows too long to cache: see Note [Partials of long rows]."""
     welford = any(r.op == "welford" for r in program.reductions)
     # a pure 32-bit Welford gains from clusters, where the cached slices turn it into two
     # cheap passes of sums (Note [Two-pass Welford]; var_mean f32 1024x65536: 2449 GB/s a
     # block a row, 2643 in clusters of 8 on the H100, benchmarks/results/sweep-misc_inner.json;
-    # bf16 lost 12%)
+    # 16-bit rows one block keeps lost 12%, see below for those it cannot)
     two_pass = pure and welford and not narrow
-    if profile.supports_clusters and pure and not welford and cached and n >= 16384 and (
-            not narrow or n <= 65536):  # fmt: skip
-        # plain reductions (sum, max, min, prod) of rows of 16384 and more: eight blocks a
-        # row keep more loads in flight than one (measured with sums on the H100: f32
-        # 4096x16384 2740 -> 2878 GB/s, 1024x65536 2691 -> 2756, 256x262144 2630 -> 2703;
-        # bf16 4096x16384 2569 -> 2718, 1024x65536 2558 -> 2576; bf16 256x262144 lost 4%;
-        # sweep-pure_clusters.json, sweep-last_rows.json, sweep-bf16_rows.json)
-        return 8, 512
-    if profile.supports_clusters and pure and welford and narrow and cached and (
-            nv > 512 * per_thread and -(-nv // 8) <= 256 * per_thread):  # fmt: skip
-        # a 16-bit Welford row one block cannot keep but 8 blocks of 256 threads can: two
-        # passes of sums from registers (var_mean bf16 1024x65536: 2147 -> 2470 GB/s on the
-        # H100; rows one block keeps gained nothing in 2 blocks, rows of 262144 lost 6% in 8
-        # and 9% in 16; benchmarks/results/sweep-bf16_rows.json)
+    # plain reductions (sum, max, min, prod) of rows of 16384 and more: eight blocks a row
+    # keep more loads in flight than one (measured with sums on the H100: f32 4096x16384
+    # 2740 -> 2878 GB/s, 1024x65536 2691 -> 2756, 256x262144 2630 -> 2703; bf16 4096x16384
+    # 2569 -> 2718, 1024x65536 2558 -> 2576; bf16 256x262144 lost 4%;
+    # sweep-pure_clusters.json, sweep-last_rows.json, sweep-bf16_rows.json)
+    long_plain = not welford and n >= 16384 and (not narrow or n <= 65536)
+    # a 16-bit Welford row one block cannot keep but 8 blocks of 256 threads can: two passes
+    # of sums from registers (var_mean bf16 1024x65536: 2147 -> 2470 GB/s on the H100; rows
+    # one block keeps gained nothing in 2 blocks, rows of 262144 lost 6% in 8 and 9% in 16;
+    # benchmarks/results/sweep-bf16_rows.json)
+    narrow_two_pass = (welford and narrow and nv > 512 * per_thread
+                       and -(-nv // 8) <= 256 * per_thread)  # fmt: skip
+    if profile.supports_clusters and pure and cached and (long_plain or narrow_two_pass):
         return 8, 512
     if not profile.supports_clusters or (pure and not two_pass) or cached == 0:
         return 1, 512
