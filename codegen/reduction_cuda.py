@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from schedulers.reduction import ReductionProgram, needed
 
@@ -589,29 +590,36 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
 COLUMN_FINISH_NAME = "fc_column_finish"
 
 
-def render_column_finish(acc_ctype: str, out_dtype, index_type: str) -> str:
-    """Sum a [blocks, N] buffer of column partials over its blocks, in a fixed order, and
-    store the sums in the output's dtype (Note [Column partials])."""
-    mt = MEMORY_TYPE[out_dtype]
-    # 32 columns a block, read coalesced; 8 threads share a column's partials, then add
-    # their sums in a fixed order
-    return "\n".join([
-        prelude_source("core"), f"typedef {index_type} idx_t;",
-        f'extern "C" __global__ void __launch_bounds__(256) {COLUMN_FINISH_NAME}(',
-        f"    const {acc_ctype}* __restrict__ part, {mt}* __restrict__ out, idx_t N, idx_t blocks) {{",
-        f"  __shared__ {acc_ctype} sums[8][32];",
-        "  const idx_t col = (idx_t)blockIdx.x * 32 + threadIdx.x;",
-        f"  {acc_ctype} s = 0;",
-        "  if (col < N)",
-        "    for (idx_t b = threadIdx.y; b < blocks; b += 8) s += part[b * N + col];",
-        "  sums[threadIdx.y][threadIdx.x] = s;",
-        "  __syncthreads();",
-        "  if (threadIdx.y != 0 || col >= N) return;",
-        f"  {acc_ctype} t = sums[0][threadIdx.x];",
-        "  for (int y = 1; y < 8; ++y) t += sums[y][threadIdx.x];",
-        f"  out[col] = fc_cast<{mt}>(t);",
-        "}",
-    ]) + "\n"  # fmt: skip
+def render_column_finish(sums: Sequence[tuple[str, Any]], index_type: str, rows: int) -> str:
+    """Sum [blocks, N] buffers of column partials over their blocks, in a fixed order, and
+    store the sums in each output's dtype (Note [Column partials]). `sums`: (accumulator
+    C type, output dtype) per buffer; blockIdx.y picks the buffer, so one launch finishes
+    every column sum of a row kernel. A block takes 32 columns, read coalesced; `rows`
+    threads share a column's partials, then add their sums in a fixed order."""
+    params = ", ".join(f"const {acc}* __restrict__ part{k}, {MEMORY_TYPE[dt]}* __restrict__ out{k}"
+                       for k, (acc, dt) in enumerate(sums))  # fmt: skip
+    L = [prelude_source("core"), f"typedef {index_type} idx_t;", f"#define FC_ROWS {rows}",
+         "template <typename A, typename M>",
+         "__device__ __forceinline__ void fc_finish_columns(const A* __restrict__ part, "
+         "M* __restrict__ out, idx_t N, idx_t blocks) {",
+         "  __shared__ A sums[FC_ROWS][32];",
+         "  const idx_t col = (idx_t)blockIdx.x * 32 + threadIdx.x;",
+         "  A s = 0;",
+         "  if (col < N)",
+         "    for (idx_t b = threadIdx.y; b < blocks; b += FC_ROWS) s += part[b * N + col];",
+         "  sums[threadIdx.y][threadIdx.x] = s;",
+         "  __syncthreads();",
+         "  if (threadIdx.y != 0 || col >= N) return;",
+         "  A t = sums[0][threadIdx.x];",
+         "  for (int y = 1; y < FC_ROWS; ++y) t += sums[y][threadIdx.x];",
+         "  out[col] = fc_cast<M>(t);",
+         "}",
+         f'extern "C" __global__ void __launch_bounds__(32 * FC_ROWS) {COLUMN_FINISH_NAME}(',
+         f"    {params}, idx_t N, idx_t blocks) {{"]  # fmt: skip
+    for k in range(len(sums)):
+        L.append(f"  if (blockIdx.y == {k}) fc_finish_columns(part{k}, out{k}, N, blocks);")
+    L.append("}")
+    return "\n".join(L) + "\n"
 
 
 def _ident(ctype: str) -> str:

@@ -3,8 +3,8 @@
 Layer norm and RMS norm backward reduce each row (for dx) and sum over the rows (for dw
 and db). Split in two kernels, the column sums read the inputs a second time. Here the row
 kernel also adds the values the column sums need into per-thread registers as it goes
-(Note [Column partials]); each block then writes one row of partial sums and a small
-finish kernel per column sum adds them up in a fixed order. Inputs are read once.
+(Note [Column partials]); each block then writes one row of partial sums and one small
+finish kernel adds up every column sum's partials in a fixed order. Inputs are read once.
 
 Shape of what it takes: a rank-2 loop [rows, N]; reductions over dim 1 (any, with their
 epilogues), and sums over dim 0 of element-level values whose results are outputs, as they
@@ -21,6 +21,7 @@ from fusion_cache.values import TensorInfo
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .reduction import REDUCTIONS, ReductionProgram, lower_reduction, plan_reduction
+from .tuning import knob
 
 NAME = "inner_outer"
 
@@ -163,17 +164,22 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
                             kernel.arg_types, tuple(remap(a) for a in kernel.args),
                             kernel.shared_mem)]  # fmt: skip
     index = "i64" if "typedef long long idx_t" in kernel.source else "i32"
+    n = tuple(row_env[program.rows.stores[program.columns[0].store].state])[1]
+    blocks = spec.workspaces[0][0] // n  # rows of partials: one a block (or cluster)
+    sums, args = [], []
     for w, col in enumerate(program.columns):
         store = program.rows.stores[col.store]
-        n = tuple(row_env[store.state])[1]
-        blocks = spec.workspaces[w][0] // n  # rows of partials: one a block (or cluster)
         outputs[col.output_pos] = OutputSpec((n,), col.dtype)
-        source = render_column_finish(acc_type(store.dtype), col.dtype,
-                                      "long long" if index == "i64" else "int")  # fmt: skip
-        kernels.append(KernelLaunch(COLUMN_FINISH_NAME, source, (max(1, -(-n // 32)), 1, 1),
-                                    (32, 8, 1), ("ptr", "ptr", index, index),
-                                    (ArgRef("workspace", w), ArgRef("output", col.output_pos),
-                                     n, blocks)))  # fmt: skip
+        sums.append((acc_type(store.dtype), col.dtype))
+        args += [ArgRef("workspace", w), ArgRef("output", col.output_pos)]
+    # one launch for every column sum (blockIdx.y); where its blocks of 32 columns leave
+    # SMs idle (rows of 256), 32 threads a column share the partials instead of 8
+    col_blocks = max(1, -(-n // 32))
+    rows = knob("finish.rows", 32 if col_blocks * len(sums) < profile.sm_count else 8)
+    source = render_column_finish(sums, "long long" if index == "i64" else "int", rows)
+    kernels.append(KernelLaunch(COLUMN_FINISH_NAME, source, (col_blocks, len(sums), 1),
+                                (32, rows, 1), ("ptr", "ptr") * len(sums) + (index, index),
+                                (*args, n, blocks)))  # fmt: skip
     return LaunchSpec(NAME, tuple(outputs), spec.workspaces, tuple(kernels),
                       f"{spec.description}; {len(program.columns)} column sums over {blocks} "
                       "blocks", spec.wave)  # fmt: skip
