@@ -4,9 +4,8 @@
 
 Per case, in one process: `--rounds` do_bench medians in a row (GB/s), then `--calls` calls
 each timed alone after the same 256 MiB L2 flush, with the 10th, 50th and 90th percentile
-and the slowest call, and how many calls took over 1.5x the median. A kernel whose grid is
-sized to run in one resident wave (Note [One wave of partials]) shows here when a launch
-sometimes runs in two.
+and the slowest call, and how many calls took over 1.5x the median: a median that one
+slow stretch of calls pulled down shows here as a spread of the rounds.
 """
 
 from __future__ import annotations
