@@ -16,22 +16,13 @@ import sys
 import torch
 
 from benchmarks.cases import CASES
-from benchmarks.run import seed_for
+from benchmarks.run import call_times_ms, seed_for
 
 
 def call_times_us(fn, calls: int) -> list[float]:
     """Each call's time alone, after flushing L2 as do_bench does, sorted."""
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-    pairs = []
-    for _ in range(calls):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        pairs.append((start, end))
-    torch.cuda.synchronize()
-    return sorted(1e3 * s.elapsed_time(e) for s, e in pairs)
+    return sorted(1e3 * ms for ms in call_times_ms(fn, calls, flush.zero_))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from benchmarks.cases import CASES
-from benchmarks.run import CEILING_BYTES, seed_for
+from benchmarks.run import CEILING_BYTES, call_times_ms, seed_for
 
 DEFAULT_CASES = ["rms_norm_bwd_bf16_16384x4096", "layer_norm_bwd_bf16_16384x4096",
                  "layer_norm_bwd_bf16_4096x16384", "sum_outer_f32_4096x16384",
@@ -35,16 +35,7 @@ def read_flush_timer(reps: int = 100, warmup: int = 10) -> Callable[[Callable[[]
     def timer(fn: Callable[[], Any]) -> float:
         for _ in range(warmup):
             fn()
-        pairs = []
-        for _ in range(reps):
-            torch.sum(buffer, dim=0, out=sink[0])
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            pairs.append((start, end))
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in pairs)
+        return statistics.median(call_times_ms(fn, reps, lambda: torch.sum(buffer, dim=0, out=sink[0])))
 
     return timer
 

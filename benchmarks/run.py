@@ -64,16 +64,22 @@ def bench_with_events(fn: Callable[[], Any], reps: int = 100, warmup: int = 10) 
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
     for _ in range(warmup):
         fn()
+    return statistics.median(call_times_ms(fn, reps, flush.zero_))
+
+
+def call_times_ms(fn: Callable[[], Any], reps: int, before: Callable[[], Any]) -> list[float]:
+    """The ms of each of `reps` calls of `fn`, timed alone with CUDA events, `before` (an L2
+    flush) running ahead of each outside the timing."""
     events = []
     for _ in range(reps):
-        flush.zero_()
+        before()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
         events.append((start, end))
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
+    return [s.elapsed_time(e) for s, e in events]
 
 
 def time_per_call(fn: Callable[[], Any], batches: int = 30, calls: int = 200) -> float:
