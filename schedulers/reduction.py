@@ -575,6 +575,22 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                       and program.stages == 1 and not welford)  # fmt: skip
         if reread_row:
             cluster = 8
+        weight_ins = [i for i in range(n_acc) if i not in cached and modes[i] != "row"
+                      and not any(i_strides[i])]  # fmt: skip
+        # plain sums over rows whose weights (rms norm's) go to shared memory in 8 blocks
+        # (below) take 16 blocks of half the threads, two an SM where the weights fit: one
+        # block's loads run while the other waits at its row's barriers. On the H100 rms
+        # norm f32 256x262144 2634 -> 2737 GB/s, 1024x65536 2821 -> 2916, bf16 1024x65536
+        # 2770 -> 2797; layer norm's Welford rows gained 1.5% in bf16 and lost 5% in f32
+        # (benchmarks/results/sweep-f32_sixteen.json, sweep-bf16_sixteen.json)
+        weight_slice = sum(-(-N // 16) * ELEMENT_BYTES[program.accesses[i].dtype] for i in weight_ins)
+        weighted16 = (cluster == 8 and profile.max_cluster >= 16 and not (welford or pure or k2)
+                      and not (accumulate or reread_row) and bool(cached) and bool(weight_ins)
+                      and all(modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
+                              for i in weight_ins)
+                      and 2 * (weight_slice + profile.smem_reserved_per_block) <= profile.smem_per_sm)  # fmt: skip
+        if weighted16:
+            cluster = 16
         cluster = knob("inner.cluster", cluster)
         nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
         tx = knob("inner.tx", _row_threads(nv_block, vec, per_thread, most if cluster > 1 else 512))
@@ -622,8 +638,6 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                 modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
                 for i in inputs)  # fmt: skip
 
-        weight_ins = [i for i in range(n_acc) if i not in cached and modes[i] != "row"
-                      and not any(i_strides[i])]  # fmt: skip
         # forward rows over the widest clusters with no weights (softmax) hold one row a
         # cluster at a time, and gain from loading the next meanwhile: softmax bf16
         # 256x262144 2259 -> 2393 GB/s (layer norm, with weights, lost 2%;
@@ -653,7 +667,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # clusters of 16 -8%, column partials up to -17% (sweep-weights_smem2.json). Shared
         # memory, not a register bound, then sets the blocks an SM
         weight_bytes = len(weight_ins) * ty * iters * tx * 16
-        hoist_smem = bool(knob("inner.hoist_smem", 1 < cluster <= 8 and not accumulate)) and bool(
+        hoist_smem = bool(knob("inner.hoist_smem", (1 < cluster <= 8 or weighted16) and not accumulate)) and bool(
             weight_ins) and bool(cached) and not pipeline and chunks16(weight_ins) and (
             weight_bytes <= room)  # fmt: skip
         if hoist_smem:

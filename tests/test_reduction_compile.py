@@ -173,3 +173,26 @@ def test_outer_split_combines_in_a_cluster_on_sm90(name, dtype):
         if target == "h100":
             assert "__cluster_dims__(1, FC_SPLIT, 1)" in spec.kernels[0].source
             assert not spec.workspaces
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [65536, 262144])
+def test_weighted_sums_of_rows_8_blocks_keep_take_16_with_weights_in_shared_memory(n, dtype):
+    # rms norm rows that 8 blocks keep with the weight in shared memory take 16 blocks of
+    # half the threads (two an SM) on the H100, the weight slice still in shared memory;
+    # 16-bit rows of 262144 are read twice by 8 blocks instead, and layer norm's Welford
+    # rows stay in 8. Clusters of 16 (non-portable) are never planned for the A100
+    fd = define(rms_norm()[0], dtype, 2)
+    fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="h100")
+    spec = fd._executor().last_plan.spec
+    sixteen = not (dtype == torch.bfloat16 and n == 262144)
+    assert ("clusters of 16, weights in shared memory" in spec.description) is sixteen, spec.description
+    assert ("#define FC_CLUSTER 16" in spec.kernels[0].source) is sixteen
+    fd = define(layer_norm()[0], dtype, 2)
+    fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype), meta(n, dtype=dtype)],
+                  target="h100")  # fmt: skip
+    wide = dtype == torch.bfloat16 and n == 262144  # Note [Cluster rows]'s 16-bit rule
+    assert ("clusters of 16" in fd._executor().last_plan.spec.description) is wide
+    fd = define(rms_norm()[0], dtype, 2)
+    fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="a100")
+    assert "clusters" not in fd._executor().last_plan.spec.description
