@@ -566,29 +566,31 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             # so few long rows that a block each leaves half the SMs idle (batch norm of 64
             # channels: 64 blocks on 132 SMs): two blocks a row, in a cluster
             cluster = 2
-        # one stage of plain sums over a 16-bit row that would take 16 blocks (rms norm):
-        # 8 blocks reading it again from L2 in the second pass beat 16 keeping it in
-        # registers (bf16 256x262144: 2268 -> 2425 GB/s on the H100; softmax's three
-        # passes and layer norm's Welford lost; benchmarks/results/sweep-f32_long.json,
-        # sweep-channels_long.json)
-        reread_row = (cluster > 8 and narrow and not k2 and not accumulate
-                      and program.stages == 1 and not welford)  # fmt: skip
-        if reread_row:
-            cluster = 8
         weight_ins = [i for i in range(n_acc) if i not in cached and modes[i] != "row"
                       and not any(i_strides[i])]  # fmt: skip
-        # plain sums over rows whose weights (rms norm's) go to shared memory in 8 blocks
-        # (below) take 16 blocks of half the threads, two an SM where the weights fit: one
-        # block's loads run while the other waits at its row's barriers. On the H100 rms
-        # norm f32 256x262144 2634 -> 2737 GB/s, 1024x65536 2821 -> 2916, bf16 1024x65536
-        # 2770 -> 2797; layer norm's Welford rows gained 1.5% in bf16 and lost 5% in f32
-        # (benchmarks/results/sweep-f32_sixteen.json, sweep-bf16_sixteen.json)
+        # plain sums over rows whose weights (rms norm's) go to shared memory in 8 or 16
+        # blocks take 16 of half the threads, the weight slice in shared memory, two blocks
+        # an SM where it fits: one block's loads run while the other waits at its row's
+        # barriers. On the H100 rms norm f32 256x262144 2634 -> 2737 GB/s, 1024x65536 2821
+        # -> 2916, bf16 1024x65536 2770 -> 2797, bf16 256x262144 (read twice by 8 blocks
+        # before, below) 2503 -> 2534; layer norm's Welford rows gained 1.5% in bf16 and lost
+        # 5% in f32 (benchmarks/results/sweep-f32_sixteen.json, sweep-bf16_sixteen.json,
+        # sweep-bf16_long16.json)
         weight_slice = sum(-(-N // 16) * ELEMENT_BYTES[program.accesses[i].dtype] for i in weight_ins)
-        weighted16 = (cluster == 8 and profile.max_cluster >= 16 and not (welford or pure or k2)
-                      and not (accumulate or reread_row) and bool(cached) and bool(weight_ins)
+        weighted16 = (cluster in (8, 16) and profile.max_cluster >= 16 and not (welford or pure or k2)
+                      and not accumulate and bool(cached) and bool(weight_ins)
                       and all(modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
                               for i in weight_ins)
                       and 2 * (weight_slice + profile.smem_reserved_per_block) <= profile.smem_per_sm)  # fmt: skip
+        # other single stages of plain sums over a 16-bit row that would take 16 blocks: 8
+        # blocks reading it again from L2 in the second pass beat 16 keeping it in registers
+        # (rms norm bf16 256x262144 with its weight read from L2: 2268 -> 2425 GB/s on the
+        # H100; softmax's three passes and layer norm's Welford lost; benchmarks/results/
+        # sweep-f32_long.json, sweep-channels_long.json)
+        reread_row = (cluster > 8 and narrow and not k2 and not accumulate and not weighted16
+                      and program.stages == 1 and not welford)  # fmt: skip
+        if reread_row:
+            cluster = 8
         if weighted16:
             cluster = 16
         cluster = knob("inner.cluster", cluster)

@@ -177,22 +177,27 @@ def test_outer_split_combines_in_a_cluster_on_sm90(name, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n", [65536, 262144])
-def test_weighted_sums_of_rows_8_blocks_keep_take_16_with_weights_in_shared_memory(n, dtype):
-    # rms norm rows that 8 blocks keep with the weight in shared memory take 16 blocks of
-    # half the threads (two an SM) on the H100, the weight slice still in shared memory;
-    # 16-bit rows of 262144 are read twice by 8 blocks instead, and layer norm's Welford
-    # rows stay in 8. Clusters of 16 (non-portable) are never planned for the A100
+def test_weighted_sums_of_long_rows_take_16_blocks_with_weights_in_shared_memory(n, dtype):
+    # rms norm rows that 8 blocks would keep (or 8 read twice, 16-bit rows of 262144) take
+    # 16 blocks of half the threads on the H100, the weight slice in shared memory; layer
+    # norm's Welford rows do not. A single row has no weights to share (its weight is one
+    # of its own loads): 8 blocks, which read one of 262144 twice. Clusters of 16
+    # (non-portable) are never planned for the A100
     fd = define(rms_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="h100")
     spec = fd._executor().last_plan.spec
-    sixteen = not (dtype == torch.bfloat16 and n == 262144)
-    assert ("clusters of 16, weights in shared memory" in spec.description) is sixteen, spec.description
-    assert ("#define FC_CLUSTER 16" in spec.kernels[0].source) is sixteen
+    assert "clusters of 16, weights in shared memory" in spec.description, spec.description
+    assert "#define FC_CLUSTER 16" in spec.kernels[0].source
+    fd.precompile([meta(1, n, dtype=dtype), meta(n, dtype=dtype)], target="h100")
+    spec = fd._executor().last_plan.spec
+    assert "clusters of 8" in spec.description, spec.description
+    assert ("uncached" in spec.description) is (n == 262144), spec.description
     fd = define(layer_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype), meta(n, dtype=dtype)],
                   target="h100")  # fmt: skip
     wide = dtype == torch.bfloat16 and n == 262144  # Note [Cluster rows]'s 16-bit rule
     assert ("clusters of 16" in fd._executor().last_plan.spec.description) is wide
+    assert "weights in shared memory" not in fd._executor().last_plan.spec.description or not wide
     fd = define(rms_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="a100")
     assert "clusters" not in fd._executor().last_plan.spec.description
