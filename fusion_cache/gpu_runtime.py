@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -125,6 +125,12 @@ class FusionExecutor:
             cubin, ref = cubin_for(launch.source, launch.name, profile.arch, fusion_id=self.fid,
                                    scheduler=spec.scheduler, params_json=params)  # fmt: skip
             kernel = load_function(cubin, ref, device) if load else None
+            if kernel is not None and _cluster_does_not_fit(kernel, launch, profile):
+                # Note [Cluster fallback]: clusters of 16 are planned where the GPU was
+                # measured to run them, but this process may get fewer SMs (MPS, a green
+                # context) or a kernel too big for 16 SMs of a GPC. The driver says none
+                # fits: plan again within the portable size rather than fail at launch
+                return self.make_plan(values, replace(profile, max_cluster=8), load)
             if kernel is not None and not kernels and spec.wave:
                 # Note [One wave of partials]: the planner estimated the resident clusters;
                 # the driver knows them for this kernel on this GPU. Before the other kernels
@@ -307,6 +313,15 @@ def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
         if fallback_disabled():
             raise
         return _fallback(fd, ex, values, f"kernel failed: {type(err).__name__}: {err}")
+
+
+def _cluster_does_not_fit(kernel: Any, launch: Any, profile: Any) -> bool:
+    """A kernel with clusters wider than the portable 8 blocks that the driver cannot place
+    even once on this GPU (Note [Cluster fallback])."""
+    dims = getattr(kernel, "cluster_dims", (1, 1))
+    if profile.max_cluster <= 8 or dims[0] * dims[1] <= 8:
+        return False
+    return kernel.max_resident(launch.block, launch.shared_mem) == 0
 
 
 def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) -> list[KernelRef]:

@@ -243,3 +243,30 @@ def test_tuning_knobs_keep_results(pattern, shape, dtype, knobs, gen):
     for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
         err = (g.double() - w).abs().max().item()
         assert err <= TOL[dtype] * w.abs().max().item(), (pattern, knobs, err)
+
+
+def test_clusters_the_driver_cannot_place_are_planned_again_within_8(gen, monkeypatch):
+    # Note [Cluster fallback]: where the driver finds no room for one cluster of 16 (a
+    # process given fewer SMs), the fusion is planned again with clusters of at most 8
+    # and still runs correctly, instead of failing at launch
+    if current_profile(0).max_cluster <= 8:
+        pytest.skip("this GPU's profile plans no clusters wider than 8")
+    from codegen.launch import LoadedKernel
+
+    real = LoadedKernel.max_resident
+
+    def no_room_for_16(self, block, shared_mem=0):
+        return 0 if self.cluster_dims[0] * self.cluster_dims[1] > 8 else real(self, block, shared_mem)
+
+    monkeypatch.setattr(LoadedKernel, "max_resident", no_room_for_16)
+    build, ref = rms_norm()
+    fd = define(build, torch.float32, 2)
+    x, w = rand((19, 65536), torch.float32, gen), rand((65536,), torch.float32, gen)
+    check(fd.execute([x, w])[0], ref(x, w), torch.float32, scale=4)
+    description = fd._executor().last_plan.spec.description
+    assert "clusters of 8" in description, description
+    monkeypatch.undo()
+    fd = define(build, torch.float32, 2)
+    x = rand((21, 65536), torch.float32, gen)
+    check(fd.execute([x, w])[0], ref(x, w), torch.float32, scale=4)
+    assert "clusters of 16" in fd._executor().last_plan.spec.description
