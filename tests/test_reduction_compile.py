@@ -201,3 +201,17 @@ def test_weighted_sums_of_long_rows_take_16_blocks_with_weights_in_shared_memory
     fd = define(rms_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="a100")
     assert "clusters" not in fd._executor().last_plan.spec.description
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_outer_rows_in_range_sum_without_bounds_branches(dtype):
+    # the outer kernel sums UNROLL rows of VEC columns without a bounds check each where
+    # all are in range, and keeps the checked loop for the edges (rows 1000 and columns
+    # 300 leave both)
+    fd = define(reduce_op("sum", [0])[0], dtype, 2)
+    fd.precompile([meta(1000, 300, dtype=dtype)], target="h100")
+    source = fd._executor().last_plan.spec.kernels[0].source
+    fast = "if (k0 + (FC_UNROLL - 1) * kstep < N && cb + FC_VEC <= cols) {"
+    assert source.count(fast) == 1
+    tail = source[source.index(fast):]
+    assert tail.index("} else {") < tail.index("if (cb + j >= cols) break;")
