@@ -318,8 +318,8 @@ def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
 def _cluster_does_not_fit(kernel: Any, launch: Any, profile: Any) -> bool:
     """A kernel with clusters wider than the portable 8 blocks that the driver cannot place
     even once on this GPU (Note [Cluster fallback])."""
-    dims = getattr(kernel, "cluster_dims", (1, 1))
-    if profile.max_cluster <= 8 or dims[0] * dims[1] <= 8:
+    width, height = kernel.cluster_dims
+    if profile.max_cluster <= 8 or width * height <= 8:
         return False
     return kernel.max_resident(launch.block, launch.shared_mem) == 0
 
