@@ -51,6 +51,7 @@ class LaunchPlan:
     slots: list[list[tuple[int, ArgRef]]]  # per launch: (arg slot, what fills it)
     device: Any = None  # the torch.device outputs go to
     fresh: tuple = ()  # (shape, torch dtype) of each output to allocate, in order
+    host_inputs: tuple = ()  # Note [CPU scalar tensors]: inputs copied to `device` per call
 
 
 def _alignment(ptr: int) -> int:
@@ -109,6 +110,7 @@ class FusionExecutor:
     def make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
         """A LaunchPlan when one scheduler takes the fusion for these inputs, else a
         SegmentedPlan (Note [Greedy segmentation])."""
+        host = _host_inputs(values) if load else ()
         env = runtime_shapes(self.fd, values)
         if self.program is None:
             return self.segmented(values, env, profile, "; ".join(str(r) for r in self.refusals))
@@ -151,7 +153,7 @@ class FusionExecutor:
             self.record(values, profile, {"scheduler": spec.scheduler, "plan": spec.description,
                                           "kernels": [r.to_json() for r in refs]})  # fmt: skip
         fresh = tuple((o.shape, to_torch(o.dtype)) for o in spec.outputs if o.alias_input is None)
-        return LaunchPlan(spec, kernels, refs, slots, torch.device("cuda", device), fresh)
+        return LaunchPlan(spec, kernels, refs, slots, torch.device("cuda", device), fresh, host)
 
     def segmented(self, values: Sequence[Any], env: dict, profile: Any, why: str) -> Any:
         from schedulers.segmenter import segment
@@ -197,6 +199,10 @@ class FusionExecutor:
     def launch(self, plan: Any, values: Sequence[Any]) -> list[torch.Tensor]:
         if plan.__class__ is not LaunchPlan:
             return self._launch_other(plan, values)
+        if plan.host_inputs:
+            values = list(values)
+            for i in plan.host_inputs:
+                values[i] = values[i].to(plan.device)
         self.last_plan = plan
         spec = plan.spec
         if self.dumps or spec.workspaces or any(o.alias_input is not None for o in spec.outputs):
@@ -313,6 +319,21 @@ def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
         if fallback_disabled():
             raise
         return _fallback(fd, ex, values, f"kernel failed: {type(err).__name__}: {err}")
+
+
+def _host_inputs(values: Sequence[Any]) -> tuple[int, ...]:
+    """Note [CPU scalar tensors]: a 0-dim CPU tensor (define_tensor(is_cpu=True)) may come with
+    CUDA inputs, as in nvFuser; a kernel cannot read host memory, so each call copies it to
+    the GPU first (a few bytes, stream-ordered). Any other CPU tensor beside CUDA ones is an
+    error that names it."""
+    host = []
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor) and not v.is_cuda:
+            if v.dim() != 0:
+                raise ValueError(f"input {i} is a {v.dim()}-dim tensor on {v.device} while other inputs "
+                                 "are on the GPU; only 0-dim CPU tensors (scalars) may stay on the CPU")  # fmt: skip
+            host.append(i)
+    return tuple(host)
 
 
 def _cluster_does_not_fit(kernel: Any, launch: Any, profile: Any) -> bool:

@@ -20,6 +20,8 @@ def _on_gpu(values: Sequence[Any]) -> bool:
 
 
 def run_fusion(fd: FusionDefinition, inputs: Sequence[Any], device: Any = None) -> list[Any]:
+    if device is not None:
+        return _run_on(fd, inputs, device)
     if fd._cache.executors and isinstance(inputs, (list, tuple)):
         outs = try_cached_launch(fd, inputs)
         if outs is not None:
@@ -31,3 +33,18 @@ def run_fusion(fd: FusionDefinition, inputs: Sequence[Any], device: Any = None) 
         return run_on_gpu(fd, values)
     FusionCache.get()._count("reference_runs")
     return run_reference(fd, values)
+
+
+def _run_on(fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list[Any]:
+    """execute(device=...): the tensors read must already be on `device` (0-dim CPU tensors,
+    scalars, may stay on the CPU), as nvFuser asks; outputs of a fusion that reads no tensor
+    there (only scalars) are placed on it."""
+    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    for i, v in enumerate(inputs if isinstance(inputs, (list, tuple)) else ()):
+        if isinstance(v, torch.Tensor) and v.device != dev and not (v.device.type == "cpu" and v.dim() == 0):
+            raise ValueError(f"execute: input {i} is on {v.device}, but device={device!r} asks for "
+                             f"{dev}; move the input there or leave device out")  # fmt: skip
+    outs = run_fusion(fd, inputs)
+    return [o.to(dev) if isinstance(o, torch.Tensor) and o.device != dev else o for o in outs]

@@ -363,3 +363,19 @@ def test_nested_with_same_definition():
         with fd:
             with fd:
                 pass
+
+
+def test_execute_on_a_device_other_than_the_inputs_names_the_input():
+    # execute(device=...) asks the tensors to be there already, as nvFuser does; a 0-dim
+    # CPU tensor (a scalar) may stay on the CPU
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        s0 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float, is_cpu=True)
+        fd.add_output(fd.ops.mul(t0, s0))
+    x, s = rand(5, seed=3), torch.tensor(1.5)
+    (out,) = fd.execute([x, s], device="cpu")
+    assert out.device.type == "cpu"
+    torch.testing.assert_close(out, x * 1.5)
+    with pytest.raises(ValueError, match=idx(0)) as err:
+        fd.execute([x, s], device="meta")
+    assert "cpu" in str(err.value) and "meta" in str(err.value)

@@ -224,3 +224,52 @@ def test_tuning_knobs_keep_results(knobs, shape, gen):
         out = fd.execute([a, b])[0]
     x = a.float() + b.float()
     torch.testing.assert_close(out, (torch.tanh(x) * x).bfloat16(), rtol=1.6e-2, atol=1.6e-2)
+
+
+def test_execute_on_a_named_device(gen):
+    # execute(device=...): CUDA inputs on that device run as without it; a CUDA input
+    # asked to run elsewhere is named in the error; a fusion that reads only scalars gives
+    # its outputs on the device asked for
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        s0 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float, is_cpu=True)
+        fd.add_output(fd.ops.mul(t0, s0))
+    x, s = rand((1000,), torch.float32, gen), torch.tensor(0.75)
+    for device in (0, "cuda", "cuda:0", torch.device("cuda", 0)):
+        (out,) = fd.execute([x, s], device=device)
+        assert out.device == x.device
+        torch.testing.assert_close(out, x * 0.75)
+    with pytest.raises(ValueError, match=r"input 0 is on cuda:0"):
+        fd.execute([x, s], device="cpu")
+    with FusionDefinition() as fd2:
+        v = fd2.define_scalar(dtype=DataType.Double)
+        fd2.add_output(fd2.ops.full([7], v, dtype=DataType.Float))
+    (full,) = fd2.execute([2.5], device="cuda")
+    assert full.device == torch.device("cuda", 0)
+    torch.testing.assert_close(full, torch.full((7,), 2.5, device="cuda"))
+
+
+def test_cpu_scalar_tensors_beside_cuda_inputs(gen):
+    # Note [CPU scalar tensors]: a 0-dim CPU tensor (is_cpu=True) read with CUDA tensors,
+    # in a pointwise and in a reduction fusion, on the first call and on cached ones; a CPU
+    # tensor with dims beside CUDA ones is named in the error
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        s0 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float, is_cpu=True)
+        y = fd.ops.mul(t0, s0)
+        fd.add_output(y)
+        fd.add_output(fd.ops.sum(y, dims=[1]))
+    x = rand((37, 1001), torch.float32, gen)
+    for value in (0.75, -2.5, 3.0):
+        s = torch.tensor(value)
+        before = kernels_ran()
+        out, total = fd.execute([x, s])
+        assert kernels_ran() > before  # kernels, not the reference evaluator
+        torch.testing.assert_close(out, x * value)
+        torch.testing.assert_close(total, (x * value).sum(1), rtol=1e-5, atol=1e-4)
+    with FusionDefinition() as fd2:
+        a = fd2.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        b = fd2.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        fd2.add_output(fd2.ops.add(a, b))
+    with pytest.raises(ValueError, match=r"input 1 is a 1-dim tensor on cpu"):
+        fd2.execute([rand((5,), torch.float32, gen), torch.randn(5)])
