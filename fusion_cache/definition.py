@@ -309,10 +309,6 @@ class FusionDefinition:
         """Run the fusion on `inputs` (tensors and Python scalars, in definition order)."""
         if self._state != _CLOSED:
             self._ensure_defined()
-        if device is not None:
-            dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
-            if dev.type == "cuda" and not torch.cuda.is_available():
-                raise ValueError(f"execute: device={device!r} but no CUDA GPU is available")
         return _runtime().run_fusion(self, inputs, device=device)
 
 

@@ -39,7 +39,12 @@ def _run_on(fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list[An
     """execute(device=...): the tensors read must already be on `device` (0-dim CPU tensors,
     scalars, may stay on the CPU), as nvFuser asks; outputs of a fusion that reads no tensor
     there (only scalars) are placed on it."""
-    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    try:
+        dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"execute: device={device!r} is not a device: {err}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"execute: device={device!r} but no CUDA GPU is available")
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     for i, v in enumerate(inputs if isinstance(inputs, (list, tuple)) else ()):

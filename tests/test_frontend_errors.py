@@ -379,3 +379,5 @@ def test_execute_on_a_device_other_than_the_inputs_names_the_input():
     with pytest.raises(ValueError, match=idx(0)) as err:
         fd.execute([x, s], device="meta")
     assert "cpu" in str(err.value) and "meta" in str(err.value)
+    with pytest.raises(ValueError, match=r"device='gpu' is not a device"):
+        fd.execute([x, s], device="gpu")
