@@ -200,9 +200,11 @@ class FusionExecutor:
         if plan.__class__ is not LaunchPlan:
             return self._launch_other(plan, values)
         if plan.host_inputs:
+            # non_blocking: the driver stages a pageable source at once, so the value is
+            # taken now, and the stream is not synchronized as a blocking copy would
             values = list(values)
             for i in plan.host_inputs:
-                values[i] = values[i].to(plan.device)
+                values[i] = values[i].to(plan.device, non_blocking=True)
         self.last_plan = plan
         spec = plan.spec
         if self.dumps or spec.workspaces or any(o.alias_input is not None for o in spec.outputs):

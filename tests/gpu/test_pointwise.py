@@ -267,6 +267,14 @@ def test_cpu_scalar_tensors_beside_cuda_inputs(gen):
         assert kernels_ran() > before  # kernels, not the reference evaluator
         torch.testing.assert_close(out, x * value)
         torch.testing.assert_close(total, (x * value).sum(1), rtol=1e-5, atol=1e-4)
+    # one CPU tensor changed in place between calls: each call reads the value it had then
+    s = torch.tensor(1.0)
+    outs = []
+    for value in (4.0, -1.0):
+        s.fill_(value)
+        outs.append(fd.execute([x, s])[0])
+    torch.testing.assert_close(outs[0], x * 4.0)
+    torch.testing.assert_close(outs[1], -x)
     with FusionDefinition() as fd2:
         a = fd2.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
         b = fd2.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
