@@ -106,3 +106,30 @@ def test_eight_processes_on_postgres(pg_url, tmp_path):
 @pytest.mark.slow
 def test_kill_nines_on_postgres(pg_url, tmp_path):
     kill_scenario(tmp_path, worker_env(tmp_path / "cache", pg_url), kills=10)
+
+
+def test_postgres_store_works_without_its_node_local_directory(pg_url, tmp_path):
+    # the cache dir holds only the cubin tier and compile locks for a server store: when it
+    # cannot be created (here a path under a plain file), the store says so once and keeps
+    # PostgreSQL instead of falling back to an in-memory store; using it warns no further
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.warns(StoreWarning, match="node-local directory .* is unusable") as caught:
+        store = open_store(pg_url, cache_dir=blocker / "cache")
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    cubin = bytes(range(256)) * 64
+    try:
+        assert isinstance(store, SqlStore), store
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", StoreWarning)
+            got, compiled = store.compile_once("k2", lambda: (cubin, meta("k2")))
+            assert compiled and got == cubin
+            assert store.get_kernel("k2") == cubin  # from the server, no blob tier
+            assert store.compile_once("k2", lambda: pytest.fail("compiled twice"))[1] is False
+            assert store.verify().ok  # no blob tier is not a damaged one
+    finally:
+        store.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreWarning)
+        with open_store(pg_url, cache_dir=tmp_path / "fresh") as again:  # the kernel is kept
+            assert again.get_kernel("k2") == cubin

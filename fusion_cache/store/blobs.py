@@ -69,17 +69,24 @@ def unframe(value: object) -> tuple[str, bytes] | None:
     return digest.hex(), payload
 
 
+class _TierOff(Exception):
+    """The tier's directory is unusable (BlobTier.usable False)."""
+
+
 class BlobTier:
     """Best-effort: methods never raise; failures read as misses."""
 
-    def __init__(self, directory: Path, timeout_s: float) -> None:
+    def __init__(self, directory: Path, timeout_s: float, usable: bool = True) -> None:
         self.directory = Path(directory)
+        self.usable = usable  # False: the directory cannot exist; every call is a quiet miss
         self._timeout = timeout_s
         self._pid = -1
         self._cache: diskcache.Cache | None = None
         self._warned = False
 
     def _open(self) -> diskcache.Cache:
+        if not self.usable:
+            raise _TierOff
         # A Cache inherited through fork shares its parent's SQLite handles: open our own.
         if self._cache is None or self._pid != os.getpid():
             self._cache = diskcache.Cache(
@@ -94,6 +101,8 @@ class BlobTier:
         return self._cache
 
     def _failed(self, op: str, err: BaseException) -> None:
+        if isinstance(err, _TierOff):
+            return
         level = logging.DEBUG if self._warned else logging.WARNING
         self._warned = True
         log.log(level, "fusion-cache blob tier %s failed at %s: %r", op, self.directory, err)
@@ -135,6 +144,8 @@ class BlobTier:
             value = self._open().get(key)
         except UnsafeBlobError as err:
             return str(err), None
+        except _TierOff:
+            return None, None
         except Exception as err:
             return f"unreadable: {err!r}", None
         if value is None:

@@ -27,7 +27,8 @@ def open_store(
 
     url None -> FUSION_CACHE_DB_URL, else SQLite at <cache_dir or FUSION_CACHE_DIR or
     ~/.cache/fusion_cache>/store.db; cubin blobs and locks live in that directory (for a
-    PostgreSQL URL too). `memory://` asks for a MemoryStore. timeout_s (default
+    PostgreSQL URL too, where a directory that cannot be created only turns them off).
+    `memory://` asks for a MemoryStore. timeout_s (default
     FUSION_CACHE_DB_TIMEOUT or 30) bounds every wait for a lock or a busy database.
     """
     timeout = env_timeout() if timeout_s is None else float(timeout_s)

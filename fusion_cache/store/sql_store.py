@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -44,6 +45,7 @@ from .entries import (
     KernelMeta,
     PlanEntry,
     PruneReport,
+    StoreWarning,
     VerifyReport,
     check_kernel_args,
     choose_prunable,
@@ -68,7 +70,8 @@ T = TypeVar("T")
 class SqlStore(Store):
     persistent = True
 
-    def __init__(self, loc: Location, engine: Engine, timeout_s: float, revision: str) -> None:
+    def __init__(self, loc: Location, engine: Engine, timeout_s: float, revision: str,
+                 local_dir: bool = True) -> None:  # fmt: skip
         super().__init__()
         self.location = loc
         self.url = display_url(loc.url)
@@ -77,7 +80,8 @@ class SqlStore(Store):
         self._engine = engine
         self._timeout = timeout_s
         self._pid = os.getpid()
-        self._blobs = BlobTier(loc.cache_dir / "blobs", timeout_s)
+        self._local_dir = local_dir  # False: no cubin tier, no compile locks (a server store)
+        self._blobs = BlobTier(loc.cache_dir / "blobs", timeout_s, usable=local_dir)
         self._mem = MemoryStore(id_base=OVERLAY_ID_BASE)
         self._ids: dict[str, int] = {}  # ids never change, so this cache never goes stale
         self._hits: dict[str, tuple[int, float]] = {}
@@ -90,7 +94,19 @@ class SqlStore(Store):
     def open(cls, loc: Location, timeout_s: float) -> SqlStore:
         """Create the directory, migrate (Note [Serialised migrations]), check we can write.
         Raises on any problem; open_store turns that into a MemoryStore."""
-        loc.cache_dir.mkdir(parents=True, exist_ok=True)
+        local_dir = True
+        try:
+            loc.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            local_dir = False
+            if loc.db_path is not None:
+                raise  # SQLite's file lives there
+            # a server store needs the directory only for its node-local cubin tier and
+            # compile locks, both best-effort: keep the server rather than degrade to memory
+            warnings.warn(f"fusion-cache: the node-local directory {loc.cache_dir} is unusable "
+                          f"({type(err).__name__}: {err}); the store at {display_url(loc.url)} "
+                          "works without its cubin tier and compile locks", StoreWarning,
+                          stacklevel=3)  # fmt: skip
         engine = create_store_engine(loc, timeout_s)
         try:
             revision = migrate.upgrade(engine, loc, timeout_s)
@@ -98,7 +114,7 @@ class SqlStore(Store):
         except BaseException:
             engine.dispose()
             raise
-        return cls(loc, engine, timeout_s, revision)
+        return cls(loc, engine, timeout_s, revision, local_dir)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -354,7 +370,10 @@ class SqlStore(Store):
         return sorted(set(self._guard("links", work, list)) | set(self._mem.links()))
 
     @contextmanager
-    def _kernel_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
+    def _kernel_lock(self, key: str, timeout_s: float) -> Iterator[bool | None]:
+        if not self._local_dir:
+            yield None  # no lock to take: compiles may overlap, results are the same
+            return
         lock = FileLock(kernel_lock_path(self.cache_dir, key))
         try:
             held = lock.acquire(timeout_s)

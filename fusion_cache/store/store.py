@@ -106,8 +106,9 @@ class Store(ABC):
     def close(self) -> None: ...
 
     @abstractmethod
-    def _kernel_lock(self, key: str, timeout_s: float) -> AbstractContextManager[bool]:
-        """Exclusive per-key lock across the processes that share this store (yields held)."""
+    def _kernel_lock(self, key: str, timeout_s: float) -> AbstractContextManager[bool | None]:
+        """Exclusive per-key lock across the processes that share this store; yields True
+        when held, False when it stayed held past timeout_s, None where there is none."""
 
     def compile_once(
         self, key: str, compile_fn: CompileFn, timeout_s: float = 600
@@ -123,7 +124,7 @@ class Store(ABC):
                 cubin = self.get_kernel(key)
                 if cubin is not None:
                     return cubin, False
-            else:
+            elif held is False:
                 self._warn_once(
                     "compile_once", TimeoutError(f"kernel lock held over {timeout_s:g} s")
                 )
