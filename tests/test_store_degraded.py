@@ -169,3 +169,21 @@ def test_bad_timeout_setting_falls_back_to_default(monkeypatch, value):
 
     monkeypatch.setenv("FUSION_CACHE_DB_TIMEOUT", value)
     assert env_timeout() == DEFAULT_TIMEOUT_S
+
+
+def test_kernel_locks_that_cannot_be_taken_compile_without_them(tmp_path):
+    # a file where the lock folder should be: compile_once still compiles and stores the
+    # kernel, and its one warning says what it does instead of the lock
+    store = open_store(cache_dir=tmp_path / "cache")
+    try:
+        assert isinstance(store, SqlStore)
+        (tmp_path / "cache" / "locks").write_text("x")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert store.compile_once("k", lambda: (b"cubin", meta())) == (b"cubin", True)
+        check_one_warning(caught, "kernel lock failed", "compiling without it")
+        assert store.get_kernel("k") == b"cubin"  # kept in the database, not only in memory
+    finally:
+        store.close()
+    with open_store(cache_dir=tmp_path / "cache") as again:
+        assert again.get_kernel("k") == b"cubin"

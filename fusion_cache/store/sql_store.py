@@ -378,7 +378,8 @@ class SqlStore(Store):
         try:
             held = lock.acquire(timeout_s)
         except Exception as err:  # e.g. the cache dir vanished: compile without the lock
-            self._warn_once("kernel lock", err)
+            self._warn_once("kernel lock", err,
+                            then="compiling without it (another process may compile the same kernel)")
             held = False
         try:
             yield held

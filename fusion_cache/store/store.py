@@ -126,7 +126,8 @@ class Store(ABC):
                     return cubin, False
             elif held is False:
                 self._warn_once(
-                    "compile_once", TimeoutError(f"kernel lock held over {timeout_s:g} s")
+                    "compile_once", TimeoutError(f"kernel lock held over {timeout_s:g} s"),
+                    then="compiling here as well",
                 )
             cubin, meta = compile_fn()  # compile errors are the caller's: let them through
             self.put_kernel(key, cubin, meta)
@@ -144,14 +145,15 @@ class Store(ABC):
 
         return import_bundle(self, path)
 
-    def _warn_once(self, op: str, err: BaseException) -> None:
+    def _warn_once(self, op: str, err: BaseException,
+                   then: str = "keeping the affected entries in memory for this process and "
+                               "continuing") -> None:  # fmt: skip
         if self._warned:
             log.debug("fusion-cache store %s: %s failed again: %r", self.url, op, err)
             return
         self._warned = True
         warnings.warn(
-            f"fusion-cache store {self.url}: {op} failed ({type(err).__name__}: {err}); "
-            "keeping the affected entries in memory for this process and continuing",
+            f"fusion-cache store {self.url}: {op} failed ({type(err).__name__}: {err}); {then}",
             StoreWarning,
             stacklevel=4,
         )
