@@ -380,7 +380,7 @@ class SqlStore(Store):
         except Exception as err:  # e.g. the cache dir vanished: compile without the lock
             self._warn_once("kernel lock", err,
                             then="compiling without it (another process may compile the same kernel)")
-            held = False
+            held = None  # no lock here, not one held too long
         try:
             yield held
         finally:
