@@ -50,6 +50,14 @@ class InnerVariant:
     min_blocks: int = 0  # __launch_bounds__ minimum blocks an SM (0: unset)
     cluster: int = 1  # blocks of a thread-block cluster sharing each row (Note [Cluster rows])
     pipeline: bool = False  # copy the next row group to shared memory ahead (Note [Row pipeline])
+    # Note [Rows in shared memory]: a pipelined row (Note [Row pipeline]) is read from its
+    # shared-memory stage in every pass instead of being loaded into registers once, which
+    # leaves the registers to the column partials of rows too long to keep beside them.
+    # Each thread reads back only the chunks it copied itself, so no block barrier guards
+    # the stage; the copies of the next row group land while this one is reduced, which
+    # rows read from memory in each pass could not overlap. The cluster exchanges through
+    # its barrier: the mbarrier exchange's registers made layer norm backward spill
+    rows_in_smem: bool = False
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     store_hint: int = 0
     unroll: int = 1  # vectors a thread loads ahead in a pass that reads the row from memory
@@ -64,6 +72,10 @@ class InnerVariant:
     # through mbarriers, without the fence of a cluster barrier; False: the barrier
     exchange_async: bool = True
 
+    def _staged(self) -> str:
+        n = len(self.cached)
+        return f", {n} row input{'' if n == 1 else 's'} in shared memory" if self.rows_in_smem else ""
+
     def describe(self) -> str:
         return (f"inner rows of {self.tx}x{self.ty} threads, vec {self.vec}, "
                 f"{'iters ' + str(self.iters) if self.iters else 'uncached'}"
@@ -74,6 +86,7 @@ class InnerVariant:
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
                 f"{', barrier exchange' if self.cluster > 1 and not self.exchange_async else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
+                f"{self._staged()}"
                 f"{', weights in ' + _WEIGHTS_IN[self.weights] if self.weights and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}")  # fmt: skip
@@ -334,7 +347,9 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     def elem_load(i: int) -> str:
         if i in hoisted:
             return f"a{i}_w1[j]" if v.weights == "shared" else f"a{i}_w[it][j]"
-        return f"a{i}_c[it][j]" if (cached and i in v.cached) else f"a{i}_l[j]"
+        if cached and i in v.cached:
+            return f"a{i}_s[j]" if v.rows_in_smem else f"a{i}_c[it][j]"
+        return f"a{i}_l[j]"
 
     def fetch(i: int, kb: str, into: str) -> list[str]:
         """Statements loading the vector at `kb` of access i into `into` (an fc_vec or an
@@ -374,7 +389,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     if in_smem:
         weights.append("  fc_cp_async_commit();  // waited for by the first pass reading them")
     L[loop_at:loop_at] = weights if hoisted else []
-    if cached:  # load the row's own data into registers once; shared weights stay in L1/L2
+    if cached and not v.rows_in_smem:  # the row's own data to registers once; weights: L1/L2
         for i in v.cached:  # whole vectors: 16-bit values stay two to a register
             mt = MEMORY_TYPE[program.accesses[i].dtype]
             L.append(f"    fc_vec<{mt}, FC_VEC> a{i}_c[{v.iters}];")
@@ -414,7 +429,12 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append("    for (idx_t kb = k_lo + (idx_t)tx * FC_VEC; kb < k_hi; kb += FC_TX * FC_VEC) {")
         L.append("      const bool ok = row_ok && kb < k_hi;")
         for i in loads:
-            if i in hoisted and in_smem:  # this vector of the weight, from shared memory
+            if i in v.cached and v.rows_in_smem:  # this vector of the row, from its stage
+                mt = MEMORY_TYPE[program.accesses[i].dtype]
+                chunk = stage_chunk("slot", v.cached.index(i))
+                L.append(f"      const fc_vec<{mt}, FC_VEC> a{i}_s = *reinterpret_cast<const "
+                         f"fc_vec<{mt}, FC_VEC>*>(&{chunk});")  # fmt: skip
+            elif i in hoisted and in_smem:  # this vector of the weight, from shared memory
                 mt = MEMORY_TYPE[program.accesses[i].dtype]
                 L.append(f"      const fc_vec<{mt}, FC_VEC> a{i}_w1 = *reinterpret_cast<const "
                          f"fc_vec<{mt}, FC_VEC>*>(&{weight_chunk(hoisted.index(i))});")  # fmt: skip
@@ -453,7 +473,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
                any(st.op not in ("load", "cast") for st in needed(program, [r.input])[0])]  # fmt: skip
         # registers spoken for: the cached row, or for a row read from memory its column
         # partials (beside a cached row they fit: its 16-bit values pack two a register)
-        budget = 64 - v.iters * v.vec * (len(v.cached) or len(v.acc))
+        budget = 64 - v.iters * v.vec * ((0 if v.rows_in_smem else len(v.cached)) or len(v.acc))
         return out if v.iters * v.vec * len(out) <= budget else []
 
     divisions = _row_divisions(program)

@@ -593,24 +593,69 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             cluster = 8
         if weighted16:
             cluster = 16
-        cluster = knob("inner.cluster", cluster)
-        nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
-        tx = knob("inner.tx", _row_threads(nv_block, vec, per_thread, most if cluster > 1 else 512))
-        if cluster > 1:
-            tx = max(tx, cluster)  # a row's threads hand out the cluster's partials, one a block
-        iters = -(-nv_block // tx)
-        while accumulate and iters * vec * (len(cached) + len(accumulate)) > 64 and tx < 512:
-            # the cached row and the column partials share the registers: more threads a
-            # row, fewer values each, so two blocks fit on an SM
-            tx = min(512, 2 * tx)
+        forced_cluster = knob("inner.cluster", None)
+        cluster = forced_cluster or cluster
+
+        def split_row(cluster: int, most: int, kept: int) -> tuple[int, int]:
+            """(threads a row, vectors each) of a block's slice of the row; `kept`: values
+            of a vector a thread keeps in registers"""
+            nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
+            widest = most if cluster > 1 else 512
+            tx = knob("inner.tx", _row_threads(nv_block, vec, per_thread, widest))
+            if cluster > 1:
+                tx = max(tx, cluster)  # a row's threads hand out the cluster's partials, one each
             iters = -(-nv_block // tx)
+            while accumulate and iters * vec * kept > 64 and tx < 512:
+                # the cached row and the column partials share the registers: more threads a
+                # row, fewer values each, so two blocks fit on an SM
+                tx = min(512, 2 * tx)
+                iters = -(-nv_block // tx)
+            return tx, iters
+
+        tx, iters = split_row(cluster, most, len(cached) + len(accumulate))
         budget = 128 if tx <= 256 else 64  # values a thread keeps, under its register cap
+        row_inputs = cached
+        # 16-bit rows with one column partial (rms norm backward) over the widest clusters
+        # ran faster from shared memory (Note [Rows in shared memory]) than from registers:
+        # 1024x65536 2373 -> 2585 GB/s on the H100; layer norm's two partials lost 18%
+        # (registers ran short), rows of fewer blocks up to 27%
+        # (benchmarks/results/sweep-smem_rows.json, sweep-smem_rows2.json)
+        smem_first = (len(accumulate) == 1 and narrow and cluster >= 16
+                      and knob("inner.smem_rows", True))  # fmt: skip
         if iters * vec * max(len(cached), 1) > 64 or program.stages == 0 or not knob(
-                "inner.cache", not reread_row) or (
+                "inner.cache", not (reread_row or smem_first)) or (
                 accumulate and iters * vec * (len(cached) + len(accumulate)) > budget):  # fmt: skip
             # column partials keep the fixed steps (a thread sums the same columns every
             # row) and read the row from memory in each pass instead
             iters, cached = (iters if accumulate else 0), ()
+        rows_in_smem = False
+        if (accumulate and row_inputs and not cached and profile.supports_clusters
+                and knob("inner.smem_rows", True)):  # fmt: skip
+            # or the row stays in shared memory, pipelined (Note [Rows in shared memory]),
+            # where two stages of the block's slice fit beside the partials' table, in the
+            # widest cluster if the planned one's slices are too big. On the H100 rms norm
+            # backward bf16 256x262144 1603 -> 2172 GB/s, layer norm's 1415 -> 1528. Where
+            # the slices of all the row's inputs do not fit twice (f32 rows of 262144), the
+            # first input's do and the others are read in each pass: rms norm backward f32
+            # 1804 -> 2136, layer norm's 1875 -> 1916. Measured with clusters only: GPUs
+            # without them keep reading the row in each pass
+            # (benchmarks/results/sweep-smem_rows*.json, sweep-smem_some.json)
+            widths = [cluster] + ([profile.max_cluster] if not forced_cluster
+                                  and profile.max_cluster > cluster else [])  # fmt: skip
+            choices = [(staged, c) for staged in [row_inputs] + (
+                [row_inputs[:1]] if len(row_inputs) > 1 and knob("inner.smem_some", True) else [])
+                for c in widths]  # fmt: skip
+            for staged, c in choices:
+                c_tx, c_iters = split_row(c, 512, len(accumulate))
+                c_ty = max(1, knob("inner.threads", 256) // c_tx)
+                stage = 2 * len(staged) * c_ty * c_iters * c_tx * 16
+                table = len(accumulate) * c_ty * c_tx * vec * 8
+                fits = stage + table + 1024 <= profile.smem_per_block_optin
+                if profile.arch >= 80 and fits and all(
+                        modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
+                        for i in staged) and c_iters * vec * len(accumulate) <= 64:  # fmt: skip
+                    cluster, tx, iters, cached, rows_in_smem = c, c_tx, c_iters, staged, True
+                    break
         if accumulate and iters * vec * len(accumulate) > budget:
             raise SchedulerRefused("column partials need the partial sums in registers; this "
                                    "row is too long")  # fmt: skip
@@ -647,20 +692,28 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         wide_rows = (not accumulate and not pure and not k2 and cluster >= 16
                      and not weight_ins)  # fmt: skip
         can_pipeline = bool(cached) and chunks16(cached)
-        pipeline = can_pipeline and bool(knob("inner.pipeline", wide_rows or (
-            bool(accumulate) and narrow and cluster > 1)))  # fmt: skip
+        pipeline = can_pipeline and (rows_in_smem or bool(knob("inner.pipeline", wide_rows or (
+            bool(accumulate) and narrow and cluster > 1))))  # fmt: skip
         partial_bytes = len(accumulate) * ty * tx * vec * 8  # column partials' static arrays
         room = profile.smem_per_block_optin - 1024 - partial_bytes
         stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
         if stage_bytes > room:
             pipeline, stage_bytes = False, 0
+        assert pipeline or not rows_in_smem, "a row kept in shared memory is pipelined"
         # Note [Weights loaded once]: 32-bit column partials gained 0.2-1.7% (layer norm
         # backward f32 4096x16384 2628 -> 2672 GB/s on the H100); 16-bit ones lost up to 2%
         # unless pipelined (above), forward rows up to 25% (the weights' registers cost them
         # occupancy; benchmarks/results/sweep-weights.json). Streaming hints (load.hint)
         # leave weights cached in L1 but gained nothing there either. Rows read in each pass
-        # are untried
-        hoist = knob("inner.hoist", bool(accumulate) and bool(cached) and (pipeline or not narrow))
+        # are untried. Beside a row in shared memory, weights load once where their
+        # registers and the partials' take at most 80 of the 128 a thread of 512 has: rms
+        # norm backward f32 256x262144 2043 -> 2136 GB/s with them, layer norm's (two
+        # partials, f32 weights: 96) 1916 -> 1864 and spilled (sweep-smem_some.json)
+        weight_regs = sum(iters * vec * ELEMENT_BYTES[program.accesses[i].dtype] // 4
+                          for i in weight_ins)  # fmt: skip
+        roomy = not rows_in_smem or iters * vec * len(accumulate) + weight_regs <= 80
+        hoist = knob("inner.hoist", bool(accumulate) and bool(cached) and (pipeline or not narrow)
+                     and roomy)  # fmt: skip
         # Note [Weights loaded once]: or in shared memory, where the row is cached, not
         # pipelined, and the weights' 16-byte chunks fit; the copies land while the first
         # row loads and reduces. Forward rows split over clusters of up to 8 gained (on the
@@ -677,12 +730,14 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
+                               rows_in_smem=rows_in_smem,
                                load_hint=knob("load.hint", 3 if pure else 0),
                                store_hint=knob("store.hint", 0),
                                unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1,
                                merge=knob("inner.merge", True),
                                weights="shared" if hoist_smem else "registers" if hoist else "",
-                               exchange_async=bool(knob("inner.exchange_async", True)))  # fmt: skip
+                               exchange_async=bool(knob("inner.exchange_async",
+                                                        not rows_in_smem)))  # fmt: skip
         # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
         # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)
         min_blocks = _min_blocks(program, variant)

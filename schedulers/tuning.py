@@ -31,6 +31,10 @@ KNOBS: dict[str, str] = {
     "inner.groups": "row groups (blocks, clusters) of a kernel looping over them (partials, pipelines)",
     "inner.merge": "reduce a stage's row reductions of one type together (Note [Merged row reductions])",
     "inner.reread": "blocks sharing a row too long for a cluster's registers (0: one block)",
+    "inner.smem_rows": "column partials beside a row too long for registers: keep the row in "
+                       "shared memory, pipelined (Note [Rows in shared memory])",
+    "inner.smem_some": "where a row's inputs do not all fit shared memory twice, keep the first "
+                       "there and read the others in each pass (Note [Rows in shared memory])",
     "inner.cache": "keep the row in registers between passes (False: read it again)",
     "inner.exchange_async": "cluster blocks swap row partials through mbarriers, not a "
                             "cluster barrier (Note [Cluster exchange])",

@@ -163,24 +163,46 @@ def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel_without
     check(run_segmented(fd, inputs), layer_norm_backward_eager(*inputs), 1e-4)
 
 
-@pytest.mark.parametrize("norm,dtype,blocks", [
-    ("layer", torch.float32, 16), ("layer", torch.bfloat16, 16),
-    ("rms", torch.float32, 16), ("rms", torch.bfloat16, 8)], ids=str)  # fmt: skip
-def test_norm_backward_long_rows_keep_partials_in_a_cluster(norm, dtype, blocks):
-    # Note [Partials of long rows]: on an H100 the rows are read from memory in each pass
-    # and the column partials alone stay in registers (no segments): over 8 blocks where
-    # the partials fit and a thread reads at most 8 vectors a pass (rms norm's one partial
-    # of a 16-bit row), else over 16
+@pytest.mark.parametrize("norm,dtype", [("layer", torch.float32), ("layer", torch.bfloat16),
+                                        ("rms", torch.float32), ("rms", torch.bfloat16)], ids=str)
+def test_norm_backward_long_rows_keep_partials_in_a_cluster(norm, dtype):
+    # Note [Partials of long rows]: on an H100 the column partials alone stay in registers
+    # of a cluster of 16 (no segments). Note [Rows in shared memory]: a 16-bit block's slice
+    # of the row (dy and x) fits shared memory twice, so it is copied there a row ahead and
+    # read there in both passes; of an f32 slice only dy's fits, x is read in each pass.
+    # Weights load once where registers allow: not beside layer norm's two f32 partials
     fd, inputs, eager = _norm_backward(norm, 4, 262144, dtype)
     assert fd.segment(inputs, target="h100") == []
     kernel = fd.precompile(inputs, target="h100")[0]
     assert kernel.name == "fc_inner_reduction"
     spec = fd._executor().last_plan.spec
-    assert "read each pass" in spec.description and f"clusters of {blocks}" in spec.description
-    assert "__cluster_dims__(FC_CLUSTER, 1, 1)" in spec.kernels[0].source
-    assert f"#define FC_CLUSTER {blocks}" in spec.kernels[0].source
+    source = spec.kernels[0].source
+    assert "clusters of 16" in spec.description, spec.description
+    assert "__cluster_dims__(FC_CLUSTER, 1, 1)" in source and "#define FC_CLUSTER 16" in source
+    assert "barrier exchange" in spec.description  # registers run short for mbarriers'
+    staged = 1 if dtype == torch.float32 else 2
+    kept = f"{staged} row input{'s' if staged > 1 else ''} in shared memory"
+    assert kept in spec.description, spec.description
+    hoisted = not (norm == "layer" and dtype == torch.float32)
+    assert ("weights in registers" in spec.description) is hoisted, spec.description
+    # staged inputs come from the stage in each pass and never sit in registers
+    assert source.count("fc_cp_async16(&fc_stage[") == 2 * staged and "_c[it]" not in source
+    slice_bytes = 16384 * (4 if dtype == torch.float32 else 2)  # a block's 1/16 of an input
+    assert spec.kernels[0].shared_mem == 2 * staged * slice_bytes  # two stages
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     check(fd.execute(inputs), eager(*inputs), tol)
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_16_bit_rows_with_one_partial_over_16_blocks_read_shared_memory(norm):
+    # Note [Rows in shared memory]: rms norm backward's bf16 rows of 65536, which a cluster
+    # of 16 could keep in registers, are read from shared memory instead (measured faster);
+    # layer norm's two partials leave too few registers for that and keep the row there
+    fd, inputs, _ = _norm_backward(norm, 64, 65536, torch.bfloat16)
+    fd.precompile(inputs, target="h100")
+    description = fd._executor().last_plan.spec.description
+    assert "clusters of 16" in description, description
+    assert ("2 row inputs in shared memory" in description) is (norm == "rms"), description
 
 
 def test_layer_norm_backward_rows_of_65536_share_a_cluster_on_hopper():

@@ -100,8 +100,36 @@ def test_rms_norm_backward(dtype, rows, cols):
     assert counters()["reference_runs"] == before["reference_runs"]
     check(got, rms_norm_backward_eager(*inputs), dtype)
     assert fd._executor().scheduler == "inner_outer"
-    if cols >= 131072:
-        assert "read each pass" in fd._executor().last_plan.spec.description
+    if cols >= 131072:  # or kept in shared memory (Note [Rows in shared memory])
+        description = fd._executor().last_plan.spec.description
+        assert "read each pass" in description or "in shared memory" in description, description
+    check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
+
+
+LONG_ROWS = [(dt, rows, cols, 2) for dt in (torch.float16, torch.bfloat16)
+             for rows, cols in [(3, 262144), (37, 262144), (20, 131072), (9, 139264)]]
+LONG_ROWS += [(torch.float32, 3, 262144, 1), (torch.float32, 37, 262144, 1)]
+
+
+@pytest.mark.parametrize("dtype,rows,cols,staged", LONG_ROWS, ids=str)
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_long_rows_stay_in_shared_memory(norm, dtype, rows, cols, staged):
+    # Note [Rows in shared memory]: rows too long for registers beside the column partials
+    # are copied into shared memory a row group ahead and read there in every pass (of f32
+    # rows of 262144 only dy, x is read in each pass). Fewer rows than clusters, a row
+    # count that leaves the last clusters short, and a row (17 x 8192) whose blocks'
+    # slices end unevenly
+    build, make, eager = {"layer": (layer_norm_backward, layer_norm_backward_inputs,
+                                    layer_norm_backward_eager),
+                          "rms": (rms_norm_backward, rms_norm_backward_inputs,
+                                  rms_norm_backward_eager)}[norm]  # fmt: skip
+    fd = build(dtype)
+    inputs = make(rows, cols, dtype, device="cuda", seed=31)
+    got = fd.execute(inputs)
+    description = fd._executor().last_plan.spec.description
+    kept = f"pipelined, {staged} row input{'s' if staged > 1 else ''} in shared memory"
+    assert kept in description, description
+    check(got, eager(*inputs), dtype)
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
 
 
@@ -124,6 +152,7 @@ def test_column_partials_take_one_resident_wave(dtype, rows, cols):
 
 
 @pytest.mark.parametrize("knobs", [{"inner.cluster": 16}, {"inner.cache": False}, {"inner.groups": 3},
+                                   {"inner.cache": False, "inner.smem_rows": False},
                                    {"inner.merge": False}, {"inner.hoist": True},
                                    {"inner.hoist": False}, {"load.hint": 1},
                                    {"inner.exchange_async": False}], ids=str)  # fmt: skip
