@@ -139,10 +139,7 @@ class FusionExecutor:
                 # load: the same kernels, another grid
                 resident = kernel.max_resident(launch.block, launch.shared_mem)
                 if resident and resident != spec.wave:
-                    from schedulers.tuning import overriding
-
-                    with overriding({"inner.groups": resident}):
-                        return self.make_plan(values, profile, load)
+                    return self.make_plan(values, replace(profile, measured_wave=resident), load)
             refs.append(ref)
             kernels.append(kernel)
             slots.append([(i, a) for i, a in enumerate(launch.args) if isinstance(a, ArgRef)])

@@ -39,6 +39,9 @@ class DeviceProfile:
     mem_bytes: int = 0  # nominal DRAM size; 0 when unknown
     # SMs of each GPC, where known: a cluster runs inside one GPC (Note [One wave of partials])
     gpc_sms: tuple[int, ...] = ()
+    # while one fusion is planned again for the GPU it runs on: the clusters of its first
+    # kernel the driver says run at once (Note [One wave of partials]); 0: estimate them
+    measured_wave: int = 0
 
     def resident_clusters(self, cluster: int, blocks_per_sm: int) -> int:
         """Clusters of `cluster` blocks the GPU runs at once, `blocks_per_sm` blocks an SM:

@@ -383,7 +383,8 @@ def _cluster_size(n: int, nv: int, per_thread: int, narrow: bool, cached: int, p
             return 1, 512
         # Note [Partials of long rows]: where the cached slices do not fit even 8 blocks,
         # the row is read from memory in each pass (the second mostly from L2, which holds
-        # the rows a wave of clusters works on) and only the column partials stay in
+        # the rows a wave of clusters works on; or from shared memory where two copies of
+        # a slice fit there, Note [Rows in shared memory]) and only the column partials stay in
         # registers, over 8 blocks where each reads at most 8 vectors a thread a pass (64
         # KiB) and the partials fit, else over the widest cluster the GPU runs. Since a
         # launch is one resident wave (Note [One wave of partials]), this beats a row and
@@ -773,14 +774,15 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             # 256x262144 (7 resident) 1569 in 33, 1769 in 7, 1307 in 8; clusters of 4 (62
             # resident) 1497 in 132, 1883 in 60, 1285 in 64 (sweep-groups_wave.json).
             # The profile's estimate plans; on a GPU the runtime asks the driver and plans
-            # again with its count (the kernels stay the same). Blocks without a cluster
+            # again with its count as the profile's measured_wave (the kernels stay the
+            # same). Blocks without a cluster
             # keep four an SM, whole waves already. Pipelined clusters (Note [Row
             # pipeline]) loop over their row groups too: one wave of those as well
             if accumulate:
                 groups = sm * 4 // cluster
             if cluster > 1:
                 per_sm = max(1, variant.min_blocks) if accumulate else waves
-                wave = groups = profile.resident_clusters(cluster, per_sm)
+                wave = groups = profile.measured_wave or profile.resident_clusters(cluster, per_sm)
             override = knob("inner.groups", None)
             groups = max(1, min(-(-rows // ty), override or groups))
             if override or groups < wave:

@@ -151,6 +151,23 @@ def test_column_partials_take_one_resident_wave(dtype, rows, cols):
     assert launch.grid[0] == cluster * min(resident, -(-rows // launch.block[1])), plan.spec.description
 
 
+def test_column_partials_follow_the_drivers_count_of_resident_clusters(monkeypatch):
+    # Note [One wave of partials]: the planner's estimate of the clusters a wave holds is
+    # replaced by the driver's count for the loaded kernel; here the driver is made to say
+    # 3, as a process given fewer SMs would hear, and the grid follows it
+    from codegen.launch import LoadedKernel
+
+    monkeypatch.setattr(LoadedKernel, "max_resident", lambda self, block, shared_mem=0: 3)
+    fd = layer_norm_backward(torch.bfloat16)
+    inputs = layer_norm_backward_inputs(64, 65536, torch.bfloat16, device="cuda", seed=22)
+    check(fd.execute(inputs), layer_norm_backward_eager(*inputs), torch.bfloat16)
+    plan = fd._executor().last_plan
+    assert "clusters of" in plan.spec.description, plan.spec.description
+    cluster = plan.kernels[0].cluster_dims[0]
+    assert plan.spec.kernels[0].grid[0] == 3 * cluster
+    assert plan.spec.workspaces[0][0] == 3 * 65536  # a row of partials a cluster
+
+
 @pytest.mark.parametrize("knobs", [{"inner.cluster": 16}, {"inner.cache": False}, {"inner.groups": 3},
                                    {"inner.cache": False, "inner.smem_rows": False},
                                    {"inner.merge": False}, {"inner.hoist": True},
