@@ -629,6 +629,18 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             # column partials keep the fixed steps (a thread sums the same columns every
             # row) and read the row from memory in each pass instead
             iters, cached = (iters if accumulate else 0), ()
+
+        def chunks16(inputs: Sequence[int], iters: int) -> bool:  # 16-byte vectors cp.async copies
+            return iters > 0 and profile.arch >= 80 and all(
+                modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
+                for i in inputs)  # fmt: skip
+
+        def smem_room(tx: int, ty: int) -> int:  # what stages may take beside the partials' table
+            return profile.smem_per_block_optin - 1024 - len(accumulate) * ty * tx * vec * 8
+
+        def stages_bytes(inputs: Sequence[int], tx: int, ty: int, iters: int) -> int:
+            return 2 * len(inputs) * ty * iters * tx * 16  # two stages of 16-byte chunks
+
         rows_in_smem = False
         if (accumulate and row_inputs and not cached and profile.supports_clusters
                 and knob("inner.smem_rows", True)):  # fmt: skip
@@ -649,12 +661,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             for staged, c in choices:
                 c_tx, c_iters = split_row(c, 512, len(accumulate))
                 c_ty = max(1, knob("inner.threads", 256) // c_tx)
-                stage = 2 * len(staged) * c_ty * c_iters * c_tx * 16
-                table = len(accumulate) * c_ty * c_tx * vec * 8
-                fits = stage + table + 1024 <= profile.smem_per_block_optin
-                if profile.arch >= 80 and fits and all(
-                        modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
-                        for i in staged) and c_iters * vec * len(accumulate) <= 64:  # fmt: skip
+                fits = stages_bytes(staged, c_tx, c_ty, c_iters) <= smem_room(c_tx, c_ty)
+                if fits and chunks16(staged, c_iters) and c_iters * vec * len(accumulate) <= 64:
                     cluster, tx, iters, cached, rows_in_smem = c, c_tx, c_iters, staged, True
                     break
         if accumulate and iters * vec * len(accumulate) > budget:
@@ -681,10 +689,6 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # 2373, 4096x16384 within 2% either way (all in clusters; rows of 256 in one block
         # are untried); 32-bit ones lost up to 14% and forward rows up to 14%
         # (sweep-pipeline_rows.json, sweep-pipeline_async.json)
-        def chunks16(inputs: Sequence[int]) -> bool:  # 16-byte vectors cp.async can copy
-            return iters > 0 and profile.arch >= 80 and all(
-                modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
-                for i in inputs)  # fmt: skip
 
         # forward rows over the widest clusters with no weights (softmax) hold one row a
         # cluster at a time, and gain from loading the next meanwhile: softmax bf16
@@ -692,12 +696,11 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # sweep-pure_clusters.json, sweep-pipeline_async.json)
         wide_rows = (not accumulate and not pure and not k2 and cluster >= 16
                      and not weight_ins)  # fmt: skip
-        can_pipeline = bool(cached) and chunks16(cached)
+        can_pipeline = bool(cached) and chunks16(cached, iters)
         pipeline = can_pipeline and (rows_in_smem or bool(knob("inner.pipeline", wide_rows or (
             bool(accumulate) and narrow and cluster > 1))))  # fmt: skip
-        partial_bytes = len(accumulate) * ty * tx * vec * 8  # column partials' static arrays
-        room = profile.smem_per_block_optin - 1024 - partial_bytes
-        stage_bytes = 2 * len(cached) * ty * iters * tx * 16 if pipeline else 0
+        room = smem_room(tx, ty)
+        stage_bytes = stages_bytes(cached, tx, ty, iters) if pipeline else 0
         if stage_bytes > room:
             pipeline, stage_bytes = False, 0
         assert pipeline or not rows_in_smem, "a row kept in shared memory is pipelined"
@@ -724,7 +727,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # memory, not a register bound, then sets the blocks an SM
         weight_bytes = len(weight_ins) * ty * iters * tx * 16
         hoist_smem = bool(knob("inner.hoist_smem", (1 < cluster <= 8 or weighted16) and not accumulate)) and bool(
-            weight_ins) and bool(cached) and not pipeline and chunks16(weight_ins) and (
+            weight_ins) and bool(cached) and not pipeline and chunks16(weight_ins, iters) and (
             weight_bytes <= room)  # fmt: skip
         if hoist_smem:
             stage_bytes = weight_bytes
