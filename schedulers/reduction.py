@@ -621,8 +621,14 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # 1024x65536 2373 -> 2585 GB/s on the H100; layer norm's two partials lost 18%
         # (registers ran short), rows of fewer blocks up to 27%
         # (benchmarks/results/sweep-smem_rows.json, sweep-smem_rows2.json)
-        smem_first = (len(accumulate) == 1 and narrow and cluster >= 16
-                      and knob("inner.smem_rows", True))  # fmt: skip
+        # So did forward 16-bit rows with weights (layer and rms norm) whose slices of 16
+        # take 512 threads of 4 vectors: rms norm bf16 256x262144 2548 -> 2622, layer
+        # norm's 2132 -> 2246; rms norm's 1024x65536 (128 threads a row) lost 4%, softmax
+        # (no weights) moved within 1%, f32 rows lost 14-16%, clusters of 8 3-14%
+        # (sweep-fwd_smem.json, sweep-fwd_smem2.json)
+        smem_first = narrow and cluster >= 16 and knob("inner.smem_rows", True) and (
+            len(accumulate) == 1 or (not accumulate and bool(weight_ins)
+                                     and -(-nv // cluster) >= 512 * 4))  # fmt: skip
         if iters * vec * max(len(cached), 1) > 64 or program.stages == 0 or not knob(
                 "inner.cache", not (reread_row or smem_first)) or (
                 accumulate and iters * vec * (len(cached) + len(accumulate)) > budget):  # fmt: skip
@@ -642,8 +648,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             return 2 * len(inputs) * ty * iters * tx * 16  # two stages of 16-byte chunks
 
         rows_in_smem = False
-        if (accumulate and row_inputs and not cached and profile.supports_clusters
-                and knob("inner.smem_rows", True)):  # fmt: skip
+        if (row_inputs and not cached and profile.supports_clusters
+                and knob("inner.smem_rows", bool(accumulate) or smem_first)):  # fmt: skip
             # or the row stays in shared memory, pipelined (Note [Rows in shared memory]),
             # where two stages of the block's slice fit beside the partials' table, in the
             # widest cluster if the planned one's slices are too big. On the H100 rms norm

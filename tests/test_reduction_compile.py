@@ -154,7 +154,10 @@ def test_softmax_over_the_widest_clusters_loads_the_next_row_ahead(dtype):
     fd = define(layer_norm()[0], dtype, 2)
     fd.precompile([meta(64, 262144, dtype=dtype), meta(262144, dtype=dtype), meta(262144, dtype=dtype)],
                   target="h100")  # fmt: skip
-    assert "pipelined" not in fd._executor().last_plan.spec.description
+    # layer norm's (weights) only where its bf16 row stays in shared memory (Note [Rows in
+    # shared memory]), read there in each pass
+    description = fd._executor().last_plan.spec.description
+    assert ("pipelined, 1 row input in shared memory" in description) is wide, description
 
 
 
@@ -186,7 +189,11 @@ def test_weighted_sums_of_long_rows_take_16_blocks_with_weights_in_shared_memory
     fd = define(rms_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="h100")
     spec = fd._executor().last_plan.spec
-    assert "clusters of 16, weights in shared memory" in spec.description, spec.description
+    if dtype == torch.bfloat16 and n == 262144:  # Note [Rows in shared memory]: the row instead
+        kept = "clusters of 16, barrier exchange, pipelined, 1 row input in shared memory"
+        assert kept in spec.description, spec.description
+    else:
+        assert "clusters of 16, weights in shared memory" in spec.description, spec.description
     assert "#define FC_CLUSTER 16" in spec.kernels[0].source
     fd.precompile([meta(1, n, dtype=dtype), meta(n, dtype=dtype)], target="h100")
     spec = fd._executor().last_plan.spec
