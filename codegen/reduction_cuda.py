@@ -52,11 +52,12 @@ class InnerVariant:
     pipeline: bool = False  # copy the next row group to shared memory ahead (Note [Row pipeline])
     # Note [Rows in shared memory]: a pipelined row (Note [Row pipeline]) is read from its
     # shared-memory stage in every pass instead of being loaded into registers once, which
-    # leaves the registers to the column partials of rows too long to keep beside them.
-    # Each thread reads back only the chunks it copied itself, so no block barrier guards
-    # the stage; the copies of the next row group land while this one is reduced, which
-    # rows read from memory in each pass could not overlap. The cluster exchanges through
-    # its barrier: the mbarrier exchange's registers made layer norm backward spill
+    # leaves the registers to the column partials of rows too long to keep beside them
+    # (and ran long 16-bit forward rows with weights faster than registers did). Each
+    # thread reads back only the chunks it copied itself, so no block barrier guards the
+    # stage; the copies of the next row group land while this one is reduced, which rows
+    # read from memory in each pass could not overlap. The cluster exchanges through its
+    # barrier: the mbarrier exchange's registers made layer norm backward spill
     rows_in_smem: bool = False
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     store_hint: int = 0
