@@ -210,11 +210,13 @@ class LoadedKernel:
         args: Sequence,
         shared_mem: int = 0,
         stream: int | None = None,
+        cooperative: bool = False,
     ) -> None:
         """Launch on `stream` (a raw cudaStream_t int; None: torch's current stream).
 
         arg_types items: 'ptr' (an int such as tensor.data_ptr()), 'i64', 'i32', 'f64', 'f32',
-        'bool', in the kernel's parameter order.
+        'bool', in the kernel's parameter order. `cooperative`: every block resident at once
+        or no launch (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), for kernels with a grid barrier.
         """
         packer = _packer(arg_types)
         try:
@@ -228,6 +230,9 @@ class LoadedKernel:
         if stream is None:
             stream = self._current_stream(self.device_index)
         handle = _stream_handle(stream)
+        if cooperative:
+            self._launch_cooperative(grid, block, shared_mem, handle, packer.params)
+            return
         if self._check_context:
             self._launch_in_own_context(grid, block, shared_mem, handle, packer.params)
             return
@@ -242,6 +247,28 @@ class LoadedKernel:
                                       block[1], block[2], shared_mem, handle, packer.params, 0)
             if err != _SUCCESS:
                 self._raise_launch_error(err, grid, block, shared_mem)
+
+    def _launch_cooperative(self, grid, block, shared_mem, handle, params) -> None:
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = block
+        config.sharedMemBytes, config.hStream = shared_mem, handle
+        attribute = driver.CUlaunchAttribute()
+        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        attribute.value.cooperative = 1
+        config.attrs, config.numAttrs = [attribute], 1
+        # our context, as for several GPUs below; cheap next to the kernels that need this
+        err, current = driver.cuCtxGetCurrent()
+        pushed = err != _SUCCESS or int(current) != self._context_handle
+        if pushed:
+            _check(driver.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
+        try:
+            (err,) = driver.cuLaunchKernelEx(config, self._function, params, 0)
+        finally:
+            if pushed:
+                driver.cuCtxPopCurrent()
+        if err != _SUCCESS:
+            self._raise_launch_error(err, grid, block, shared_mem)
 
     def _launch_in_own_context(self, grid, block, shared_mem, handle, params) -> None:
         # Several GPUs: the thread's current context may belong to another device. Push ours

@@ -59,6 +59,10 @@ class InnerVariant:
     # read from memory in each pass could not overlap. The cluster exchanges through its
     # barrier: the mbarrier exchange's registers made layer norm backward spill
     rows_in_smem: bool = False
+    # Note [Finish in the row kernel]: the memory types of the column sums' outputs, in
+    # `acc` order, where the kernel adds up the partials itself after a grid-wide barrier
+    # (a cooperative launch, so every block is resident); () leaves that to a second kernel
+    finish: tuple[str, ...] = ()
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     store_hint: int = 0
     unroll: int = 1  # vectors a thread loads ahead in a pass that reads the row from memory
@@ -219,7 +223,8 @@ def inner_arg_types(program: ReductionProgram, v: InnerVariant) -> tuple[str, ..
     per = ("ptr",) + (idx,) * (v.i_rank + 1 + v.k2)
     scal = scalar_arg_types(program)
     sizes = (idx,) * (v.i_rank + 2 + v.k2)
-    return per * (len(program.accesses) + len(program.stores)) + sizes + scal
+    finish = ("ptr",) * (len(v.finish) + 1) if v.finish else ()  # the outputs, the barrier
+    return per * (len(program.accesses) + len(program.stores)) + sizes + scal + finish
 
 
 def _k_offset(name: str, k: str, k2: bool, unit: bool = False) -> str:
@@ -244,7 +249,10 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     bounds = f"{threads}, {v.min_blocks}" if v.min_blocks > 1 else f"{threads}"
     dims = " __cluster_dims__(FC_CLUSTER, 1, 1)" if v.cluster > 1 else ""
     L.append(f'extern "C" __global__ void{dims} __launch_bounds__({bounds}) {INNER_NAME}(')
-    L.append("    " + ",\n    ".join(_params(program, v.i_rank, extra, v.k2, v.acc)) + ") {")
+    params = _params(program, v.i_rank, extra, v.k2, v.acc)
+    params += [f"{t}* __restrict__ fin{k}" for k, t in zip(v.acc, v.finish)]
+    params += ["unsigned* __restrict__ fc_bar"] if v.finish else []
+    L.append("    " + ",\n    ".join(params) + ") {")
     two_pass_all = [r for r in program.reductions if r.op == "welford" and v.iters > 0]
     # each stage's block reductions but the two-pass ones, as they travel together
     combined = {stage: _merged((r for r in program.reductions
@@ -604,8 +612,56 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         L.append("    }")
         L.append("    __syncthreads();")
         L.append("  }")
+    if v.finish:
+        _finish_in_kernel(L, program, v)
     L.append("}")
     return "\n".join(L) + "\n"
+
+
+def _finish_in_kernel(L: list[str], program: ReductionProgram, v: InnerVariant) -> None:
+    """Note [Finish in the row kernel]: every block has written its row of partials; all
+    meet at a grid-wide barrier (safe: the launch is cooperative, so all are resident),
+    then each block adds up tiles of 32 columns over the partial rows in a fixed order,
+    as the finish kernel would. The barrier's counters reset themselves: the last block
+    past the barrier zeroes them for the next launch on the stream."""
+    L += ["  __threadfence();  // this block's partials, seen by every block after the barrier",
+          "  __syncthreads();",
+          "  if (tx == 0 && threadIdx.y == 0) {",
+          "    atomicAdd(&fc_bar[0], 1u);",
+          "    unsigned seen;",
+          "    do {",
+          '      asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(fc_bar));',
+          "    } while (seen < gridDim.x);",
+          "    if (atomicAdd(&fc_bar[1], 1u) == gridDim.x - 1) { fc_bar[0] = 0; fc_bar[1] = 0; }",
+          "  }",
+          "  __syncthreads();",
+          "  {",
+          "    const int fc_tid = threadIdx.y * FC_TX + tx, fc_lane = fc_tid % 32, fc_row = fc_tid / 32;",
+          "    constexpr int FC_FROWS = FC_TX * FC_TY / 32;  // threads sharing a column's partials",
+          "    const idx_t fc_groups = gridDim.x / FC_CLUSTER;  // rows of partials",
+          "    const idx_t fc_tiles = (N + 31) / 32;"]  # fmt: skip
+    for n, (k, mt) in enumerate(zip(v.acc, v.finish)):
+        at = acc_type(program.stores[k].dtype)
+        L += ["    {",
+              f"      __shared__ {at} fc_fin[FC_FROWS][32];",
+              "      // each sum's tiles start on other blocks than the previous sum's",
+              f"      const idx_t fc_first = ((idx_t)blockIdx.x + gridDim.x - ({n} * fc_tiles) % gridDim.x) % gridDim.x;",
+              "      for (idx_t t = fc_first; t < fc_tiles; t += gridDim.x) {",
+              "        const idx_t col = t * 32 + fc_lane;",
+              f"        {at} s = 0;",
+              "        if (fc_row < FC_FROWS && col < N)",
+              f"          for (idx_t g = fc_row; g < fc_groups; g += FC_FROWS) s += __ldcg(&o{k}[g * N + col]);",
+              "        if (fc_row < FC_FROWS) fc_fin[fc_row][fc_lane] = s;",
+              "        __syncthreads();",
+              "        if (fc_row == 0 && col < N) {",
+              f"          {at} total = fc_fin[0][fc_lane];",
+              "          for (int y = 1; y < FC_FROWS; ++y) total += fc_fin[y][fc_lane];",
+              f"          fin{k}[col] = fc_cast<{mt}>(total);",
+              "        }",
+              "        __syncthreads();",
+              "      }",
+              "    }"]  # fmt: skip
+    L.append("  }")
 
 
 COLUMN_FINISH_NAME = "fc_column_finish"

@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -52,6 +52,23 @@ class LaunchPlan:
     device: Any = None  # the torch.device outputs go to
     fresh: tuple = ()  # (shape, torch dtype) of each output to allocate, in order
     host_inputs: tuple = ()  # Note [CPU scalar tensors]: inputs copied to `device` per call
+    # Note [Finish in the row kernel]: a cooperative kernel's barrier counters, per stream
+    barriers: dict = field(default_factory=dict)
+    captured: list = field(default_factory=list)  # those of CUDA graphs, kept for replays
+
+    def barrier(self) -> torch.Tensor:
+        """The zeroed counters of a grid barrier for the current stream: launches on one
+        stream run one after another and each leaves them zeroed; streams get their own.
+        A launch captured into a CUDA graph gets counters of its own, which live as long
+        as the plan: its replays may run beside launches on any stream."""
+        if torch.cuda.is_current_stream_capturing():
+            self.captured.append(torch.zeros(2, dtype=torch.int32, device=self.device))
+            return self.captured[-1]
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        counters = self.barriers.get(stream)
+        if counters is None:
+            counters = self.barriers[stream] = torch.zeros(2, dtype=torch.int32, device=self.device)
+        return counters
 
 
 def _alignment(ptr: int) -> int:
@@ -140,6 +157,10 @@ class FusionExecutor:
                 resident = kernel.max_resident(launch.block, launch.shared_mem)
                 if resident and resident != spec.wave:
                     return self.make_plan(values, replace(profile, measured_wave=resident), load)
+            if kernel is not None and launch.cooperative and not _all_resident(kernel, launch):
+                # Note [Finish in the row kernel]: a cooperative launch needs every block
+                # resident at once; where the driver says they are not, a second kernel
+                return self.make_plan(values, replace(profile, fused_finish=False), load)
             refs.append(ref)
             kernels.append(kernel)
             slots.append([(i, a) for i, a in enumerate(launch.args) if isinstance(a, ArgRef)])
@@ -232,6 +253,8 @@ class FusionExecutor:
                 if o.alias_input is None else values[o.alias_input] for o in spec.outputs]  # fmt: skip
         # scratch is written in full before it is read: no need to clear it
         work = [torch.empty(n, dtype=to_torch(dt), device=device) for n, dt in spec.workspaces]
+        if any(launch.cooperative for launch in spec.kernels):
+            work.append(plan.barrier())
         if "print_args" in self.dumps:
             print(f"fusion {self.fid} inputs:", [(tuple(v.shape), v.stride(), v.dtype)
                   if isinstance(v, torch.Tensor) else v for v in values])  # fmt: skip
@@ -241,7 +264,8 @@ class FusionExecutor:
             start = time.perf_counter()
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
             args = _fill_args(launch.args, slots, values, outs, work)
-            kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem)
+            kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem,
+                          cooperative=launch.cooperative)  # fmt: skip
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
         if timing:
             torch.cuda.synchronize()
@@ -333,6 +357,13 @@ def _host_inputs(values: Sequence[Any]) -> tuple[int, ...]:
                                  "are on the GPU; only 0-dim CPU tensors (scalars) may stay on the CPU")  # fmt: skip
             host.append(i)
     return tuple(host)
+
+
+def _all_resident(kernel: Any, launch: Any) -> bool:
+    """Whether the GPU holds every block (cluster) of `launch` at once."""
+    width, height = kernel.cluster_dims
+    groups = launch.grid[0] * launch.grid[1] * launch.grid[2] // (width * height)
+    return kernel.max_resident(launch.block, launch.shared_mem) >= groups
 
 
 def _cluster_does_not_fit(kernel: Any, launch: Any, profile: Any) -> bool:

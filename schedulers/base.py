@@ -45,6 +45,8 @@ class KernelLaunch:
     arg_types: tuple[str, ...]
     args: tuple  # constants, with ArgRef where a run supplies the value
     shared_mem: int = 0
+    # launched cooperatively: all its blocks resident at once (Note [Finish in the row kernel])
+    cooperative: bool = False
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ class DeviceProfile:
     # while one fusion is planned again for the GPU it runs on: the clusters of its first
     # kernel the driver says run at once (Note [One wave of partials]); 0: estimate them
     measured_wave: int = 0
+    # Note [Finish in the row kernel]: False where a cooperative launch of it cannot hold
+    # every block at once here (the runtime plans again with the second kernel)
+    fused_finish: bool = True
 
     def resident_clusters(self, cluster: int, blocks_per_sm: int) -> int:
         """Clusters of `cluster` blocks the GPU runs at once, `blocks_per_sm` blocks an SM:

@@ -13,7 +13,7 @@ are or cast. Anything else is refused and the segmenter splits the fusion.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fusion_cache.dtypes import DataType
@@ -140,13 +140,16 @@ def lower_inner_outer(fd: Any) -> InnerOuterProgram:
 
 def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dict,
                      profile: Any) -> LaunchSpec:  # fmt: skip
+    from codegen.cuda_ops import MEMORY_TYPE
     from codegen.reduction_cuda import COLUMN_FINISH_NAME, acc_type, render_column_finish
     from fusion_cache.gpu_runtime import runtime_shapes
 
     row_values = [values[p] for p in program.input_positions]
     row_env = runtime_shapes(program.rows_fd, row_values)
     acc = tuple(c.store for c in program.columns)
-    spec = plan_reduction(program.rows, row_values, row_env, profile, accumulate=acc)
+    finish = tuple(MEMORY_TYPE[c.dtype] for c in program.columns)
+    spec = plan_reduction(program.rows, row_values, row_env, profile, accumulate=acc,
+                          finish=finish)  # fmt: skip
     (kernel,) = spec.kernels
     n_out = len(program.row_outputs) + len(program.columns)
     outputs: list[Any] = [None] * n_out
@@ -160,9 +163,6 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
             return ArgRef("output", program.row_outputs[arg.index])
         return arg
 
-    kernels = [KernelLaunch(kernel.name, kernel.source, kernel.grid, kernel.block,
-                            kernel.arg_types, tuple(remap(a) for a in kernel.args),
-                            kernel.shared_mem)]  # fmt: skip
     index = "i64" if "typedef long long idx_t" in kernel.source else "i32"
     n = tuple(row_env[program.rows.stores[program.columns[0].store].state])[1]
     blocks = spec.workspaces[0][0] // n  # rows of partials: one a block (or cluster)
@@ -172,6 +172,16 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
         outputs[col.output_pos] = OutputSpec((n,), col.dtype)
         sums.append((acc_type(store.dtype), col.dtype))
         args += [ArgRef("workspace", w), ArgRef("output", col.output_pos)]
+    row_args = tuple(remap(a) for a in kernel.args)
+    if kernel.cooperative:
+        # Note [Finish in the row kernel]: the column sums' outputs, then the barrier's
+        # counters, which the runtime keeps after the workspaces
+        row_args += tuple(args[1::2]) + (ArgRef("workspace", len(spec.workspaces)),)
+        return LaunchSpec(NAME, tuple(outputs), spec.workspaces,
+                          (replace(kernel, args=row_args),),
+                          f"{spec.description}; {len(program.columns)} column sums over "
+                          f"{blocks} blocks, finished in the row kernel", spec.wave)  # fmt: skip
+    kernels = [replace(kernel, args=row_args)]
     # one launch for every column sum (blockIdx.y); where its blocks of 32 columns leave
     # SMs idle (rows of 256), 32 threads a column share the partials instead of 8
     col_blocks = max(1, -(-n // 32))

@@ -448,10 +448,13 @@ def _min_blocks(program: ReductionProgram, v: Any) -> int:
 
 
 def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
-                   profile: Any, accumulate: tuple[int, ...] = ()) -> Any:  # fmt: skip
+                   profile: Any, accumulate: tuple[int, ...] = (),
+                   finish: tuple[str, ...] = ()) -> Any:  # fmt: skip
     """The launch for these inputs. `accumulate`: element-level stores summed over rows
     into per-block column partials instead of written (Note [Column partials]); they get
-    workspaces of [blocks, N] partials, in order, and no outputs."""
+    workspaces of [blocks, N] partials, in order, and no outputs. `finish`: the memory
+    types of the column sums, which the kernel may add up itself (Note [Finish in the row
+    kernel]); its launch is then cooperative and takes their outputs and a barrier."""
     from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec
     from .layout import access_strides, collapse, index_type
     from .views import describe_views, resolve_access
@@ -737,6 +740,15 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             weight_bytes <= room)  # fmt: skip
         if hoist_smem:
             stage_bytes = weight_bytes
+        # Note [Finish in the row kernel]: on sm_90, where a cooperative launch of clusters
+        # was seen to hold (benchmarks/results/cooperative-probe-*.txt), for column sums of
+        # at most two tiles of 32 columns an SM: on the H100 rms norm backward bf16
+        # 262144x256 2659 -> 2725 GB/s, 16384x4096 2672 -> 2700, layer norm's 2604 -> 2674
+        # and 2628 -> 2645, f32 within 1%; longer rows, whose finish a few resident blocks
+        # take in many steps, lost 4-15% (1024x65536, 256x262144; sweep-fused_finish.json)
+        few_tiles = -(-N // 32) * len(finish) <= 2 * sm
+        fused_finish = (bool(finish) and profile.arch >= 90 and profile.fused_finish and few_tiles
+                        and bool(knob("finish.fused", True)))  # fmt: skip
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
@@ -747,7 +759,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                merge=knob("inner.merge", True),
                                weights="shared" if hoist_smem else "registers" if hoist else "",
                                exchange_async=bool(knob("inner.exchange_async",
-                                                        not rows_in_smem)))  # fmt: skip
+                                                        not rows_in_smem)),
+                               finish=finish if fused_finish else ())  # fmt: skip
         # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
         # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)
         min_blocks = _min_blocks(program, variant)
@@ -792,6 +805,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             if cluster > 1:
                 per_sm = max(1, variant.min_blocks) if accumulate else waves
                 wave = groups = profile.measured_wave or profile.resident_clusters(cluster, per_sm)
+            elif variant.finish:  # one resident wave of blocks, as the driver will count them
+                wave = groups = profile.measured_wave or sm * max(1, variant.min_blocks)
             override = knob("inner.groups", None)
             groups = max(1, min(-(-rows // ty), override or groups))
             if override or groups < wave:
@@ -804,7 +819,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         blocks = groups * cluster
         kernel = KernelLaunch(INNER_NAME, render_inner(program, variant), (blocks, 1, 1),
                               (tx, ty, 1), inner_arg_types(program, variant), tuple(args),
-                              stage_bytes)  # fmt: skip
+                              stage_bytes, cooperative=bool(variant.finish))  # fmt: skip
         return LaunchSpec(NAME, tuple(outputs), workspaces, (kernel,),
                           variant.describe() + describe_views(program.views, env), wave)
 

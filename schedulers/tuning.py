@@ -43,6 +43,8 @@ KNOBS: dict[str, str] = {
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",
     "store.hint": "cache hint of streamed stores: 0 plain, 1 evict-first (.cs)",
+    "finish.fused": "column sums added up in the row kernel after a grid barrier (Note [Finish in "
+                    "the row kernel]; False: a second kernel)",
     "finish.rows": "threads sharing a column's partials in the column-sum finish kernel",
     "outer.tx": "column threads of an outer reduction block",
     "outer.ty": "row threads of an outer reduction block",

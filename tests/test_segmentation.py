@@ -145,7 +145,15 @@ def test_layer_norm_backward_reads_its_inputs_once(dtype):
     assert fd.segment(inputs, target="h100") == []
     assert fd._executor().scheduler == "inner_outer"
     names = [r.name for r in fd.precompile(inputs, target="h100")]
+    # the finish inside the row kernel after a grid barrier (Note [Finish in the row kernel]),
+    # launched cooperatively; GPUs before sm_90 run a finish kernel
+    assert names == ["fc_inner_reduction"]
+    spec = fd._executor().last_plan.spec
+    assert spec.kernels[0].cooperative and "finished in the row kernel" in spec.description
+    assert "fc_cast<" in spec.kernels[0].source and "ld.acquire.gpu" in spec.kernels[0].source
+    names = [r.name for r in fd.precompile(inputs, target="a100")]
     assert names == ["fc_inner_reduction", "fc_column_finish"]
+    assert not fd._executor().last_plan.spec.kernels[0].cooperative
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     check(fd.execute(inputs), layer_norm_backward_eager(*inputs), tol)
 
