@@ -38,6 +38,11 @@ def check(got, want, dtype):
         torch.testing.assert_close(g, w, rtol=TOL[dtype], atol=TOL[dtype])
 
 
+# pattern, inputs, eager oracle of each norm's backward
+NORM_BACKWARD = {"layer": (layer_norm_backward, layer_norm_backward_inputs, layer_norm_backward_eager),
+                 "rms": (rms_norm_backward, rms_norm_backward_inputs, rms_norm_backward_eager)}
+
+
 def counters():
     return dict(FusionCache.get().stats())
 
@@ -127,10 +132,7 @@ def test_long_rows_stay_in_shared_memory(norm, dtype, rows, cols, staged):
     # rows of 262144 and f64 rows of 200000 only dy, x is read in each pass; f64 slices are
     # cut for 416 threads, not a power of two). Fewer rows than clusters, a row count that
     # leaves the last clusters short, and a row (17 x 8192) whose blocks' slices end unevenly
-    build, make, eager = {"layer": (layer_norm_backward, layer_norm_backward_inputs,
-                                    layer_norm_backward_eager),
-                          "rms": (rms_norm_backward, rms_norm_backward_inputs,
-                                  rms_norm_backward_eager)}[norm]  # fmt: skip
+    build, make, eager = NORM_BACKWARD[norm]
     fd = build(dtype)
     inputs = make(rows, cols, dtype, device="cuda", seed=31)
     got = fd.execute(inputs)
@@ -164,10 +166,7 @@ def test_column_sums_finish_in_the_row_kernel_on_every_stream(norm):
     # Note [Finish in the row kernel]: one cooperative kernel; its grid barrier's counters
     # are per stream and left at zero, so two streams running the fusion at once and a
     # stream running it again all get torch's results
-    build, make, eager = {"layer": (layer_norm_backward, layer_norm_backward_inputs,
-                                    layer_norm_backward_eager),
-                          "rms": (rms_norm_backward, rms_norm_backward_inputs,
-                                  rms_norm_backward_eager)}[norm]  # fmt: skip
+    build, make, eager = NORM_BACKWARD[norm]
     fd = build(torch.bfloat16)
     batches = [make(512, 4096, torch.bfloat16, device="cuda", seed=40 + i) for i in range(4)]
     first = fd.execute(batches[0])
@@ -212,31 +211,29 @@ def test_column_sums_finished_in_the_row_kernel_replay_in_a_cuda_graph():
         check(outs, layer_norm_backward_eager(*fresh), torch.bfloat16)
 
 
-def test_column_sums_take_a_second_kernel_where_blocks_cannot_all_be_resident(monkeypatch):
-    # Note [Finish in the row kernel]: the driver made to say that fewer blocks than the
-    # grid's fit at once: planned again with the finish kernel instead of a cooperative
-    # launch that would be refused
+def _layer_norm_backward_where_the_driver_says(monkeypatch, resident, rows, cols, seed):
+    """Layer norm backward bf16 run and checked with the driver made to report `resident`
+    clusters (blocks) at once, as a process given fewer SMs would hear; its plan."""
     from codegen.launch import LoadedKernel
 
-    monkeypatch.setattr(LoadedKernel, "max_resident", lambda self, block, shared_mem=0: 2)
+    monkeypatch.setattr(LoadedKernel, "max_resident", lambda self, block, shared_mem=0: resident)
     fd = layer_norm_backward(torch.bfloat16)
-    inputs = layer_norm_backward_inputs(9, 4096, torch.bfloat16, device="cuda", seed=23)
+    inputs = layer_norm_backward_inputs(rows, cols, torch.bfloat16, device="cuda", seed=seed)
     check(fd.execute(inputs), layer_norm_backward_eager(*inputs), torch.bfloat16)
-    plan = fd._executor().last_plan
+    return fd._executor().last_plan
+
+
+def test_column_sums_take_a_second_kernel_where_blocks_cannot_all_be_resident(monkeypatch):
+    # Note [Finish in the row kernel]: fewer blocks than the grid's fit at once: planned
+    # again with the finish kernel instead of a cooperative launch that would be refused
+    plan = _layer_norm_backward_where_the_driver_says(monkeypatch, 2, 9, 4096, seed=23)
     assert [k.cooperative for k in plan.spec.kernels] == [False, False], plan.spec.description
 
 
 def test_column_partials_follow_the_drivers_count_of_resident_clusters(monkeypatch):
     # Note [One wave of partials]: the planner's estimate of the clusters a wave holds is
-    # replaced by the driver's count for the loaded kernel; here the driver is made to say
-    # 3, as a process given fewer SMs would hear, and the grid follows it
-    from codegen.launch import LoadedKernel
-
-    monkeypatch.setattr(LoadedKernel, "max_resident", lambda self, block, shared_mem=0: 3)
-    fd = layer_norm_backward(torch.bfloat16)
-    inputs = layer_norm_backward_inputs(64, 65536, torch.bfloat16, device="cuda", seed=22)
-    check(fd.execute(inputs), layer_norm_backward_eager(*inputs), torch.bfloat16)
-    plan = fd._executor().last_plan
+    # replaced by the driver's count for the loaded kernel, and the grid follows it
+    plan = _layer_norm_backward_where_the_driver_says(monkeypatch, 3, 64, 65536, seed=22)
     assert "clusters of" in plan.spec.description, plan.spec.description
     cluster = plan.kernels[0].cluster_dims[0]
     assert plan.spec.kernels[0].grid[0] == 3 * cluster
@@ -254,10 +251,7 @@ def test_norm_backward_knobs_keep_results(norm, knobs):
     # a few row groups, reductions combined one by one: all compute the same function
     from schedulers.tuning import overriding
 
-    build, make, eager = {"layer": (layer_norm_backward, layer_norm_backward_inputs,
-                                    layer_norm_backward_eager),
-                          "rms": (rms_norm_backward, rms_norm_backward_inputs,
-                                  rms_norm_backward_eager)}[norm]  # fmt: skip
+    build, make, eager = NORM_BACKWARD[norm]
     fd = build(torch.float32)
     inputs = make(24, 40000, torch.float32, device="cuda", seed=13)
     with overriding(knobs):
