@@ -106,6 +106,15 @@ def _raw_stream_getter():
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
+def current_raw_stream(device_index: int) -> int:
+    """torch's current stream on the device, as a raw cudaStream_t int."""
+    global _raw_stream
+    if _raw_stream is None:
+        _raw_stream = _raw_stream_getter()
+    return _raw_stream(device_index)
+
+
+_raw_stream = None
 _streams: dict[int, driver.CUstream] = {}
 
 
@@ -180,6 +189,7 @@ class LoadedKernel:
         self._check_context = _device_count() > 1
         self._launch = driver.cuLaunchKernel
         self._current_stream = _raw_stream_getter()
+        self._configs: dict = {}  # cooperative launches' configs, per launch shape
 
         def attr(a: driver.CUfunction_attribute) -> int:
             return int(_check(driver.cuFuncGetAttribute(a, function), "cuFuncGetAttribute"))
@@ -249,14 +259,21 @@ class LoadedKernel:
                 self._raise_launch_error(err, grid, block, shared_mem)
 
     def _launch_cooperative(self, grid, block, shared_mem, handle, params) -> None:
-        config = driver.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid
-        config.blockDimX, config.blockDimY, config.blockDimZ = block
-        config.sharedMemBytes, config.hStream = shared_mem, handle
-        attribute = driver.CUlaunchAttribute()
-        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-        attribute.value.cooperative = 1
-        config.attrs, config.numAttrs = [attribute], 1
+        # one config a launch shape, built once (its attribute list costs more to make than
+        # the launch itself); only the stream changes from call to call
+        key = (tuple(grid), tuple(block), shared_mem)
+        config = self._configs.get(key)
+        if config is None:
+            config = driver.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = grid
+            config.blockDimX, config.blockDimY, config.blockDimZ = block
+            config.sharedMemBytes = shared_mem
+            attribute = driver.CUlaunchAttribute()
+            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            attribute.value.cooperative = 1
+            config.attrs, config.numAttrs = [attribute], 1
+            self._configs[key] = config
+        config.hStream = handle
         # our context, as for several GPUs below; cheap next to the kernels that need this
         err, current = driver.cuCtxGetCurrent()
         pushed = err != _SUCCESS or int(current) != self._context_handle

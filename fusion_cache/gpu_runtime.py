@@ -64,7 +64,9 @@ class LaunchPlan:
         if torch.cuda.is_current_stream_capturing():
             self.captured.append(torch.zeros(2, dtype=torch.int32, device=self.device))
             return self.captured[-1]
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        from codegen.launch import current_raw_stream
+
+        stream = current_raw_stream(self.device.index)
         counters = self.barriers.get(stream)
         if counters is None:
             counters = self.barriers[stream] = torch.zeros(2, dtype=torch.int32, device=self.device)
