@@ -189,7 +189,7 @@ class LoadedKernel:
         self._check_context = _device_count() > 1
         self._launch = driver.cuLaunchKernel
         self._current_stream = _raw_stream_getter()
-        self._configs: dict = {}  # cooperative launches' configs, per launch shape
+        self._configs: dict = {}  # cooperative launches' configs, per launch shape and stream
 
         def attr(a: driver.CUfunction_attribute) -> int:
             return int(_check(driver.cuFuncGetAttribute(a, function), "cuFuncGetAttribute"))
@@ -241,7 +241,7 @@ class LoadedKernel:
             stream = self._current_stream(self.device_index)
         handle = _stream_handle(stream)
         if cooperative:
-            self._launch_cooperative(grid, block, shared_mem, handle, packer.params)
+            self._launch_cooperative(grid, block, shared_mem, stream, handle, packer.params)
             return
         if self._check_context:
             self._launch_in_own_context(grid, block, shared_mem, handle, packer.params)
@@ -258,12 +258,14 @@ class LoadedKernel:
             if err != _SUCCESS:
                 self._raise_launch_error(err, grid, block, shared_mem)
 
-    def _launch_cooperative(self, grid, block, shared_mem, handle, params) -> None:
-        # one config a launch shape, built once (its attribute list costs more to make than
-        # the launch itself); only the stream changes from call to call
-        key = (tuple(grid), tuple(block), shared_mem)
+    def _launch_cooperative(self, grid, block, shared_mem, stream, handle, params) -> None:
+        # one config a launch shape and stream, built once (its attribute list costs more
+        # to make than the launch itself) and never changed, so threads may share them
+        key = (tuple(grid), tuple(block), shared_mem, stream)
         config = self._configs.get(key)
         if config is None:
+            if len(self._configs) > 256:
+                self._configs.clear()
             config = driver.CUlaunchConfig()
             config.gridDimX, config.gridDimY, config.gridDimZ = grid
             config.blockDimX, config.blockDimY, config.blockDimZ = block
@@ -272,8 +274,8 @@ class LoadedKernel:
             attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
             attribute.value.cooperative = 1
             config.attrs, config.numAttrs = [attribute], 1
+            config.hStream = handle
             self._configs[key] = config
-        config.hStream = handle
         # our context, as for several GPUs below; cheap next to the kernels that need this
         err, current = driver.cuCtxGetCurrent()
         pushed = err != _SUCCESS or int(current) != self._context_handle
