@@ -13,7 +13,7 @@ import functools
 import hashlib
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cuda.bindings import driver
 
@@ -276,34 +276,33 @@ class LoadedKernel:
             config.attrs, config.numAttrs = [attribute], 1
             config.hStream = handle
             self._configs[key] = config
-        # our context, as for several GPUs below; cheap next to the kernels that need this
-        err, current = driver.cuCtxGetCurrent()
-        pushed = err != _SUCCESS or int(current) != self._context_handle
-        if pushed:
-            _check(driver.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
-        try:
-            (err,) = driver.cuLaunchKernelEx(config, self._function, params, 0)
-        finally:
-            if pushed:
-                driver.cuCtxPopCurrent()
+        # in our context, as for several GPUs; cheap next to the kernels that need this
+        err = self._in_own_context(
+            lambda: driver.cuLaunchKernelEx(config, self._function, params, 0))
         if err != _SUCCESS:
             self._raise_launch_error(err, grid, block, shared_mem)
 
     def _launch_in_own_context(self, grid, block, shared_mem, handle, params) -> None:
-        # Several GPUs: the thread's current context may belong to another device. Push ours
-        # for the launch instead of switching, so torch's idea of the current device holds.
+        err = self._in_own_context(lambda: self._launch(
+            self._function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
+            handle, params, 0))  # fmt: skip
+        if err != _SUCCESS:
+            self._raise_launch_error(err, grid, block, shared_mem)
+
+    def _in_own_context(self, launch: Callable[[], tuple]) -> driver.CUresult:
+        """`launch()`'s error, run with our context current. Several GPUs: the thread's
+        current context may belong to another device; ours is pushed for the launch instead
+        of switched to, so torch's idea of the current device holds."""
         err, current = driver.cuCtxGetCurrent()
         pushed = err != _SUCCESS or int(current) != self._context_handle
         if pushed:
             _check(driver.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
         try:
-            (err,) = self._launch(self._function, grid[0], grid[1], grid[2], block[0], block[1],
-                                  block[2], shared_mem, handle, params, 0)
+            (err,) = launch()
         finally:
             if pushed:
                 driver.cuCtxPopCurrent()
-        if err != _SUCCESS:
-            self._raise_launch_error(err, grid, block, shared_mem)
+        return err
 
     def max_resident(self, block: tuple[int, int, int], shared_mem: int = 0) -> int:
         """Clusters of this kernel (blocks, where it has no cluster dims) the device runs at
