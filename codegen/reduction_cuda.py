@@ -640,26 +640,14 @@ def _finish_in_kernel(L: list[str], program: ReductionProgram, v: InnerVariant) 
           "    constexpr int FC_FROWS = FC_TX * FC_TY / 32;  // threads sharing a column's partials",
           "    const idx_t fc_groups = gridDim.x / FC_CLUSTER;  // rows of partials",
           "    const idx_t fc_tiles = (N + 31) / 32;"]  # fmt: skip
-    for n, (k, mt) in enumerate(zip(v.acc, v.finish)):
+    for n, k in enumerate(v.acc):
         at = acc_type(program.stores[k].dtype)
         L += ["    {",
               f"      __shared__ {at} fc_fin[FC_FROWS][32];",
               "      // each sum's tiles start on other blocks than the previous sum's",
               f"      const idx_t fc_first = ((idx_t)blockIdx.x + gridDim.x - ({n} * fc_tiles) % gridDim.x) % gridDim.x;",
-              "      for (idx_t t = fc_first; t < fc_tiles; t += gridDim.x) {",
-              "        const idx_t col = t * 32 + fc_lane;",
-              f"        {at} s = 0;",
-              "        if (fc_row < FC_FROWS && col < N)",
-              f"          for (idx_t g = fc_row; g < fc_groups; g += FC_FROWS) s += __ldcg(&o{k}[g * N + col]);",
-              "        if (fc_row < FC_FROWS) fc_fin[fc_row][fc_lane] = s;",
-              "        __syncthreads();",
-              "        if (fc_row == 0 && col < N) {",
-              f"          {at} total = fc_fin[0][fc_lane];",
-              "          for (int y = 1; y < FC_FROWS; ++y) total += fc_fin[y][fc_lane];",
-              f"          fin{k}[col] = fc_cast<{mt}>(total);",
-              "        }",
-              "        __syncthreads();",
-              "      }",
+              "      for (idx_t t = fc_first; t < fc_tiles; t += gridDim.x)",
+              f"        fc_sum_column_tile<FC_FROWS>(o{k}, fin{k}, N, fc_groups, t, fc_lane, fc_row, fc_fin);",
               "    }"]  # fmt: skip
     L.append("  }")
 
@@ -680,16 +668,8 @@ def render_column_finish(sums: Sequence[tuple[str, Any]], index_type: str, rows:
          "__device__ __forceinline__ void fc_finish_columns(const A* __restrict__ part, "
          "M* __restrict__ out, idx_t N, idx_t blocks) {",
          "  __shared__ A sums[FC_ROWS][32];",
-         "  const idx_t col = (idx_t)blockIdx.x * 32 + threadIdx.x;",
-         "  A s = 0;",
-         "  if (col < N)",
-         "    for (idx_t b = threadIdx.y; b < blocks; b += FC_ROWS) s += part[b * N + col];",
-         "  sums[threadIdx.y][threadIdx.x] = s;",
-         "  __syncthreads();",
-         "  if (threadIdx.y != 0 || col >= N) return;",
-         "  A t = sums[0][threadIdx.x];",
-         "  for (int y = 1; y < FC_ROWS; ++y) t += sums[y][threadIdx.x];",
-         "  out[col] = fc_cast<M>(t);",
+         "  fc_sum_column_tile<FC_ROWS>(part, out, N, blocks, (idx_t)blockIdx.x, (int)threadIdx.x,",
+         "                              (int)threadIdx.y, sums);",
          "}",
          f'extern "C" __global__ void __launch_bounds__(32 * FC_ROWS) {COLUMN_FINISH_NAME}(',
          f"    {params}, idx_t N, idx_t blocks) {{"]  # fmt: skip

@@ -134,6 +134,29 @@ template <typename To, typename From> FC_DEVICE To fc_cast(From x) {
   return fc_cast_impl<To>::run(x);
 }
 
+// Note [Column partials]: the sums of one tile of 32 columns of a [groups, N] buffer of
+// partials, in a fixed order: thread row `row` of ROWS adds partial rows row, row + ROWS,
+// ..., then row 0 adds the thread rows' sums in order and stores them in the output's type.
+// Every thread of the block calls it (it synchronizes); threads of row >= ROWS only wait.
+// Read through L2 (.cg): in the row kernel the partials come from other SMs (Note [Finish
+// in the row kernel]).
+template <int ROWS, typename A, typename M, typename I>
+FC_DEVICE void fc_sum_column_tile(const A* part, M* out, I N, I groups, I tile, int lane,
+                                  int row, A (&sums)[ROWS][32]) {
+  const I col = tile * 32 + lane;
+  A s = 0;
+  if (row < ROWS && col < N)
+    for (I g = row; g < groups; g += ROWS) s += __ldcg(&part[g * N + col]);
+  if (row < ROWS) sums[row][lane] = s;
+  __syncthreads();
+  if (row == 0 && col < N) {
+    A total = sums[0][lane];
+    for (int y = 1; y < ROWS; ++y) total += sums[y][lane];
+    out[col] = fc_cast<M>(total);
+  }
+  __syncthreads();
+}
+
 // ---- special values and limits -----------------------------------------------------------
 
 template <typename T> FC_DEVICE T fc_nan();
