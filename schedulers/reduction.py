@@ -291,9 +291,12 @@ def _next_pow2(n: int) -> int:
 
 def _row_threads(nv: int, vec: int, per_thread: int, most: int) -> int:
     """Threads a row of `nv` vectors gets in one block."""
-    if vec >= 8 and nv <= 128:
-        # short 16-bit rows: a few threads a row with four loads each in flight; one
-        # load a thread leaves these rows latency-bound (f32 rows do best with two)
+    if (vec >= 8 or per_thread >= 4) and nv <= 128:
+        # short rows: a few threads a row with four loads each in flight; one load a
+        # thread leaves 16-bit rows latency-bound. Pure f32 sums do best with two (one
+        # warp a row); f32 rows that keep more also take four: softmax, layer and rms
+        # norm f32 262144x256 +1% on the H100 (2842 -> 2870 GB/s, 2856 -> 2883, 2865 ->
+        # 2884; benchmarks/results/sweep-short_rows_tx.json)
         return _next_pow2(-(-nv // 4))
     if nv <= 32:
         return _next_pow2(nv)
