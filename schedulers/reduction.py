@@ -680,8 +680,13 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         if accumulate and iters * vec * len(accumulate) > budget:
             raise SchedulerRefused("column partials need the partial sums in registers; this "
                                    "row is too long")  # fmt: skip
-        # not from the row count: one kernel serves every batch size
-        ty = max(1, knob("inner.threads", 256) // tx)
+        # not from the row count: one kernel serves every batch size. Rows of at most 16
+        # threads go 32 to a block of 512: softmax, layer and rms norm, var_mean of 256 values
+        # a row +0.1-1.5% on the H100 in f32 and bf16 (layer norm f32 262144x256 2882 -> 2902
+        # GB/s, var_mean bf16 2581 -> 2621); plain sums lost 1% (sum bf16 2549 -> 2520;
+        # benchmarks/results/sweep-short_rows_bf16.json, sweep-short_rows_confirm.json)
+        block = 512 if tx <= 16 and not accumulate and (welford or not pure) else 256
+        ty = max(1, knob("inner.threads", block) // tx)
         if iters == 0 and nv >= 4096 and rows < 2 * sm:
             # few long rows (batch norm's channels) leave SMs idle: a wider block per row
             # keeps more loads in flight on the SMs that have one
