@@ -680,12 +680,21 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         if accumulate and iters * vec * len(accumulate) > budget:
             raise SchedulerRefused("column partials need the partial sums in registers; this "
                                    "row is too long")  # fmt: skip
-        # not from the row count: one kernel serves every batch size. Rows of at most 16
-        # threads go 32 to a block of 512: softmax, layer and rms norm, var_mean of 256 values
-        # a row +0.1-1.5% on the H100 in f32 and bf16 (layer norm f32 262144x256 2882 -> 2902
-        # GB/s, var_mean bf16 2581 -> 2621); plain sums lost 1% (sum bf16 2549 -> 2520;
-        # benchmarks/results/sweep-short_rows_bf16.json, sweep-short_rows_confirm.json)
-        block = 512 if tx <= 16 and not accumulate and (welford or not pure) else 256
+        # not from the row count: one kernel serves every batch size. Blocks of 512 threads
+        # instead of 256, measured on the H100:
+        # - rows of at most 16 threads, 32 to a block: softmax, layer and rms norm, var_mean
+        #   of 256 values a row +0.1-1.5% in f32 and bf16 (layer norm f32 262144x256 2882 ->
+        #   2902 GB/s, var_mean bf16 2581 -> 2621); plain sums lost 1% (sum bf16 2549 ->
+        #   2520; benchmarks/results/sweep-short_rows_bf16.json, sweep-short_rows_confirm.json)
+        # - 16-bit rows of a warp or more, a block or a pair of them a row: rms norm backward
+        #   bf16 16384x4096 2696 -> 2765, rms norm 2769 -> 2825, layer norm 2757 -> 2789, its
+        #   backward 2630 -> 2670, sums +0.5-1.6%; f32 rows lost 1% (sweep-mid_rows_threads.json).
+        #   In clusters of 8 or 16 only column partials kept in registers gain (layer norm
+        #   backward bf16 1024x65536 2250 -> 2491); the others lost 4-12% (softmax bf16
+        #   1024x65536 2768 -> 2521; sweep-wide_blocks_confirm.json)
+        short = tx <= 16 and not accumulate and (welford or not pure)
+        wide = narrow and tx >= 32 and (cluster <= 2 or (bool(accumulate) and not rows_in_smem))
+        block = 512 if short or wide else 256
         ty = max(1, knob("inner.threads", block) // tx)
         if iters == 0 and nv >= 4096 and rows < 2 * sm:
             # few long rows (batch norm's channels) leave SMs idle: a wider block per row
