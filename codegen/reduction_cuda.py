@@ -593,20 +593,25 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     L.append("  }")
     if v.pipeline or in_smem:  # no copy still in flight when the block ends
         L.append("  fc_cp_async_wait<0>();")
-    for k in v.acc:  # the block's column partials: its TY thread rows added in a fixed order
+    # the block's column partials: its TY thread rows added in a fixed order, through one
+    # table a type that the partials take in turn (each turn ends at a barrier): a table
+    # each overran the 48 KiB of static shared memory with three bf16 partials
+    for at in sorted({acc_type(program.stores[k].dtype) for k in v.acc}):
+        L.append(f"  __shared__ {at} part_{_ident(at)}[FC_TY][FC_TX * FC_VEC];")
+    for k in v.acc:
         at = acc_type(program.stores[k].dtype)
-        L.append(f"  __shared__ {at} part{k}[FC_TY][FC_TX * FC_VEC];")
+        part = f"part_{_ident(at)}"
         L.append("#pragma unroll")
         L.append(f"  for (int it = 0; it < {v.iters}; ++it) {{")
         L.append("    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
         L.append("#pragma unroll")
-        L.append(f"    for (int j = 0; j < FC_VEC; ++j) part{k}[threadIdx.y][tx * FC_VEC + j] = acc{k}[it][j];")
+        L.append(f"    for (int j = 0; j < FC_VEC; ++j) {part}[threadIdx.y][tx * FC_VEC + j] = acc{k}[it][j];")
         L.append("    __syncthreads();")
         L.append("    if (threadIdx.y == 0) {")
         L.append("#pragma unroll")
         L.append("      for (int j = 0; j < FC_VEC; ++j) {")
-        L.append(f"        {at} s = part{k}[0][tx * FC_VEC + j];")
-        L.append(f"        for (int y = 1; y < FC_TY; ++y) s += part{k}[y][tx * FC_VEC + j];")
+        L.append(f"        {at} s = {part}[0][tx * FC_VEC + j];")
+        L.append(f"        for (int y = 1; y < FC_TY; ++y) s += {part}[y][tx * FC_VEC + j];")
         L.append(f"        if (kb + j < k_hi) o{k}[(idx_t)(blockIdx.x / FC_CLUSTER) * N + kb + j] = s;")
         L.append("      }")
         L.append("    }")

@@ -92,6 +92,38 @@ def layer_norm_backward_eager(dy, x, mean, rstd, w):
     return [o.to(dt) for o, dt in zip(out, (x.dtype, w.dtype, w.dtype))]
 
 
+def layer_norm_backward_with_bias_grad(dtype) -> FusionDefinition:
+    """Layer norm backward whose dx also feeds the bias gradient of the layer below: three
+    column sums (dw, db, sum of dx) beside the row reductions."""
+    with FusionDefinition() as out:
+        dy = out.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
+        x = out.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
+        mean = out.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+        rstd = out.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+        w = out.define_tensor(shape=[-1], dtype=DTYPES[dtype])
+        dyf, xf = _up(out, dy, dtype), _up(out, x, dtype)
+        n = out.ops.size(x, 1)
+        xhat = out.ops.mul(out.ops.sub(xf, mean), rstd)
+        g = out.ops.mul(dyf, out.ops.broadcast(_up(out, w, dtype), [True, False]))
+        a = out.ops.sum(g, [1], keepdim=True)
+        b = out.ops.sum(out.ops.mul(g, xhat), [1], keepdim=True)
+        t = out.ops.sub(out.ops.sub(out.ops.mul(g, n), a), out.ops.mul(xhat, b))
+        dx = out.ops.mul(out.ops.div(rstd, n), t)
+        for o in (dx, out.ops.sum(out.ops.mul(dyf, xhat), [0]), out.ops.sum(dyf, [0]),
+                  out.ops.sum(dx, [0])):  # fmt: skip
+            out.add_output(_down(out, o, dtype))
+    return out
+
+
+def layer_norm_backward_with_bias_grad_eager(dy, x, mean, rstd, w):
+    dx, dw, db = layer_norm_backward_eager(dy, x, mean, rstd, w)
+    wf = w.float()
+    full = torch.ops.aten.native_layer_norm_backward(
+        dy.float(), x.float(), [x.shape[1]], mean, rstd, wf, torch.zeros_like(wf),
+        [True, False, False])[0]  # fmt: skip
+    return [dx, dw, db, full.sum(0).to(w.dtype)]
+
+
 def rms_norm_backward(dtype) -> FusionDefinition:
     """dx (one row reduction) and dw (one column sum) of RMS norm, from the saved rstd [R]."""
     with FusionDefinition() as fd:

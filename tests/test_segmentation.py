@@ -12,6 +12,7 @@ from segment_patterns import (
     layer_norm_backward,
     layer_norm_backward_eager,
     layer_norm_backward_inputs,
+    layer_norm_backward_with_bias_grad,
     max_then_scale,
     max_then_scale_eager,
     rms_norm_backward,
@@ -169,6 +170,22 @@ def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel_without
     assert len(segments) == 2
     assert [s.scheduler for s in plan.segments] == ["reduction", "reduction"]
     check(run_segmented(fd, inputs), layer_norm_backward_eager(*inputs), 1e-4)
+
+
+@pytest.mark.parametrize("target", ["a100", "h100"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows,cols", [(16384, 4096), (65536, 1024), (4096, 16384), (1024, 65536)])
+def test_three_column_sums_fit_static_shared_memory(rows, cols, dtype, target):
+    # the partials' tables of a block take one shared table a type in turn: one table each
+    # overran the 48 KiB of static shared memory with three 16-bit partials
+    fd = layer_norm_backward_with_bias_grad(dtype)
+    meta = [torch.empty(rows, cols, dtype=dtype, device="meta")] * 2 + [
+        torch.empty(rows, 1, device="meta")] * 2 + [torch.empty(cols, dtype=dtype, device="meta")]
+    refs = fd.precompile(meta, target=target)  # compiles: NVRTC checks the shared memory
+    tables = [r.source.count("__shared__ float part_float[FC_TY][FC_TX * FC_VEC];") for r in refs]
+    assert max(tables) <= 1  # segmented plans sum the columns in a kernel of their own
+    if target == "h100" and dtype != torch.float32:  # one kernel: rows and all three sums
+        assert "3 column sums" in fd._executor().last_plan.spec.description
 
 
 @pytest.mark.parametrize("norm,dtype", [("layer", torch.float32), ("layer", torch.bfloat16),

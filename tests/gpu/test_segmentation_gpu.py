@@ -9,6 +9,8 @@ from segment_patterns import (
     layer_norm_backward,
     layer_norm_backward_eager,
     layer_norm_backward_inputs,
+    layer_norm_backward_with_bias_grad,
+    layer_norm_backward_with_bias_grad_eager,
     max_then_scale,
     max_then_scale_eager,
     rms_norm_backward,
@@ -93,6 +95,15 @@ def test_layer_norm_backward(dtype, rows, cols):
     check(got, layer_norm_backward_eager(*inputs), dtype)
     assert fd._executor().scheduler == "inner_outer"
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows,cols", [(7, 1000), (1000, 4097), (2048, 4096), (300, 65537)])
+def test_three_column_sums_beside_the_row_reductions(dtype, rows, cols):
+    # dw, db and the sum of dx over rows, each through the block's one partials table
+    fd = layer_norm_backward_with_bias_grad(dtype)
+    inputs = layer_norm_backward_inputs(rows, cols, dtype, device="cuda", seed=60)
+    check(fd.execute(inputs), layer_norm_backward_with_bias_grad_eager(*inputs), dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
