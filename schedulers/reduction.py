@@ -350,12 +350,15 @@ def _cluster_size(n: int, nv: int, per_thread: int, narrow: bool, cached: int, p
     cluster = 1
     while cluster < 8 and -(-nv // cluster) * kept > 512 * per_thread:
         cluster *= 2
-    if cluster == 1 and partials and not k2 and -(-nv // 2) >= 64:
+    if cluster == 1 and partials and not k2 and -(-nv // 2) >= (128 if narrow else 64):
         # column partials of a row one block holds still take two blocks a row where each
         # keeps a warp of threads with two vectors: one resident wave of 2-block clusters
         # (Note [One wave of partials]) beat four blocks an SM: layer norm backward bf16
         # 16384x4096 2140 -> 2375 GB/s on the H100, 65536x1024 2387 -> 2522, f32 16384x4096
-        # 2672 -> 2768, rms norm's 1-2%; rows of 256 lost half (sweep-partials_cluster2.json)
+        # 2672 -> 2768, rms norm's 1-2%; rows of 256 lost half (sweep-partials_cluster2.json).
+        # Since 16-bit rows take blocks of 512 threads, those of 1024 do best in one block
+        # again: layer norm backward bf16 65536x1024 2615 -> 2704, rms norm's 2668 -> 2750
+        # (sweep-bwd_wide_blocks.json)
         return 2, 512
     if cluster == 1:
         return 1, 512
@@ -712,9 +715,12 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # loads come ahead too and the weights stay in registers (Note [Weights in
         # registers]), 16-bit column partials gain: layer norm backward bf16 1024x65536 1868
         # -> 2231 GB/s on the H100, 16384x4096 2377 -> 2576, rms norm's 1024x65536 2038 ->
-        # 2373, 4096x16384 within 2% either way (all in clusters; rows of 256 in one block
-        # are untried); 32-bit ones lost up to 14% and forward rows up to 14%
+        # 2373, 4096x16384 within 2% either way (all in clusters); 32-bit ones lost up to
+        # 14% and forward rows up to 14%
         # (sweep-pipeline_rows.json, sweep-pipeline_async.json)
+        # 16-bit rows of 1024 with partials in one block of 512 threads gain too: layer norm
+        # backward bf16 65536x1024 2397 -> 2704, rms norm's 2453 -> 2750; rows of 256 lost
+        # 1% (sweep-bwd_wide_blocks.json)
 
         # forward rows over the widest clusters with no weights (softmax) hold one row a
         # cluster at a time, and gain from loading the next meanwhile: softmax bf16
@@ -724,7 +730,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                      and not weight_ins)  # fmt: skip
         can_pipeline = bool(cached) and chunks16(cached, iters)
         pipeline = can_pipeline and (rows_in_smem or bool(knob("inner.pipeline", wide_rows or (
-            bool(accumulate) and narrow and cluster > 1))))  # fmt: skip
+            bool(accumulate) and narrow and (cluster > 1 or nv >= 128)))))  # fmt: skip
         room = smem_room(tx, ty)
         stage_bytes = stages_bytes(cached, tx, ty, iters) if pipeline else 0
         if stage_bytes > room:
