@@ -694,9 +694,10 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         #   backward 2630 -> 2670, sums +0.5-1.6%; f32 rows lost 1% (sweep-mid_rows_threads.json).
         #   In clusters of 8 or 16 only column partials kept in registers gain (layer norm
         #   backward bf16 1024x65536 2250 -> 2491); the others lost 4-12% (softmax bf16
-        #   1024x65536 2768 -> 2521; sweep-wide_blocks_confirm.json)
+        #   1024x65536 2768 -> 2521; sweep-wide_blocks_confirm.json). Rows in shared memory
+        #   keep 256: their stages were sized for it above
         short = tx <= 16 and not accumulate and (welford or not pure)
-        wide = narrow and tx >= 32 and (cluster <= 2 or (bool(accumulate) and not rows_in_smem))
+        wide = narrow and tx >= 32 and not rows_in_smem and (cluster <= 2 or bool(accumulate))
         block = 512 if short or wide else 256
         ty = max(1, knob("inner.threads", block) // tx)
         if iters == 0 and nv >= 4096 and rows < 2 * sm:
