@@ -50,26 +50,29 @@ def max_then_scale_eager(x, y):
     return [(y.float() * torch.exp(-m)).to(y.dtype)]
 
 
+def _layer_norm_backward_sums(fd, dtype):
+    """Defines layer norm backward's inputs; returns dx, dw and db in f32."""
+    dy = fd.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
+    x = fd.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
+    mean = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+    rstd = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+    w = fd.define_tensor(shape=[-1], dtype=DTYPES[dtype])
+    dyf, xf = _up(fd, dy, dtype), _up(fd, x, dtype)
+    n = fd.ops.size(x, 1)
+    xhat = fd.ops.mul(fd.ops.sub(xf, mean), rstd)
+    g = fd.ops.mul(dyf, fd.ops.broadcast(_up(fd, w, dtype), [True, False]))
+    a = fd.ops.sum(g, [1], keepdim=True)
+    b = fd.ops.sum(fd.ops.mul(g, xhat), [1], keepdim=True)
+    t = fd.ops.sub(fd.ops.sub(fd.ops.mul(g, n), a), fd.ops.mul(xhat, b))
+    dx = fd.ops.mul(fd.ops.div(rstd, n), t)
+    return dx, fd.ops.sum(fd.ops.mul(dyf, xhat), [0]), fd.ops.sum(dyf, [0])
+
+
 def layer_norm_backward(dtype) -> FusionDefinition:
     """dx (a row reduction) and dw, db (column reductions) of layer norm, from the saved
     mean and rstd: no one kernel holds both kinds of reduction."""
     with FusionDefinition() as fd:
-        dy = fd.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
-        x = fd.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
-        mean = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
-        rstd = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
-        w = fd.define_tensor(shape=[-1], dtype=DTYPES[dtype])
-        dyf, xf = _up(fd, dy, dtype), _up(fd, x, dtype)
-        n = fd.ops.size(x, 1)
-        xhat = fd.ops.mul(fd.ops.sub(xf, mean), rstd)
-        g = fd.ops.mul(dyf, fd.ops.broadcast(_up(fd, w, dtype), [True, False]))
-        a = fd.ops.sum(g, [1], keepdim=True)
-        b = fd.ops.sum(fd.ops.mul(g, xhat), [1], keepdim=True)
-        t = fd.ops.sub(fd.ops.sub(fd.ops.mul(g, n), a), fd.ops.mul(xhat, b))
-        dx = fd.ops.mul(fd.ops.div(rstd, n), t)
-        dw = fd.ops.sum(fd.ops.mul(dyf, xhat), [0])
-        db = fd.ops.sum(dyf, [0])
-        for out in (dx, dw, db):
+        for out in _layer_norm_backward_sums(fd, dtype):
             fd.add_output(_down(fd, out, dtype))
     return fd
 
@@ -95,24 +98,11 @@ def layer_norm_backward_eager(dy, x, mean, rstd, w):
 def layer_norm_backward_with_bias_grad(dtype) -> FusionDefinition:
     """Layer norm backward whose dx also feeds the bias gradient of the layer below: three
     column sums (dw, db, sum of dx) beside the row reductions."""
-    with FusionDefinition() as out:
-        dy = out.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
-        x = out.define_tensor(shape=[-1, -1], dtype=DTYPES[dtype])
-        mean = out.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
-        rstd = out.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
-        w = out.define_tensor(shape=[-1], dtype=DTYPES[dtype])
-        dyf, xf = _up(out, dy, dtype), _up(out, x, dtype)
-        n = out.ops.size(x, 1)
-        xhat = out.ops.mul(out.ops.sub(xf, mean), rstd)
-        g = out.ops.mul(dyf, out.ops.broadcast(_up(out, w, dtype), [True, False]))
-        a = out.ops.sum(g, [1], keepdim=True)
-        b = out.ops.sum(out.ops.mul(g, xhat), [1], keepdim=True)
-        t = out.ops.sub(out.ops.sub(out.ops.mul(g, n), a), out.ops.mul(xhat, b))
-        dx = out.ops.mul(out.ops.div(rstd, n), t)
-        for o in (dx, out.ops.sum(out.ops.mul(dyf, xhat), [0]), out.ops.sum(dyf, [0]),
-                  out.ops.sum(dx, [0])):  # fmt: skip
-            out.add_output(_down(out, o, dtype))
-    return out
+    with FusionDefinition() as fd:
+        dx, dw, db = _layer_norm_backward_sums(fd, dtype)
+        for out in (dx, dw, db, fd.ops.sum(dx, [0])):
+            fd.add_output(_down(fd, out, dtype))
+    return fd
 
 
 def layer_norm_backward_with_bias_grad_eager(dy, x, mean, rstd, w):
