@@ -115,9 +115,11 @@ def targets_table(s: dict[str, Any]) -> list[str]:
 
 def family_table(family: str, run: dict[str, Any]) -> list[str]:
     quick = ", quick run" if run.get("quick") else ""
+    rounds = max((len(c.get("fusion_rounds_ms") or ()) for c in run["cases"]), default=0)
+    timing = f", the median of {rounds} interleaved timing rounds" if rounds > 1 else ""
     lines = [f"## {family}", "",
              f"Run {run.get('date')}, copy ceiling {_num(run.get('copy_ceiling_gbps'), '.0f')} "
-             f"GB/s{quick}.", ""]
+             f"GB/s{quick}{timing}.", ""]
     if run.get("note"):  # e.g. cases re-measured in a later run
         lines += [f"Note: {run['note']}.", ""]
     correct = {True: "yes", False: "**no**", None: "**error**"}
@@ -148,8 +150,9 @@ def render_markdown(data: dict[str, Any]) -> str:
         f"Last run {data.get('date')}: torch {data.get('torch')}, triton {data.get('triton')}, "
         f"CUDA {data.get('cuda')}, copy ceiling {_num(data.get('copy_ceiling_gbps'), '.0f')} GB/s."
         " GB/s counts bytes read plus bytes written once each, at the median time of "
-        "`triton.testing.do_bench`; each family's own run is dated below and its % of ceiling "
-        "uses the ceiling of that run.", "",
+        "`triton.testing.do_bench` (of the median of several rounds, the fusion, eager and "
+        "torch.compile timed in turn in each, where a family's line says so); each family's "
+        "own run is dated below and its % of ceiling uses the ceiling of that run.", "",
         "## Targets (PERFORMANCE.md)", "", *targets_table(s), "",
     ]
     for family in families_in(data):

@@ -3,8 +3,8 @@
     python -m benchmarks.run [--family pointwise] [--quick] [-k NAME] [--out DIR]
 
 Per case: fresh random inputs, one fusion run to compile, a check against eager, then the
-fusion, eager and torch.compile timed in this same run, with the device-to-device copy
-ceiling measured at the start. Results are merged by family into DIR/<device-slug>.json
+fusion, eager and torch.compile timed in this same run, in turn, over --rounds rounds (the
+median of each is kept), with the device-to-device copy ceiling measured at the start. Results are merged by family into DIR/<device-slug>.json
 (default benchmarks/results), so families can be run separately. On the lent GPU machine,
 copy the committed JSON into $OUT first and pass `--out $OUT` to get the merged file back.
 """
@@ -34,6 +34,12 @@ import torch
 from benchmarks.cases import FAMILIES, Case, as_list, select, short_dtype
 
 DEFAULT_FAMILIES = ("pointwise", "host")
+# Each figure is the median of this many rounds, the fusion, eager and torch.compile timed in
+# turn in every round. One do_bench median of a 4 to 16 MiB case moved by up to 9% from one
+# call to the next with the same kernel (benchmarks/results/sweep-tiny_pointwise.json), and
+# torch.compile's figure for one such case from 73 to 672 GB/s across runs; interleaved
+# rounds give each contender the same draws of the machine's state.
+ROUNDS = 3
 RESULTS_DIR = Path(__file__).parent / "results"
 CEILING_BYTES = 2**30
 ERROR_CHARS = 4000  # enough for a compiler log's head; the full traceback goes to stderr
@@ -117,7 +123,7 @@ def describe(e: BaseException) -> str:
     return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + " ..."
 
 
-def run_case(case: Case, ceiling: float, timer: Timer) -> dict[str, Any]:
+def run_case(case: Case, ceiling: float, timer: Timer, rounds: int = ROUNDS) -> dict[str, Any]:
     """Everything about one case; any exception marks the stage failed and the run goes on."""
     record: dict[str, Any] = {
         "name": case.name, "op": case.op, "family": case.family,
@@ -149,12 +155,31 @@ def run_case(case: Case, ceiling: float, timer: Timer) -> dict[str, Any]:
                 record["correct"] = problem is None
                 if problem:
                     errors.append(f"check: {problem[:ERROR_CHARS]}")
-            record["fusion_ms"] = stage("time fusion", lambda: measure(lambda: fd.execute(inputs)))
-        record["eager_ms"] = stage("time eager", lambda: measure(lambda: case.eager(*inputs)))
-        record["compile_ms"] = stage("torch.compile", lambda: time_compiled(case, inputs, measure))
+        runs = {"fusion": (lambda: fd.execute(inputs)) if outputs is not None else None,
+                "eager": lambda: case.eager(*inputs),
+                "compile": stage("torch.compile", lambda: compiled_for(case, inputs))}
+        for label, times in timed_rounds(runs, measure, stage, rounds).items():
+            record[f"{label}_ms"] = statistics.median(times) if times else None
+            record[f"{label}_rounds_ms"] = times
     record["error"] = "\n".join(errors) or None
     add_rates(record, ceiling)
     return record
+
+
+def timed_rounds(runs: dict[str, Callable[[], Any] | None], measure: Timer, stage: Callable,
+                 rounds: int) -> dict[str, list[float]]:  # fmt: skip
+    """Milliseconds of each callable in each of `rounds` rounds, all timed in turn within a
+    round; one that fails is timed no more."""
+    times: dict[str, list[float]] = {label: [] for label in runs}
+    live = {label: fn for label, fn in runs.items() if fn is not None}
+    for _ in range(rounds):
+        for label, fn in list(live.items()):
+            ms = stage(f"time {label}", lambda fn=fn: measure(fn))
+            if ms is None:
+                del live[label]
+            else:
+                times[label].append(ms)
+    return times
 
 
 def seed_for(name: str) -> int:
@@ -171,13 +196,18 @@ def first_call(record: dict[str, Any], fd: Any, inputs: list[torch.Tensor]) -> l
     return outputs
 
 
-def time_compiled(case: Case, inputs: list[torch.Tensor], measure: Timer) -> float:
+def compiled_for(case: Case, inputs: list[torch.Tensor]) -> Callable[[], Any]:
+    """torch.compile of the case's eager function, compiled by one call on `inputs`."""
     # A reset per case: static shapes, as a user with one shape gets, and no recompile limit.
     torch._dynamo.reset()
     compiled = torch.compile(case.eager, dynamic=False)
     compiled(*inputs)
     torch.cuda.synchronize()
-    return measure(lambda: compiled(*inputs))
+    return lambda: compiled(*inputs)
+
+
+def time_compiled(case: Case, inputs: list[torch.Tensor], measure: Timer) -> float:
+    return measure(compiled_for(case, inputs))
 
 
 def add_rates(record: dict[str, Any], ceiling: float) -> None:
@@ -290,6 +320,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="first shape per op and dtype, shorter timing")
     parser.add_argument("-k", dest="pattern", help="only cases whose name contains this")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help=f"interleaved timing rounds a case, median taken (default {ROUNDS})")
     return parser.parse_args(argv)
 
 
@@ -310,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     for i, case in enumerate(cases, 1):
         start = time.perf_counter()
-        record = run_case(case, ceiling, timer)
+        record = run_case(case, ceiling, timer, max(1, args.rounds))
         records.append(record)
         gc.collect()
         torch.cuda.empty_cache()

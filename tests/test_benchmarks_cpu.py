@@ -220,3 +220,28 @@ def test_rates_from_times():
     assert record["pct_of_ceiling"] == pytest.approx(75.0)
     assert record["speedup_vs_eager"] == pytest.approx(2.0)
     assert record["speedup_vs_compile"] == pytest.approx(1.5)
+
+
+def test_timing_rounds_interleave_and_drop_a_failing_run():
+    from benchmarks import run
+
+    order: list[str] = []
+    clock = iter([3.0, 9.0, 1.0, 8.0, 2.0, 7.0])  # fusion, eager, then again, three rounds
+
+    def measure(fn):
+        order.append(fn())
+        return next(clock)
+
+    def stage(label, fn):
+        try:
+            return fn()
+        except RuntimeError:
+            return None
+
+    def broken():
+        raise RuntimeError("torch.compile fell over")
+
+    runs = {"fusion": lambda: "f", "eager": lambda: "e", "compile": broken, "none": None}
+    times = run.timed_rounds(runs, measure, stage, rounds=3)
+    assert order == ["f", "e", "f", "e", "f", "e"]  # in turn, each round; compile timed once
+    assert times == {"fusion": [3.0, 1.0, 2.0], "eager": [9.0, 8.0, 7.0], "compile": [], "none": []}
