@@ -1,11 +1,12 @@
 """Run the benchmark suite on the GPU, in one process.
 
-    python -m benchmarks.run [--family pointwise] [--quick] [-k NAME] [--out DIR]
+    python -m benchmarks.run [--family pointwise] [--quick] [-k NAME] [--out DIR] [--rounds N]
 
 Per case: fresh random inputs, one fusion run to compile, a check against eager, then the
 fusion, eager and torch.compile timed in this same run, in turn, over --rounds rounds (the
-median of each is kept), with the device-to-device copy ceiling measured at the start. Results are merged by family into DIR/<device-slug>.json
-(default benchmarks/results), so families can be run separately. On the lent GPU machine,
+median of each is kept), with the device-to-device copy ceiling measured at the start.
+Results are merged by family into DIR/<device-slug>.json (default benchmarks/results), so
+families can be run separately. On the lent GPU machine,
 copy the committed JSON into $OUT first and pass `--out $OUT` to get the merged file back.
 """
 
@@ -205,9 +206,6 @@ def compiled_for(case: Case, inputs: list[torch.Tensor]) -> Callable[[], Any]:
     torch.cuda.synchronize()
     return lambda: compiled(*inputs)
 
-
-def time_compiled(case: Case, inputs: list[torch.Tensor], measure: Timer) -> float:
-    return measure(compiled_for(case, inputs))
 
 
 def add_rates(record: dict[str, Any], ceiling: float) -> None:
