@@ -8,7 +8,8 @@
 #   BENCH_K   only benchmark cases whose name contains this
 #   TESTS     the GPU tests to run (default tests/gpu)
 #   SWEEP     part "sweep": a plan of benchmarks/sweeps/ to time (benchmarks/sweep.py)
-#   NCU_CASES part "ncu": cases to profile with Nsight Compute, ours and torch.compile's
+#   NCU_CASES part "ncu": cases to profile with Nsight Compute, ours and torch.compile's, and
+#           where our first kernel's warps stall (benchmarks/ncu_stalls.py)
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -45,7 +46,9 @@ fi
 
 if [[ $PARTS == *" bench "* ]]; then
   echo "== benchmarks"
-  cp benchmarks/results/*.json "$OUT/" 2>/dev/null
+  for f in benchmarks/results/*.json; do  # the results to merge into, not the sweeps'
+    [[ $f == */sweep-* ]] || cp "$f" "$OUT/"
+  done
   FUSION_CACHE_DIR=/tmp/fc_bench timeout 560 python3 -m benchmarks.run $FAMILIES \
     ${BENCH_K:+-k $BENCH_K} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^\[" | tail -150
 fi
@@ -53,13 +56,19 @@ fi
 if [[ $PARTS == *" ncu "* ]]; then
   echo "== Nsight Compute"
   sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis"
+  stalls='--section SourceCounters --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
   for c in $NCU_CASES; do
     FUSION_CACHE_DIR=/tmp/fc_ncu timeout 120 ncu --clock-control none $sections -k regex:fc_ \
       --launch-skip 2 --launch-count 2 python3 -m benchmarks.profile_case $c >> "$OUT/ncu.txt" 2>&1
+    # where the first kernel's warps wait, down to the SASS instruction
+    FUSION_CACHE_DIR=/tmp/fc_ncu timeout 120 ncu --clock-control none $stalls -k regex:fc_ \
+      --launch-skip 2 --launch-count 1 -o "$OUT/ncu-$c" -f python3 -m benchmarks.profile_case $c \
+      >/dev/null 2>&1 && python3 -m benchmarks.ncu_stalls "$OUT/ncu-$c.ncu-rep" >> "$OUT/ncu-stalls.txt"
     timeout 120 ncu --clock-control none $sections -k regex:triton --launch-skip 12 \
       --launch-count 1 python3 -m benchmarks.profile_case $c --compile --calls 16 >> "$OUT/ncu.txt" 2>&1
   done
   grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size|Theoretical Occ" "$OUT/ncu.txt" | head -150
+  cat "$OUT/ncu-stalls.txt" 2>/dev/null
 fi
 
 if [[ $PARTS == *" sweep "* ]]; then

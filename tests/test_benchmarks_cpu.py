@@ -245,3 +245,24 @@ def test_timing_rounds_interleave_and_drop_a_failing_run():
     times = run.timed_rounds(runs, measure, stage, rounds=3)
     assert order == ["f", "e", "f", "e", "f", "e"]  # in turn, each round; compile timed once
     assert times == {"fusion": [3.0, 1.0, 2.0], "eager": [9.0, 8.0, 7.0], "compile": [], "none": []}
+
+
+def test_ncu_stalls_reads_reasons_and_the_stalled_instructions():
+    from benchmarks.ncu_stalls import stall_reasons, top_instructions
+
+    metric = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    raw = (f'"Kernel Name","{metric.format("barrier")}","{metric.format("membar")}","dram__x"\n'
+           '"","ratio","ratio","byte"\n"fc_inner_reduction","2.80","4.40","1,024"\n')
+    assert stall_reasons(raw) == [("membar", 4.4), ("barrier", 2.8)]
+    assert stall_reasons("") == []
+
+    source = ('"Kernel Name","fc_inner_reduction",\n'
+              '"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier",'
+              '"stall_membar","stall_barrier (Not Issued)"\n'
+              '"0x10","  ERRBAR","30","1","29","0"\n'
+              '"0x20","  UCGABAR_WAIT","60","58","2","0"\n'
+              '"0x30","  FADD R1, R2, R3","10","0","0","0"\n')
+    top = top_instructions(source, 2)
+    assert [(round(s, 2), t, r) for s, t, r in top] == [(0.6, "UCGABAR_WAIT", "barrier"),
+                                                        (0.3, "ERRBAR", "membar")]
+    assert top_instructions('"no","table"\n') == []
