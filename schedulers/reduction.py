@@ -749,8 +749,15 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         weight_regs = sum(iters * vec * ELEMENT_BYTES[program.accesses[i].dtype] // 4
                           for i in weight_ins)  # fmt: skip
         roomy = not rows_in_smem or iters * vec * len(accumulate) + weight_regs <= 80
-        hoist = knob("inner.hoist", bool(accumulate) and bool(cached) and (pipeline or not narrow)
-                     and roomy)  # fmt: skip
+        # Note [Rows in shared memory]: a forward row kept there with two exchanges a row (a
+        # Welford's mean, then its variance) loads its weights once into registers, which
+        # its kernel can spare (40 a thread), and swaps partials through mbarriers (Note
+        # [Cluster exchange]): layer norm bf16 256x262144 2245 -> 2417 GB/s on the H100;
+        # weights alone ran 2144, mbarriers alone 2109 against 2246. Rms norm's one
+        # exchange a row lost 1-3% either way (sweep-fwd_weights_regs.json, sweep-fwd_smem.json)
+        two_exchanges = rows_in_smem and welford and not accumulate
+        hoist = knob("inner.hoist", (bool(accumulate) and bool(cached) and (pipeline or not narrow)
+                                     and roomy) or (two_exchanges and bool(weight_ins)))  # fmt: skip
         # Note [Weights loaded once]: or in shared memory, where the row is cached, not
         # pipelined, and the weights' 16-byte chunks fit; the copies land while the first
         # row loads and reduces. Forward rows split over clusters of up to 8 gained (on the
@@ -783,7 +790,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                merge=knob("inner.merge", True),
                                weights="shared" if hoist_smem else "registers" if hoist else "",
                                exchange_async=bool(knob("inner.exchange_async",
-                                                        not rows_in_smem)),
+                                                        not rows_in_smem or two_exchanges)),
                                finish=finish if fused_finish else ())  # fmt: skip
         # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
         # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)

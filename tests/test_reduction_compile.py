@@ -208,8 +208,11 @@ def test_weighted_sums_of_long_rows_take_16_blocks_with_weights_in_shared_memory
     description = fd._executor().last_plan.spec.description
     wide = dtype == torch.bfloat16 and n == 262144  # Note [Cluster rows]'s 16-bit rule
     assert ("clusters of 16" in description) is wide, description
-    if wide:  # its weights stay where they were: read from L2 each row
-        assert "weights in shared memory" not in description, description
+    if wide:  # Note [Rows in shared memory]: two exchanges a row, through mbarriers, and
+        # the weights loaded once into registers, not into shared memory beside the row
+        assert "weights in registers" in description, description
+        assert "barrier exchange" not in description, description
+        assert "fc_cluster_reduce_async" in fd._executor().last_plan.spec.kernels[0].source
     fd = define(rms_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="a100")
     assert "clusters" not in fd._executor().last_plan.spec.description
@@ -227,3 +230,4 @@ def test_outer_rows_in_range_sum_without_bounds_branches(dtype):
     assert source.count(fast) == 1
     tail = source[source.index(fast):]
     assert tail.index("} else {") < tail.index("if (cb + j >= cols) break;")
+
