@@ -2,12 +2,15 @@
 
     python -m benchmarks.order_effect [CASE ...]
 
-Seen on the H100: layer norm f32 262144x256 ran 2253 GB/s under do_bench (2358 timed back
+Seen on the H100: layer norm f32 256x262144 ran 2253 GB/s under do_bench (2358 timed back
 to back, no flush) until torch.compile had compiled the same case in the process, and 2564
 (2604) after, with the same kernel and the same output address; a trivial torch.compile, or
-eager, changed nothing (benchmarks/results/order-effect-*.txt). Since benchmarks.run
-compiles torch.compile before the timing rounds, the suite sees the second figure. This
-times each case's fusion both ways, compiles the case with torch.compile, and times again.
+eager, changed nothing (benchmarks/results/order-effect-*.txt). The cause: Triton's layer
+norm loads the weight and bias with eviction_policy="evict_last", and those L2 marks outlive
+its kernel, so the fusion's rows stopped pushing the weights out of L2. A Triton kernel that
+only loads the weights evict-last had the same effect (2257 -> 2491 GB/s; plain loads:
+none). Since Note [Weights kept in L2] the row kernels mark them themselves. This times each
+case's fusion both ways, compiles the case with torch.compile, and times again.
 """
 
 from __future__ import annotations

@@ -65,6 +65,8 @@ class InnerVariant:
     finish: tuple[str, ...] = ()
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     store_hint: int = 0
+    weight_hint: int = 0  # of inputs every row reads again (Note [Weights kept in L2] in
+    # schedulers/reduction.py); 0: load_hint
     unroll: int = 1  # vectors a thread loads ahead in a pass that reads the row from memory
     merge: bool = True  # Note [Merged row reductions] (prelude/reduce.cuh)
     # Note [Weights loaded once]: with the row cached, a thread keeps the same columns of
@@ -366,7 +368,8 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         mt = MEMORY_TYPE[program.accesses[i].dtype]
         if v.modes[i] == "vec":
             at = _k_offset(f"a{i}", kb, v.k2, unit=True)
-            return [f"{into} = fc_load_vec_if<FC_VEC, {v.load_hint}>(a{i} + a{i}_row + {at}, ok);"]
+            hint = v.weight_hint if v.weight_hint and not any(v.live[i]) else v.load_hint
+            return [f"{into} = fc_load_vec_if<FC_VEC, {hint}>(a{i} + a{i}_row + {at}, ok);"]
         at = _k_offset(f"a{i}", f"{kb} + j", v.k2)
         return ["#pragma unroll",
                 f"for (int j = 0; j < FC_VEC; ++j) {into}[j] = ok ? a{i}[a{i}_row + {at}] : {mt}();"]  # fmt: skip

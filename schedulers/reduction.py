@@ -758,6 +758,15 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         two_exchanges = rows_in_smem and welford and not accumulate
         hoist = knob("inner.hoist", (bool(accumulate) and bool(cached) and (pipeline or not narrow)
                                      and roomy) or (two_exchanges and bool(weight_ins)))  # fmt: skip
+        # Note [Weights kept in L2]: inputs every row reads again (layer norm's weight and
+        # bias) load with an L2 evict-last policy (createpolicy, sm_80 on), so the rows
+        # streaming past do not push them out of L2 between the rows that read them. On the
+        # H100 layer norm f32 256x262144 (2 MiB of weights, read again by each of the 16
+        # clusters for each of its rows) 2272 -> 2574 GB/s; no case of the 43 whose kernels
+        # load weights lost more than 0.5% (benchmarks/results/sweep-weights_l2.json). The
+        # same marks left by torch.compile's kernels (Triton's evict_last on weights) were
+        # why that case ran 13% faster once torch.compile had run it in the process
+        # (benchmarks/order_effect.py)
         # Note [Weights loaded once]: or in shared memory, where the row is cached, not
         # pipelined, and the weights' 16-byte chunks fit; the copies land while the first
         # row loads and reduces. Forward rows split over clusters of up to 8 gained (on the
@@ -786,6 +795,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                rows_in_smem=rows_in_smem,
                                load_hint=knob("load.hint", 3 if pure else 0),
                                store_hint=knob("store.hint", 0),
+                               weight_hint=knob("load.weights", 4 if profile.arch >= 80 else 0),
                                unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1,
                                merge=knob("inner.merge", True),
                                weights="shared" if hoist_smem else "registers" if hoist else "",

@@ -42,6 +42,8 @@ KNOBS: dict[str, str] = {
     "inner.hoist_smem": "load those once into shared memory instead (Note [Weights loaded once])",
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",
+    "load.weights": "cache hint of inputs every row reads again: 4 L2::evict_last, 0 plain "
+                    "(Note [Weights kept in L2])",
     "store.hint": "cache hint of streamed stores: 0 plain, 1 evict-first (.cs)",
     "finish.fused": "column sums added up in the row kernel after a grid barrier (Note [Finish in "
                     "the row kernel]; False: a second kernel)",

@@ -1,10 +1,14 @@
 """Without a GPU: the reduction scheduler takes each pattern and every kernel variant it
 makes compiles with NVRTC for sm_80 and sm_90."""
+import dataclasses
+
 import pytest
 import torch
 from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, sum_max_min, var_mean
 
 from fusion_cache import DataType, FusionDefinition
+from schedulers.device import profile_by_name
+from schedulers.tuning import overriding
 
 
 def meta(*shape, dtype=torch.float32):
@@ -231,3 +235,22 @@ def test_outer_rows_in_range_sum_without_bounds_branches(dtype):
     tail = source[source.index(fast):]
     assert tail.index("} else {") < tail.index("if (cb + j >= cols) break;")
 
+
+@pytest.mark.parametrize("target,kept", [("h100", True), ("a100", True), ("sm75", False)])
+def test_weights_every_row_reads_load_with_an_evict_last_policy(target, kept):
+    # Note [Weights kept in L2]: layer norm's weight and bias load with hint 4 (an L2
+    # evict-last policy, sm_80 on); its rows keep the plain loads. Turing has no createpolicy
+    if target == "sm75":
+        target = dataclasses.replace(profile_by_name("a10"), name="sm75", arch=75)
+    fd = define(layer_norm()[0], torch.float32, 2)
+    n = 262144
+    fd.precompile([meta(64, n), meta(n), meta(n)], target=target)
+    source = fd._executor().last_plan.spec.kernels[0].source
+    body = source.split('extern "C"', 1)[1]
+    assert ("fc_load_vec_if<FC_VEC, 4>(a1 + " in body) is kept  # the weight
+    assert ("fc_load_vec_if<FC_VEC, 4>(a2 + " in body) is kept  # the bias
+    assert "fc_load_vec_if<FC_VEC, 0>(a0 + " in body  # the row
+    with overriding({"load.weights": 0}):
+        fd._executor().plans.clear()
+        fd.precompile([meta(64, n), meta(n), meta(n)], target=target)
+    assert "FC_VEC, 4>" not in fd._executor().last_plan.spec.kernels[0].source.split('extern "C"', 1)[1]

@@ -254,7 +254,8 @@ template <int N, typename T> FC_DEVICE void fc_store_vec(T* p, const fc_vec<T, N
 // (benchmarks/results/sweep-explore.json): pure reductions, which read every byte once and
 // write almost nothing, gain with 3 (var_mean f32 16384x4096 2271 -> 2409 GB/s, outer sums
 // too); kernels that also write rows (normalizations) lost a few percent with it, and
-// evict-first stores never helped, so those keep the plain forms (Hint 0).
+// evict-first stores never helped, so those keep the plain forms (Hint 0). Hint 4 marks
+// the lines evict-last in L2, for inputs every row reads again (Note [Weights kept in L2]).
 #define FC_LD_FORMS(HINT, PTX)                                                              \
   FC_DEVICE void fc_ld_raw(const void* p, uint4& r, fc_hint<HINT>) {                       \
     asm("ld.global.nc" PTX ".v4.u32 {%0, %1, %2, %3}, [%4];"                                \
@@ -274,6 +275,28 @@ FC_LD_FORMS(1, ".L1::no_allocate")
 FC_LD_FORMS(2, ".L2::256B")
 FC_LD_FORMS(3, ".L1::no_allocate.L2::256B")
 #undef FC_LD_FORMS
+
+// Hint 4: an L2 evict-last policy (createpolicy, then .L2::cache_hint); the policy asm has
+// no inputs, so the compiler makes it once.
+FC_DEVICE unsigned long long fc_keep_policy() {
+  unsigned long long p;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+FC_DEVICE void fc_ld_raw(const void* p, uint4& r, fc_hint<4>) {
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(fc_keep_policy()));
+}
+FC_DEVICE void fc_ld_raw(const void* p, uint2& r, fc_hint<4>) {
+  asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+      : "=r"(r.x), "=r"(r.y) : "l"(p), "l"(fc_keep_policy()));
+}
+FC_DEVICE void fc_ld_raw(const void* p, unsigned int& r, fc_hint<4>) {
+  asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "l"(fc_keep_policy()));
+}
+FC_DEVICE void fc_ld_raw(const void* p, unsigned short& r, fc_hint<4>) {
+  asm("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(r) : "l"(p), "l"(fc_keep_policy()));
+}
 
 template <int N, int Hint, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_hint(const T* p) {
   constexpr int kBytes = (int)sizeof(T) * N;
@@ -310,6 +333,22 @@ FC_LD_IF_FORMS(1, ".L1::no_allocate")
 FC_LD_IF_FORMS(2, ".L2::256B")
 FC_LD_IF_FORMS(3, ".L1::no_allocate.L2::256B")
 #undef FC_LD_IF_FORMS
+FC_DEVICE void fc_ld_raw_if(const void* p, uint4& r, bool ok, fc_hint<4>) {
+  asm("{\n\t.reg .pred g;\n\tsetp.ne.b32 g, %5, 0;\n\t"
+      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+      "@g ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n\t}"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok), "l"(fc_keep_policy()));
+}
+FC_DEVICE void fc_ld_raw_if(const void* p, uint2& r, bool ok, fc_hint<4>) {
+  asm("{\n\t.reg .pred g;\n\tsetp.ne.b32 g, %3, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+      "@g ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %4;\n\t}"
+      : "=r"(r.x), "=r"(r.y) : "l"(p), "r"((int)ok), "l"(fc_keep_policy()));
+}
+FC_DEVICE void fc_ld_raw_if(const void* p, unsigned int& r, bool ok, fc_hint<4>) {
+  asm("{\n\t.reg .pred g;\n\tsetp.ne.b32 g, %2, 0;\n\tmov.b32 %0, 0;\n\t"
+      "@g ld.global.nc.L2::cache_hint.u32 %0, [%1], %3;\n\t}"
+      : "=r"(r) : "l"(p), "r"((int)ok), "l"(fc_keep_policy()));
+}
 
 // fc_load_vec_hint that reads nothing and gives zeros where !ok.
 template <int N, int Hint, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_if(const T* p, bool ok) {
