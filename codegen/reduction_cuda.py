@@ -368,16 +368,17 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         mt = MEMORY_TYPE[program.accesses[i].dtype]
         if v.modes[i] == "vec":
             at = _k_offset(f"a{i}", kb, v.k2, unit=True)
-            hint = v.weight_hint if v.weight_hint and not any(v.live[i]) else v.load_hint
+            hint = v.weight_hint if v.weight_hint and i in shared_by_rows else v.load_hint
             return [f"{into} = fc_load_vec_if<FC_VEC, {hint}>(a{i} + a{i}_row + {at}, ok);"]
         at = _k_offset(f"a{i}", f"{kb} + j", v.k2)
         return ["#pragma unroll",
                 f"for (int j = 0; j < FC_VEC; ++j) {into}[j] = ok ? a{i}[a{i}_row + {at}] : {mt}();"]  # fmt: skip
 
     cached = v.iters > 0
-    # Note [Weights loaded once]: element-level inputs no row stride reaches
-    hoisted = [i for i in range(n_acc) if v.weights and cached and i not in v.cached
-               and v.modes[i] != "row" and not any(v.live[i])]  # fmt: skip
+    # element-level inputs no row stride reaches: every row reads them again (the weights)
+    shared_by_rows = {i for i in range(n_acc) if v.modes[i] != "row" and not any(v.live[i])}
+    # Note [Weights loaded once]
+    hoisted = [i for i in sorted(shared_by_rows) if v.weights and cached and i not in v.cached]
     in_smem = v.weights == "shared" and bool(hoisted)
 
     def weight_chunk(w: int) -> str:  # this thread's 16 bytes of hoisted weight w, this `it`
