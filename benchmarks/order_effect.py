@@ -8,8 +8,8 @@ to back, no flush) until torch.compile had compiled the same case in the process
 eager, changed nothing (benchmarks/results/order-effect-*.txt). The cause: Triton's layer
 norm loads the weight and bias with eviction_policy="evict_last", and those L2 marks outlive
 its kernel, so the fusion's rows stopped pushing the weights out of L2. A Triton kernel that
-only loads the weights evict-last had the same effect (2257 -> 2491 GB/s; plain loads:
-none). Since Note [Weights kept in L2] the row kernels mark them themselves. This times each
+only loads the weights evict-last had the same effect (benchmarks.l2_marks). Since Note
+[Weights kept in L2] the row kernels mark them themselves. This times each
 case's fusion both ways, compiles the case with torch.compile, and times again.
 """
 
