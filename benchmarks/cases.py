@@ -493,3 +493,19 @@ def select(
     for c in chosen:
         first.setdefault((c.op, c.dtype), c)
     return list(first.values())
+
+
+def named_on_gpu(prog: str, names: Sequence[str]) -> list[Case] | None:
+    """The cases `names` for a GPU probe (`prog`), or None after saying on stderr why not:
+    no CUDA GPU visible, or names the registry does not know."""
+    import sys
+
+    if not torch.cuda.is_available():
+        print(f"{prog} needs a CUDA GPU; none is visible", file=sys.stderr)
+        return None
+    known = {c.name: c for c in CASES}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"unknown case(s) {unknown}; see benchmarks/cases.py", file=sys.stderr)
+        return None
+    return [known[n] for n in names]

@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from benchmarks.cases import CASES, Case
+from benchmarks.cases import Case, named_on_gpu
 from benchmarks.run import make_timer, seed_for
 
 DEFAULT_CASES = ["layer_norm_f32_256x262144"]
@@ -83,17 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--knobs", type=json.loads, default={},
                         help='tuning knobs of the fusion, as JSON: \'{"load.weights": 0}\'')
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks.l2_marks needs a CUDA GPU; none is visible", file=sys.stderr)
-        return 2
-    known = {c.name: c for c in CASES}
-    unknown = [n for n in args.cases if n not in known]
-    if unknown:
-        print(f"unknown case(s) {unknown}; see benchmarks/cases.py", file=sys.stderr)
+    chosen = named_on_gpu("benchmarks.l2_marks", args.cases)
+    if chosen is None:
         return 2
     print(torch.cuda.get_device_name())
-    for name in args.cases:
-        print(probe(known[name], args.knobs), flush=True)
+    for case in chosen:
+        print(probe(case, args.knobs), flush=True)
     return 0
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.cases import CASES, Case
+from benchmarks.cases import Case, named_on_gpu
 from benchmarks.run import compiled_for, make_timer, seed_for
 
 DEFAULT_CASES = ["layer_norm_f32_256x262144", "layer_norm_bf16_256x262144"]
@@ -66,17 +66,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cases", nargs="*", default=DEFAULT_CASES, metavar="CASE")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks.order_effect needs a CUDA GPU; none is visible", file=sys.stderr)
-        return 2
-    known = {c.name: c for c in CASES}
-    unknown = [n for n in args.cases if n not in known]
-    if unknown:
-        print(f"unknown case(s) {unknown}; see benchmarks/cases.py", file=sys.stderr)
+    chosen = named_on_gpu("benchmarks.order_effect", args.cases)
+    if chosen is None:
         return 2
     print(torch.cuda.get_device_name())
-    for name in args.cases:  # one process a case would be cleaner; this is what the suite does
-        print(probe(known[name]), flush=True)
+    for case in chosen:  # one process a case would be cleaner; this is what the suite does
+        print(probe(case), flush=True)
     return 0
 
 

@@ -266,3 +266,16 @@ def test_ncu_stalls_reads_reasons_and_the_stalled_instructions():
     assert [(round(s, 2), t, r) for s, t, r in top] == [(0.6, "UCGABAR_WAIT", "barrier"),
                                                         (0.3, "ERRBAR", "membar")]
     assert top_instructions('"no","table"\n') == []
+
+
+def test_named_on_gpu_says_why_it_has_no_cases(monkeypatch, capsys):
+    from benchmarks.cases import named_on_gpu
+
+    name = CASES[0].name
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert named_on_gpu("benchmarks.probe", [name]) is None
+    assert "benchmarks.probe needs a CUDA GPU" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert named_on_gpu("benchmarks.probe", [name, "no_such_case"]) is None
+    assert "unknown case(s) ['no_such_case']" in capsys.readouterr().err
+    assert named_on_gpu("benchmarks.probe", [name]) == [CASES[0]]
