@@ -207,7 +207,6 @@ def compiled_for(case: Case, inputs: list[torch.Tensor]) -> Callable[[], Any]:
     return lambda: compiled(*inputs)
 
 
-
 def add_rates(record: dict[str, Any], ceiling: float) -> None:
     fusion, eager, compiled = record["fusion_ms"], record["eager_ms"], record["compile_ms"]
     throughput = record["family"] != "host"  # host cases measure launch cost, not bandwidth
