@@ -6,7 +6,8 @@ Per case: fresh random inputs, one fusion run to compile, a check against eager,
 fusion, eager and torch.compile timed in this same run, in turn, over --rounds rounds (the
 median of each is kept), with the device-to-device copy ceiling measured at the start.
 Results are merged by family into DIR/<device-slug>.json (default benchmarks/results), so
-families can be run separately. On the lent GPU machine,
+families can be run separately; a run with -k replaces only the cases it ran, and the
+family's note says so. On the lent GPU machine,
 copy the committed JSON into $OUT first and pass `--out $OUT` to get the merged file back.
 """
 
@@ -265,8 +266,11 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def merge_results(path: Path, run: dict[str, Any], families: dict[str, Any]) -> dict[str, Any]:
-    """The file at `path` with this run's families replaced and the others kept."""
+def merge_results(path: Path, run: dict[str, Any], families: dict[str, Any],
+                  pattern: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The file at `path` with this run's families replaced and the others kept. A run of
+    some cases only (`-k pattern`) replaces those cases by name and keeps the family's
+    others and its header; the family's note says which cases a later run measured."""
     data: dict[str, Any] = {}
     if path.exists():
         try:
@@ -274,7 +278,17 @@ def merge_results(path: Path, run: dict[str, Any], families: dict[str, Any]) -> 
         except json.JSONDecodeError as e:
             print(f"ignoring unreadable {path}: {e}", file=sys.stderr)
     data.update(run)  # the top level describes the latest run
-    data.setdefault("families", {}).update(families)
+    kept = data.setdefault("families", {})
+    for family, ran in families.items():
+        before = kept.get(family)
+        if pattern is None or not before:
+            kept[family] = ran
+            continue
+        fresh = {c["name"]: c for c in ran["cases"]}
+        cases = [fresh.pop(c["name"], c) for c in before["cases"]] + list(fresh.values())
+        note = (f"cases matching '{pattern}' ({len(ran['cases'])}) re-measured in the run of "
+                f"{run.get('date')}, copy ceiling {run.get('copy_ceiling_gbps', 0):.0f} GB/s")  # fmt: skip
+        kept[family] = {**before, "cases": cases, "note": note}
     return data
 
 
@@ -353,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                  "cases": [r for r in records if r["family"] == fam]}
            for fam in families if any(r["family"] == fam for r in records)}
     path = args.out / f"{device_slug(env['device'])}.json"
-    write_json(path, merge_results(path, run, ran))
+    write_json(path, merge_results(path, run, ran, args.pattern))
     print_table(records, ceiling)
     print(f"\nwrote {path}")
     return 0

@@ -940,10 +940,15 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     kernels = [KernelLaunch(OUTER_NAME, render_outer(program, variant, False), (col_blocks, split, 1),
                             (tx, ty, 1), types, tuple(base + work_args + scalars))]  # fmt: skip
     if split > 1 and not cluster:
-        # combining partials is latency-bound: one column a thread, many threads
-        finish = replace(variant, tx=128, ty=1, vec=1)
+        # combining partials is latency-bound: up to 16 thread rows share a column's
+        # partials, four or more each (Note [Outer finish]). On the H100 sum over dim 0 f32
+        # 262144x256 (256 partials) 2577 GB/s with 16 rows, 2568 with 32, 2490 folding one
+        # column a thread in blocks of 128; bf16 2277, 2260 and 2147; with 16 partials
+        # (16384x4096) all within 0.5% (benchmarks/results/sweep-finish_rows.json)
+        rows = knob("outer.finish_ty", max(1, min(16, split // 4)))
+        finish = replace(variant, tx=knob("outer.finish_tx", 32), ty=rows, vec=1)
         kernels.append(KernelLaunch(FINISH_NAME, render_outer(program, finish, True),
-                                    (-(-cols // 128), 1, 1), (128, 1, 1), types,
+                                    (-(-cols // finish.tx), 1, 1), (finish.tx, finish.ty, 1), types,
                                     tuple(base + work_args + scalars)))  # fmt: skip
     return LaunchSpec(NAME, tuple(outputs), tuple(workspaces), tuple(kernels),
                       variant.describe() + describe_views(program.views, env))

@@ -52,6 +52,8 @@ KNOBS: dict[str, str] = {
     "outer.ty": "row threads of an outer reduction block",
     "outer.unroll": "rows a thread of an outer reduction loads before accumulating",
     "outer.blocks_per_sm": "blocks the split of an outer reduction aims at, per SM",
+    "outer.finish_tx": "columns a block of an outer reduction's finish kernel folds",
+    "outer.finish_ty": "thread rows sharing a column's partials in an outer reduction's finish",
     "outer.cluster": "split blocks combine in one cluster (Note [Cluster columns]; 0: a second kernel)",
 }
 

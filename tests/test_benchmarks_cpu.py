@@ -210,6 +210,21 @@ def test_results_merge_by_family(tmp_path):
     assert merged["families"] == {"pointwise": {"cases": [1]}, "reduction": {"cases": [2]}}
 
 
+def test_a_run_of_some_cases_replaces_only_those(tmp_path):
+    # -k: the family keeps its other cases, and its note names the later run
+    from benchmarks import run
+
+    path = tmp_path / "gpu.json"
+    cases = [{"name": "sum_a", "gbps": 1}, {"name": "sum_b", "gbps": 2}]
+    run.write_json(path, run.merge_results(path, {"date": "d1"}, {"reduction": {"date": "d1", "cases": cases}}))
+    later = {"date": "d2", "copy_ceiling_gbps": 2990.0}
+    merged = run.merge_results(path, later, {"reduction": {"date": "d2", "cases": [{"name": "sum_b", "gbps": 3},
+                               {"name": "sum_c", "gbps": 4}]}}, pattern="sum_[bc]")  # fmt: skip
+    family = merged["families"]["reduction"]
+    assert [(c["name"], c["gbps"]) for c in family["cases"]] == [("sum_a", 1), ("sum_b", 3), ("sum_c", 4)]
+    assert family["date"] == "d1" and "'sum_[bc]' (2) re-measured in the run of d2" in family["note"]
+
+
 def test_rates_from_times():
     from benchmarks import run
 

@@ -183,6 +183,10 @@ def test_outer_split_combines_in_a_cluster_on_sm90(name, dtype):
         if target == "h100":
             assert "__cluster_dims__(1, FC_SPLIT, 1)" in spec.kernels[0].source
             assert not spec.workspaces
+        else:  # Note [Outer finish]: thread rows share a column's partials, 4 or more each
+            split = spec.kernels[0].grid[1]
+            assert spec.kernels[1].block == (32, max(1, min(16, split // 4)), 1), spec.kernels[1].block
+            assert spec.kernels[1].grid == (10, 1, 1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
