@@ -798,10 +798,7 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         sum_rows(True, "      ")
         L.append("    }")
         L.append("  }")
-        for r in program.reductions:
-            L.append("#pragma unroll")
-            L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_a[j] = fc_block_reduce_y({r.var}_a[j], "
-                     f"{_op_functor(r)}, smem_{_ident(_acc_type(r))});")  # fmt: skip
+        _reduce_over_rows(L, program)
         if v.cluster:
             _cluster_columns(L, program, dtypes, col_load)
             return "\n".join(L) + "\n"
@@ -865,6 +862,11 @@ def _fold_partials(L: list[str], program: ReductionProgram, v: OuterVariant) -> 
     L.append("      }")
     L.append("    }")
     L.append("  }")
+    _reduce_over_rows(L, program)
+
+
+def _reduce_over_rows(L: list[str], program: ReductionProgram) -> None:
+    """Each column's accumulators combined over the block's thread rows; every row gets them."""
     for r in program.reductions:
         L.append("#pragma unroll")
         L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_a[j] = fc_block_reduce_y({r.var}_a[j], "
