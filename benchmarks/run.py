@@ -288,7 +288,8 @@ def merge_results(path: Path, run: dict[str, Any], families: dict[str, Any],
         cases = [fresh.pop(c["name"], c) for c in before["cases"]] + list(fresh.values())
         note = (f"cases matching '{pattern}' ({len(ran['cases'])}) re-measured in the run of "
                 f"{run.get('date')}, copy ceiling {run.get('copy_ceiling_gbps', 0):.0f} GB/s")  # fmt: skip
-        kept[family] = {**before, "cases": cases, "note": note}
+        earlier = before.get("note")  # an earlier partial run's note stays
+        kept[family] = {**before, "cases": cases, "note": f"{earlier}; {note}" if earlier else note}
     return data
 
 
