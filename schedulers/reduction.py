@@ -908,7 +908,9 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     # dim 0 bf16 262144x256 1629 -> 1996 GB/s, f32 2378 -> 2497 (sweep-explore)
     unroll = knob("outer.unroll", 4)
     split = 1
-    # 16-bit: one block an SM (bf16 1024x65536: 2258 -> 2367 GB/s, sweep-rows)
+    # 16-bit: one block an SM (bf16 1024x65536: 2258 -> 2367 GB/s, sweep-rows). Still so
+    # with the finish of Note [Outer finish]: bf16 262144x256 2282 GB/s, 2261 at two an SM
+    # (split 512), f32 2585 and 2535 at four (sweep-split_after_finish.json)
     want = sm * knob("outer.blocks_per_sm", 1 if vec >= 8 else 2)
     while col_blocks * split < want and N // (split * 2 * ty * unroll) >= 8:
         split *= 2
