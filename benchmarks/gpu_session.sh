@@ -10,6 +10,9 @@
 #   SWEEP     part "sweep": a plan of benchmarks/sweeps/ to time (benchmarks/sweep.py)
 #   NCU_CASES part "ncu": cases to profile with Nsight Compute, ours and torch.compile's, and
 #           where our first kernel's warps stall (benchmarks/ncu_stalls.py)
+#   BASE    part "base": a git revision whose fusions the same FAMILIES and BENCH_K time in
+#           this call, from a worktree of it, for a same-run baseline (log: base_bench.log;
+#           its JSON stays out of $OUT)
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -51,6 +54,16 @@ if [[ $PARTS == *" bench "* ]]; then
   done
   FUSION_CACHE_DIR=/tmp/fc_bench timeout 560 python3 -m benchmarks.run $FAMILIES \
     ${BENCH_K:+-k $BENCH_K} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^\[" | tail -150
+fi
+
+if [[ $PARTS == *" base "* ]]; then
+  echo "== benchmarks of ${BASE:?part base needs BASE, a git revision}"
+  rm -rf /tmp/fc_base_tree && git worktree add -q --detach /tmp/fc_base_tree "$BASE" || exit 1
+  mkdir -p /tmp/fc_base_out
+  (cd /tmp/fc_base_tree && PYTHONPATH=/tmp/site:/tmp/fc_base_tree FUSION_CACHE_DIR=/tmp/fc_base \
+    timeout 560 python3 -m benchmarks.run $FAMILIES ${BENCH_K:+-k $BENCH_K} --out /tmp/fc_base_out) \
+    2>&1 | tee "$OUT/base_bench.log" | grep -v "^\[" | tail -150
+  git worktree remove --force /tmp/fc_base_tree
 fi
 
 if [[ $PARTS == *" ncu "* ]]; then
