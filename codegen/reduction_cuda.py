@@ -78,6 +78,12 @@ class InnerVariant:
     # Note [Cluster exchange] (prelude/reduce.cuh): a cluster's blocks swap row partials
     # through mbarriers, without the fence of a cluster barrier; False: the barrier
     exchange_async: bool = True
+    # Note [Deferred row end] (prelude/reduce.cuh): with the row in shared memory and one
+    # cluster exchange a row, a row group's last pass runs in the next iteration, after that
+    # group's first pass: a third stage keeps its row meanwhile
+    defer: bool = False
+    # Note [Alternating row buffers] (prelude/reduce.cuh): one block barrier a row reduction
+    alternate: bool = False
 
     def _staged(self) -> str:
         n = len(self.cached)
@@ -93,6 +99,8 @@ class InnerVariant:
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
                 f"{', barrier exchange' if self.cluster > 1 and not self.exchange_async else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
+                f"{', deferred row end' if self.defer else ''}"
+                f"{', one row buffer' if not self.alternate and self.tx > 32 else ''}"
                 f"{self._staged()}"
                 f"{', weights in ' + _WEIGHTS_IN[self.weights] if self.weights and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
@@ -150,6 +158,13 @@ def _merged(reds, merge: bool = True) -> list[list]:
     for r in reds:
         groups.setdefault(r.var if r.op == "welford" or not merge else _acc_type(r), []).append(r)
     return list(groups.values())
+
+
+def one_exchange(program: ReductionProgram, merge: bool) -> bool:
+    """Whether a row's reductions travel in one exchange, after one pass (Note [Deferred row
+    end] in prelude/reduce.cuh): one stage of plain reductions that combine together."""
+    return (program.stages == 1 and not any(r.op == "welford" for r in program.reductions)
+            and len(_merged(program.reductions, merge)) == 1)  # fmt: skip
 
 
 def _row_stmts(program: ReductionProgram, stage: int, dtypes: dict, load) -> list[str]:
@@ -265,7 +280,10 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         ct = _acc_type(group[0])
         shared_types.add(ct if len(group) == 1 else f"fc_multi<{ct}, {len(group)}>")
     for t in sorted(shared_types):
-        L.append(f"  __shared__ {t} smem_{_ident(t)}[32];")
+        # Note [Alternating row buffers]: two buffers, and a count of the calls using them
+        L.append(f"  __shared__ {t} smem_{_ident(t)}[{64 if v.alternate else 32}];")
+        if v.alternate:
+            L.append(f"  unsigned rr_{_ident(t)} = 0;")
         if v.cluster > 1:
             L.append(f"  __shared__ {t} cl_{_ident(t)}[2 * FC_TY * FC_CLUSTER];")
     L.append("  const int tx = threadIdx.x;")
@@ -334,16 +352,22 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     row_step = "(idx_t)(gridDim.x / FC_CLUSTER) * FC_TY"
     loop_at = len(L)  # where weights kept in registers load, before the row loop
     if v.pipeline:
-        # Note [Row pipeline]: stage slot^1 fills with the next row group while this one runs
-        L.append("  extern __shared__ uint4 fc_stage[];  // [2][cached][TY][ITERS][TX] chunks")
+        # Note [Row pipeline]: stage slot^1 fills with the next row group while this one runs;
+        # deferred (Note [Deferred row end]), a ring of three stages
+        stages, after = (3, "slot == 2u ? 0u : slot + 1u") if v.defer else (2, "slot ^ 1u")
+        L.append(f"  extern __shared__ uint4 fc_stage[];  // [{stages}][cached][TY][ITERS][TX] chunks")
         L.extend(f"  {MEMORY_TYPE[program.accesses[i].dtype]} a{i}_next;" for i in row_level)
         L.extend("  " + x for x in prefetch(first_row0, "0"))
         L.append("  fc_cp_async_commit();")
         L.append("  unsigned slot = 0;")
-        L.append(f"  for (idx_t row0 = {first_row0}; row0 < rows; row0 += {row_step}, slot ^= 1u) {{")
+        if v.defer:  # the row group whose last pass is still to run
+            L.extend(f"  {MEMORY_TYPE[program.accesses[i].dtype]} a{i}_prev = 0;" for i in row_level)
+            L.append("  idx_t prev0 = 0;")
+            L.append("  bool have_prev = false;")
+        L.append(f"  for (idx_t row0 = {first_row0}; row0 < rows; row0 += {row_step}, slot = {after}) {{")
         L.extend(f"    const {MEMORY_TYPE[program.accesses[i].dtype]} a{i}_now = a{i}_next;"
                  for i in row_level)  # fmt: skip
-        L.extend("    " + x for x in prefetch(f"row0 + {row_step}", "slot ^ 1u"))
+        L.extend("    " + x for x in prefetch(f"row0 + {row_step}", after))
         L.append("    fc_cp_async_commit();")
         L.append("    fc_cp_async_wait<1>();")
     else:
@@ -473,7 +497,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
 
     def carry_for(reds: list) -> list[str]:
         """Reduction inputs that later passes read again, if registers allow keeping them."""
-        if not cached:
+        if not cached or v.defer:  # a deferred last pass runs after the next row's first
             return []
         later = [r.input for r in program.reductions if r.stage > reds[0].stage]
         later += [s.var for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
@@ -500,9 +524,14 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             if stage_of.get(y, 0) == stage and y not in program.element_vars:
                 L.append(f"    const fc_divisor<{ct}> {y}_d = fc_divisor_of(({ct}){y});")
 
+    def row_reduce(var: str, ctype: str, op: str) -> str:
+        """`var` reduced over the row's threads (Note [Alternating row buffers])."""
+        parity = f", (int)(rr_{_ident(ctype)}++ & 1u)" if v.alternate else ""
+        return f"fc_row_reduce<FC_TX, FC_TX * FC_TY>({var}, {op}, smem_{_ident(ctype)}{parity})"
+
     def combine(var: str, ctype: str, op: str) -> None:
         """Reduce `var` over the row's threads, then over the cluster's blocks."""
-        L.append(f"    {var} = fc_row_reduce<FC_TX, FC_TX * FC_TY>({var}, {op}, smem_{_ident(ctype)});")
+        L.append(f"    {var} = {row_reduce(var, ctype, op)};")
         if v.cluster > 1:
             if v.exchange_async:
                 L.append(f"    {var} = fc_cluster_reduce_async<FC_CLUSTER>({var}, {op}, "
@@ -513,6 +542,12 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
 
     row_stmts(0)
     from .cuda_ops import convert
+
+    # Note [Deferred row end]: the last pass of a row group sees only row-level values it
+    # computes again and the one exchange's result; anything else would be the next row's
+    deferred = None
+    assert not v.defer or (v.pipeline and v.rows_in_smem and v.cluster > 1
+                           and program.stages == 1 and len(combined[1]) == 1 and not two_pass_all)
 
     for stage in range(1, program.stages + 1):
         reds = [r for r in program.reductions if r.stage == stage]
@@ -556,19 +591,69 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
                 combine(f"{r.var}_m2", rt, f"fc_op_sum<{rt}>()")
                 L.append(f"    {_acc_type(r)} {r.var}; {r.var}.mean = {r.var}_mean; "
                          f"{r.var}.m2 = {r.var}_m2; {r.var}.count = (int)N;")  # fmt: skip
-        for group in combined[stage]:
+        for g, group in enumerate(combined[stage]):
+            last = v.defer and stage == program.stages and g == len(combined[stage]) - 1
             if len(group) == 1:
-                combine(group[0].var, _acc_type(group[0]), _op_functor(group[0]))
+                var, ctype, op = group[0].var, _acc_type(group[0]), _op_functor(group[0])
+            else:
+                ct, n = _acc_type(group[0]), len(group)  # Note [Merged row reductions]
+                var, ctype = f"{group[0].var}_m", f"fc_multi<{ct}, {n}>"
+                op = f"fc_op_multi<{ct}, {', '.join(_op_functor(r)[:-2] for r in group)}>()"
+                L.append(f"    {ctype} {var} = {{{{{', '.join(r.var for r in group)}}}}};")
+            if last:  # Note [Deferred row end]: the block's partial waits to be sent
+                L.append(f"    {var} = {row_reduce(var, ctype, op)};")
+                L.append(f"    const {ctype} fc_send = {var};")
+                deferred = (ctype, op, group)
                 continue
-            ct, n = _acc_type(group[0]), len(group)  # Note [Merged row reductions]
-            m = f"{group[0].var}_m"
-            L.append(f"    fc_multi<{ct}, {n}> {m} = {{{{{', '.join(r.var for r in group)}}}}};")
-            combine(m, f"fc_multi<{ct}, {n}>",
-                    f"fc_op_multi<{ct}, {', '.join(_op_functor(r)[:-2] for r in group)}>()")
-            L.extend(f"    {r.var} = {m}.v[{i}];" for i, r in enumerate(group))
-        row_stmts(stage)
-    elem_stores = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
-    if elem_stores:
+            combine(var, ctype, op)
+            if len(group) > 1:
+                L.extend(f"    {r.var} = {var}.v[{i}];" for i, r in enumerate(group))
+        if not (v.defer and stage == program.stages):
+            row_stmts(stage)
+    def row_end() -> None:
+        """The last pass (element-level outputs, column partials) and row-level outputs."""
+        elem_stores = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+        if elem_stores:
+            last_pass(elem_stores)
+        for k, s in enumerate(program.stores):
+            if program.store_rowlevel[k]:
+                first = "tx == 0 && cl_rank == 0" if v.cluster > 1 else "tx == 0"
+                L.append(f"    if ({first} && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
+
+    def deferred_end(send: bool) -> None:
+        """Note [Deferred row end]: the end of row group prev0, whose stage is slot_prev;
+        with `send`, this row group's partial goes out once the previous one's are in."""
+        ctype, op, group = deferred
+        L.append("    {")
+        L.append("    const unsigned slot = slot_prev;")
+        L.extend(f"    const {MEMORY_TYPE[program.accesses[i].dtype]} a{i}_now = a{i}_prev;"
+                 for i in row_level)  # fmt: skip
+        L.extend("    " + x for x in row_offsets("prev0 + threadIdx.y", "", range(len(tensors))))
+        row_stmts(0)
+        L.append(f"    const {ctype} fc_recv = {exchange('receive', ctype, op)};")
+        if send:
+            L.append(f"    {exchange('send', ctype)};")
+        if len(group) == 1:
+            L.append(f"    const {ctype} {group[0].var} = fc_recv;")
+        else:
+            L.extend(f"    const {_acc_type(r)} {r.var} = fc_recv.v[{i}];" for i, r in enumerate(group))
+        row_stmts(program.stages)
+        row_end()
+        L.append("    }")
+
+    def exchange(part: str, ctype: str, op: str = "") -> str:
+        """Note [Deferred row end]: this row group's partial sent, or the previous one's
+        received, through the cluster barrier or its mbarriers."""
+        slots = f"cl_{_ident(ctype)}"
+        if v.exchange_async:
+            if part == "send":
+                return f"fc_cluster_send_async<FC_CLUSTER>(fc_send, {slots}, cl_bars, cl_call)"
+            return f"fc_cluster_receive_async<FC_CLUSTER>({op}, {slots}, cl_bars, cl_call - 1)"
+        if part == "send":
+            return f"fc_cluster_send<FC_CLUSTER>(fc_send, {slots}, cl_phase)"
+        return f"fc_cluster_receive<FC_CLUSTER>({op}, {slots}, cl_phase ^ 1u)"
+
+    def last_pass(elem_stores: list) -> None:
         body, post = [], []
         for i in range(n_acc):
             if i not in v.cached and cached:
@@ -588,11 +673,27 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         decls = [f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;" for k, s in elem_stores
                  if v.modes[n_acc + k] == "vec" and k not in v.acc]  # fmt: skip
         element_pass([s.var for _, s in elem_stores], body, pre=decls, post=post)
-    for k, s in enumerate(program.stores):
-        if program.store_rowlevel[k]:
-            first = "tx == 0 && cl_rank == 0" if v.cluster > 1 else "tx == 0"
-            L.append(f"    if ({first} && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
-    L.append("  }")
+
+    if v.defer:
+        ctype = deferred[0]
+        L.append("    const unsigned slot_prev = slot == 0u ? 2u : slot - 1u;")
+        L.append("    if (have_prev) {")
+        deferred_end(send=True)
+        L.append("    } else {")
+        L.append(f"      {exchange('send', ctype)};")
+        L.append("    }")
+        L.append("    ++cl_call;" if v.exchange_async else "    cl_phase ^= 1u;")
+        L.append("    have_prev = true;")
+        L.append("    prev0 = row0;")
+        L.extend(f"    a{i}_prev = a{i}_now;" for i in row_level)
+        L.append("  }")
+        L.append("  if (have_prev) {  // the last row group's end")
+        L.append("    const unsigned slot_prev = slot == 0u ? 2u : slot - 1u;")
+        deferred_end(send=False)
+        L.append("  }")
+    else:
+        row_end()
+        L.append("  }")
     if v.pipeline or in_smem:  # no copy still in flight when the block ends
         L.append("  fc_cp_async_wait<0>();")
     # the block's column partials: its TY thread rows added in a fixed order, through one
@@ -662,24 +763,62 @@ def _finish_in_kernel(L: list[str], program: ReductionProgram, v: InnerVariant) 
 COLUMN_FINISH_NAME = "fc_column_finish"
 
 
+# Note [Column strips]: with few blocks of partials (a wave of clusters over long rows: 7
+# on the H100 for rows of 262144), the tiles above give each thread one partial or none,
+# and the finish ran at a third of the copy ceiling (ncu: 17 us of layer norm backward bf16
+# 256x262144's 224). A thread then takes four adjacent columns instead and adds all the
+# blocks' partials of them in block order, several 16-byte loads in flight. On the H100
+# layer norm backward bf16 256x262144 1777 -> 1840 GB/s, f32 1923 -> 1962, rms norm
+# backward's 2253 -> 2290 and 2118 -> 2138; rows of 65536 within 1%
+# (benchmarks/results/sweep-alternate.json, finish.strips).
+STRIP_COLUMNS = 4
+STRIP_THREADS = 256
+
+
 def render_column_finish(sums: Sequence[tuple[str, Any]], index_type: str, rows: int) -> str:
     """Sum [blocks, N] buffers of column partials over their blocks, in a fixed order, and
     store the sums in each output's dtype (Note [Column partials]). `sums`: (accumulator
     C type, output dtype) per buffer; blockIdx.y picks the buffer, so one launch finishes
     every column sum of a row kernel. A block takes 32 columns, read coalesced; `rows`
-    threads share a column's partials, then add their sums in a fixed order."""
+    threads share a column's partials, then add their sums in a fixed order. rows=0: a
+    thread takes STRIP_COLUMNS columns (Note [Column strips])."""
     params = ", ".join(f"const {acc}* __restrict__ part{k}, {MEMORY_TYPE[dt]}* __restrict__ out{k}"
                        for k, (acc, dt) in enumerate(sums))  # fmt: skip
-    L = [prelude_source("core"), f"typedef {index_type} idx_t;", f"#define FC_ROWS {rows}",
-         "template <typename A, typename M>",
+    L = [prelude_source("core"), f"typedef {index_type} idx_t;", "template <typename A, typename M>",
          "__device__ __forceinline__ void fc_finish_columns(const A* __restrict__ part, "
-         "M* __restrict__ out, idx_t N, idx_t blocks) {",
-         "  __shared__ A sums[FC_ROWS][32];",
-         "  fc_sum_column_tile<FC_ROWS>(part, out, N, blocks, (idx_t)blockIdx.x, (int)threadIdx.x,",
-         "                              (int)threadIdx.y, sums);",
-         "}",
-         f'extern "C" __global__ void __launch_bounds__(32 * FC_ROWS) {COLUMN_FINISH_NAME}(',
-         f"    {params}, idx_t N, idx_t blocks) {{"]  # fmt: skip
+         "M* __restrict__ out, idx_t N, idx_t blocks) {"]  # fmt: skip
+    if rows:
+        L[2:2] = [f"#define FC_ROWS {rows}"]
+        L += ["  __shared__ A sums[FC_ROWS][32];",
+              "  fc_sum_column_tile<FC_ROWS>(part, out, N, blocks, (idx_t)blockIdx.x, (int)threadIdx.x,",
+              "                              (int)threadIdx.y, sums);",
+              "}"]  # fmt: skip
+        bound = "32 * FC_ROWS"
+    else:
+        L += [f"  constexpr int V = {STRIP_COLUMNS};",
+              "  const idx_t c0 = ((idx_t)blockIdx.x * blockDim.x + threadIdx.x) * V;",
+              "  if (c0 >= N) return;",
+              "  A s[V];",
+              "#pragma unroll",
+              "  for (int j = 0; j < V; ++j) s[j] = A(0);",
+              "  if (N % V == 0) {  // whole, aligned vectors",
+              "#pragma unroll 8",
+              "    for (idx_t g = 0; g < blocks; ++g) {",
+              "      const fc_vec<A, V> p = fc_load_vec_if<V, 0>(part + g * N + c0, true);",
+              "#pragma unroll",
+              "      for (int j = 0; j < V; ++j) s[j] += p[j];",
+              "    }",
+              "  } else {",
+              "    for (idx_t g = 0; g < blocks; ++g)",
+              "#pragma unroll",
+              "      for (int j = 0; j < V; ++j) if (c0 + j < N) s[j] += part[g * N + c0 + j];",
+              "  }",
+              "#pragma unroll",
+              "  for (int j = 0; j < V; ++j) if (c0 + j < N) out[c0 + j] = fc_cast<M>(s[j]);",
+              "}"]  # fmt: skip
+        bound = str(STRIP_THREADS)
+    L += [f'extern "C" __global__ void __launch_bounds__({bound}) {COLUMN_FINISH_NAME}(',
+          f"    {params}, idx_t N, idx_t blocks) {{"]  # fmt: skip
     for k in range(len(sums)):
         L.append(f"  if (blockIdx.y == {k}) fc_finish_columns(part{k}, out{k}, N, blocks);")
     L.append("}")

@@ -141,7 +141,13 @@ def lower_inner_outer(fd: Any) -> InnerOuterProgram:
 def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dict,
                      profile: Any) -> LaunchSpec:  # fmt: skip
     from codegen.cuda_ops import MEMORY_TYPE
-    from codegen.reduction_cuda import COLUMN_FINISH_NAME, acc_type, render_column_finish
+    from codegen.reduction_cuda import (
+        COLUMN_FINISH_NAME,
+        STRIP_COLUMNS,
+        STRIP_THREADS,
+        acc_type,
+        render_column_finish,
+    )
     from fusion_cache.gpu_runtime import runtime_shapes
 
     row_values = [values[p] for p in program.input_positions]
@@ -183,13 +189,18 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
                           f"{blocks} blocks, finished in the row kernel", spec.wave)  # fmt: skip
     kernels = [replace(kernel, args=row_args)]
     # one launch for every column sum (blockIdx.y); where its blocks of 32 columns leave
-    # SMs idle (rows of 256), 32 threads a column share the partials instead of 8
+    # SMs idle (rows of 256), 32 threads a column share the partials instead of 8; few
+    # blocks of partials go to threads of four columns each (Note [Column strips])
     col_blocks = max(1, -(-n // 32))
-    rows = knob("finish.rows", 32 if col_blocks * len(sums) < profile.sm_count else 8)
+    strips = knob("finish.strips", blocks <= 32)
+    rows = 0 if strips else knob("finish.rows", 32 if col_blocks * len(sums) < profile.sm_count else 8)
     source = render_column_finish(sums, "long long" if index == "i64" else "int", rows)
-    kernels.append(KernelLaunch(COLUMN_FINISH_NAME, source, (col_blocks, len(sums), 1),
-                                (32, rows, 1), ("ptr", "ptr") * len(sums) + (index, index),
-                                (*args, n, blocks)))  # fmt: skip
+    grid, block = (col_blocks, len(sums), 1), (32, rows, 1)
+    if strips:
+        grid = (max(1, -(-n // (STRIP_COLUMNS * STRIP_THREADS))), len(sums), 1)
+        block = (STRIP_THREADS, 1, 1)
+    kernels.append(KernelLaunch(COLUMN_FINISH_NAME, source, grid, block,
+                                ("ptr", "ptr") * len(sums) + (index, index), (*args, n, blocks)))
     return LaunchSpec(NAME, tuple(outputs), spec.workspaces, tuple(kernels),
                       f"{spec.description}; {len(program.columns)} column sums over {blocks} "
                       "blocks", spec.wave)  # fmt: skip

@@ -529,7 +529,14 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         raise SchedulerRefused("a normalization along a strided dim (outer normalization) is "
                                "not scheduled as one kernel")  # fmt: skip
     if inner:
-        from codegen.reduction_cuda import INNER_NAME, InnerVariant, inner_arg_types, render_inner
+        from codegen.reduction_cuda import (
+            INNER_NAME,
+            InnerVariant,
+            acc_type,
+            inner_arg_types,
+            one_exchange,
+            render_inner,
+        )
 
         moving = [program.accesses[i].dtype for i in elem]
         moving += [s.dtype for k, s in enumerate(program.stores)
@@ -650,8 +657,10 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                 modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
                 for i in inputs)  # fmt: skip
 
-        def smem_room(tx: int, ty: int) -> int:  # what stages may take beside the partials' table
-            return profile.smem_per_block_optin - 1024 - len(accumulate) * ty * tx * vec * 8
+        def smem_room(tx: int, ty: int) -> int:  # what stages may take beside the partials' tables
+            tables = {acc_type(program.stores[k].dtype) for k in accumulate}  # one a type
+            return profile.smem_per_block_optin - 1024 - sum(
+                ty * tx * vec * (8 if t == "double" else 4) for t in tables)  # fmt: skip
 
         def stages_bytes(inputs: Sequence[int], tx: int, ty: int, iters: int) -> int:
             return 2 * len(inputs) * ty * iters * tx * 16  # two stages of 16-byte chunks
@@ -789,6 +798,22 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         few_tiles = -(-N // 32) * len(finish) <= 2 * sm
         fused_finish = (bool(finish) and profile.arch >= 90 and profile.fused_finish and few_tiles
                         and bool(knob("finish.fused", True)))  # fmt: skip
+        exchange_async = bool(knob("inner.exchange_async", not rows_in_smem or two_exchanges))
+        merge = knob("inner.merge", True)
+        # Note [Deferred row end] (codegen/prelude/reduce.cuh): a row in shared memory with
+        # one exchange ends in the next iteration, after the next row's first pass, where a
+        # third stage fits. On the H100 layer norm backward bf16 256x262144 1513 -> 1791
+        # GB/s, rms norm's 2174 -> 2225, rms norm bf16 2607 -> 2681; rms norm backward bf16
+        # 1024x65536 within 0.2%. Rows of which only some inputs are staged lost 21% (f32
+        # 262144: layer norm backward 1917 -> 1512, rms norm's 2104 -> 1634): their other
+        # inputs, read again a row later, fell out of L2 (benchmarks/results/sweep-defer.json).
+        # Through mbarriers instead of the cluster barrier, the deferred rows lost 1-13%
+        # (layer norm backward bf16 1853 -> 1611; sweep-defer_exchange.json)
+        whole_row = len(cached) == len(row_inputs)
+        defer = (rows_in_smem and cluster > 1 and one_exchange(program, merge)
+                 and bool(knob("inner.defer", whole_row)) and stage_bytes * 3 // 2 <= room)  # fmt: skip
+        if defer:
+            stage_bytes = stage_bytes * 3 // 2
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
@@ -797,10 +822,10 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                store_hint=knob("store.hint", 0),
                                weight_hint=knob("load.weights", 4 if profile.arch >= 80 else 0),
                                unroll=knob("inner.unroll", _unroll(vec)) if iters == 0 else 1,
-                               merge=knob("inner.merge", True),
+                               merge=merge,
                                weights="shared" if hoist_smem else "registers" if hoist else "",
-                               exchange_async=bool(knob("inner.exchange_async",
-                                                        not rows_in_smem or two_exchanges)),
+                               exchange_async=exchange_async, defer=defer,
+                               alternate=bool(knob("inner.alternate", True)),
                                finish=finish if fused_finish else ())  # fmt: skip
         # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
         # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)

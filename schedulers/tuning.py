@@ -38,6 +38,10 @@ KNOBS: dict[str, str] = {
     "inner.cache": "keep the row in registers between passes (False: read it again)",
     "inner.exchange_async": "cluster blocks swap row partials through mbarriers, not a "
                             "cluster barrier (Note [Cluster exchange])",
+    "inner.defer": "a row in shared memory ends after the next row's first pass, its cluster "
+                   "exchange waited for there (Note [Deferred row end])",
+    "inner.alternate": "row reductions alternate between two shared-memory buffers, one block "
+                       "barrier each (Note [Alternating row buffers])",
     "inner.hoist": "load inputs every row shares once, into registers (Note [Weights loaded once])",
     "inner.hoist_smem": "load those once into shared memory instead (Note [Weights loaded once])",
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
@@ -47,6 +51,8 @@ KNOBS: dict[str, str] = {
     "store.hint": "cache hint of streamed stores: 0 plain, 1 evict-first (.cs)",
     "finish.fused": "column sums added up in the row kernel after a grid barrier (Note [Finish in "
                     "the row kernel]; False: a second kernel)",
+    "finish.strips": "column-sum finish threads take four columns and every block's partials "
+                     "of them (Note [Column strips])",
     "finish.rows": "threads sharing a column's partials in the column-sum finish kernel",
     "outer.tx": "column threads of an outer reduction block",
     "outer.ty": "row threads of an outer reduction block",

@@ -201,7 +201,7 @@ def test_weighted_sums_of_long_rows_take_16_blocks_with_weights_in_shared_memory
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="h100")
     spec = fd._executor().last_plan.spec
     if dtype == torch.bfloat16 and n == 262144:  # Note [Rows in shared memory]: the row instead
-        kept = "clusters of 16, barrier exchange, pipelined, 1 row input in shared memory"
+        kept = "clusters of 16, barrier exchange, pipelined, deferred row end, 1 row input in shared memory"
         assert kept in spec.description, spec.description
     else:
         assert "clusters of 16, weights in shared memory" in spec.description, spec.description
@@ -258,3 +258,19 @@ def test_weights_every_row_reads_load_with_an_evict_last_policy(target, kept):
         fd._executor().plans.clear()
         fd.precompile([meta(64, n), meta(n), meta(n)], target=target)
     assert "FC_VEC, 4>" not in fd._executor().last_plan.spec.kernels[0].source.split('extern "C"', 1)[1]
+
+
+def test_deferred_row_end_needs_one_exchange():
+    # Note [Deferred row end]: under the knob, rms norm's 16-bit rows kept in shared memory
+    # (one exchange a row) end deferred, and the kernel compiles for sm_90; layer norm's
+    # (a Welford: two exchanges) keep their row end
+    bf16 = torch.bfloat16
+    with overriding({"inner.defer": True}):
+        fd = define(rms_norm()[0], bf16, 2)
+        assert fd.precompile([meta(40, 262144, dtype=bf16), meta(262144, dtype=bf16)], target="h100")
+        assert "deferred row end" in fd._executor().last_plan.spec.description
+        fd = define(layer_norm()[0], bf16, 2)
+        fd.precompile([meta(40, 262144, dtype=bf16), meta(262144, dtype=bf16),
+                       meta(262144, dtype=bf16)], target="h100")  # fmt: skip
+        description = fd._executor().last_plan.spec.description
+        assert "in shared memory" in description and "deferred" not in description, description

@@ -195,7 +195,9 @@ def test_norm_backward_long_rows_keep_partials_in_a_cluster(norm, dtype):
     # of a cluster of 16 (no segments). Note [Rows in shared memory]: a 16-bit block's slice
     # of the row (dy and x) fits shared memory twice, so it is copied there a row ahead and
     # read there in both passes; of an f32 slice only dy's fits, x is read in each pass.
-    # Weights load once where registers allow: not beside layer norm's two f32 partials
+    # Weights load once where registers allow: not beside layer norm's two f32 partials.
+    # Note [Deferred row end]: with the whole 16-bit row staged, a third stage holds the row
+    # whose last pass waits for the next row's first
     fd, inputs, eager = _norm_backward(norm, 4, 262144, dtype)
     assert fd.segment(inputs, target="h100") == []
     kernel = fd.precompile(inputs, target="h100")[0]
@@ -213,7 +215,9 @@ def test_norm_backward_long_rows_keep_partials_in_a_cluster(norm, dtype):
     # staged inputs come from the stage in each pass and never sit in registers
     assert source.count("fc_cp_async16(&fc_stage[") == 2 * staged and "_c[it]" not in source
     slice_bytes = 16384 * (4 if dtype == torch.float32 else 2)  # a block's 1/16 of an input
-    assert spec.kernels[0].shared_mem == 2 * staged * slice_bytes  # two stages
+    stages = 2 if dtype == torch.float32 else 3
+    assert spec.kernels[0].shared_mem == stages * staged * slice_bytes
+    assert ("deferred row end" in spec.description) is (stages == 3), spec.description
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     check(fd.execute(inputs), eager(*inputs), tol)
 
@@ -350,3 +354,22 @@ def test_the_store_records_a_segmented_plan():
     assert plan["scheduler"] == "segmented" and entry.target == "sm_90"
     assert plan["segments"] == [s.definition.id() for s in fd._executor().last_plan.segments]
     assert "does not fit the loop" in plan["refused"]
+
+
+def test_few_blocks_of_partials_finish_in_column_strips():
+    # Note [Column strips]: a wave of clusters over rows of 262144 leaves at most 7 blocks
+    # of partials on an H100; the finish then gives each thread four adjacent columns and
+    # every block's partials of them. An A100's row kernel over short rows leaves a block of
+    # partials per resident block, and its finish keeps tiles of 32 columns
+    fd, inputs, eager = _norm_backward("layer", 40, 262144, torch.bfloat16)
+    fd.precompile(inputs, target="h100")
+    spec = fd._executor().last_plan.spec
+    finish = spec.kernels[1]
+    assert finish.block == (256, 1, 1) and finish.grid == (262144 // 1024, 2, 1), spec.description
+    assert finish.args[-1] <= 32 and "fc_vec<A, V>" in finish.source
+    fd = layer_norm_backward(torch.float32)
+    small = layer_norm_backward_inputs(4096, 256, torch.float32, seed=11)
+    fd.precompile(small, target="a100")
+    finish = fd._executor().last_plan.spec.kernels[1]
+    assert finish.args[-1] > 32 and finish.block[0] == 32 and "FC_ROWS" in finish.source
+    check(fd.execute(small), layer_norm_backward_eager(*small), 1e-4)

@@ -248,7 +248,14 @@ template <typename T, typename Op> FC_DEVICE T fc_block_reduce_x(T v, Op op, T* 
 // of two <= 32 or a multiple of 32) in a block of THREADS threads. Constant shapes spare the
 // run-time division and the dead branch, which inner kernels run once or twice per row.
 // Every thread of a row receives the row's result, with the same bits.
-template <int TX, int THREADS, typename T, typename Op> FC_DEVICE T fc_row_reduce(T v, Op op, T* smem) {
+// Note [Alternating row buffers]: with parity >= 0, smem holds two buffers of 32 and calls
+// alternate between them (parity 0, 1, 0, ...), which spares the barrier after the reads: a
+// warp writes a buffer again two calls later, past the first barrier of the call between,
+// which every warp reaches only after reading it. parity < 0: one buffer, two barriers.
+// On the H100 layer norm backward f32 256x262144 1962 -> 2074 GB/s; 18 other cases of rows
+// over several warps within 1% (benchmarks/results/sweep-alternate.json).
+template <int TX, int THREADS, typename T, typename Op>
+FC_DEVICE T fc_row_reduce(T v, Op op, T* smem, int parity = -1) {
   static_assert(TX <= 32 ? (TX & (TX - 1)) == 0 : TX % 32 == 0, "rows of 2^k <= 32 or 32k threads");
   const unsigned tid = threadIdx.x + TX * threadIdx.y, lane = tid & 31u, warp = tid >> 5;
   if constexpr (TX <= 32) {
@@ -261,14 +268,15 @@ template <int TX, int THREADS, typename T, typename Op> FC_DEVICE T fc_row_reduc
     if constexpr (Op::symmetric) return v;
     else return fc_shfl(v, (int)(lane & ~(unsigned)(TX - 1)), mask);
   } else {
+    T* buf = parity > 0 ? smem + 32 : smem;
     v = fc_warp_reduce(v, op);
-    if (lane == 0) smem[warp] = v;
+    if (lane == 0) buf[warp] = v;
     __syncthreads();
     const unsigned first = warp / (TX / 32) * (TX / 32);
-    T r = smem[first];
+    T r = buf[first];
 #pragma unroll
-    for (int w = 1; w < TX / 32; ++w) r = op(r, smem[first + w]);
-    __syncthreads();
+    for (int w = 1; w < TX / 32; ++w) r = op(r, buf[first + w]);
+    if (parity < 0) __syncthreads();
     return r;  // every thread folded the same partials in the same order
   }
 }
@@ -355,6 +363,31 @@ FC_DEVICE T fc_cluster_reduce(T v, Op op, T* slots, unsigned phase) {
   return r;
 }
 
+// Note [Deferred row end]: fc_cluster_reduce split at its barrier. A block sends a row's
+// partial and arrives (fc_cluster_send), computes the next row's first pass, and only then
+// waits and folds the partials (fc_cluster_receive) to finish the row; the barrier's latency
+// and its release (which waits for the block's earlier output stores) overlap that pass.
+// Arrive and wait alternate per thread, as the PTX barrier requires: a block receives row
+// k-1 before it sends row k. Two buffers still suffice: a block sends row k into buffer
+// k&1 after its wait for row k-1, which every peer reaches only after reading row k-2
+// there (each peer reads row k-2 before it sends row k-1).
+template <int C, typename T>
+FC_DEVICE void fc_cluster_send(const T& v, T* slots, unsigned phase) {
+  T* row_slots = slots + (phase * blockDim.y + threadIdx.y) * C;
+  if (threadIdx.x < C) fc_store_remote(row_slots + fc_cluster_rank(), v, threadIdx.x);
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+
+template <int C, typename T, typename Op>
+FC_DEVICE T fc_cluster_receive(Op op, const T* slots, unsigned phase) {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+  const T* row_slots = slots + (phase * blockDim.y + threadIdx.y) * C;
+  T r = row_slots[0];
+#pragma unroll
+  for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
+  return r;
+}
+
 // Note [Cluster exchange]: the cluster barrier above has release semantics, so each thread
 // first waits until all its earlier global stores (the previous row's outputs) are
 // performed; a block then stalls on memory fences (ncu: "membar", 17-23% of the stalls of
@@ -417,6 +450,33 @@ FC_DEVICE T fc_cluster_reduce_async(T v, Op op, T* slots, unsigned long long* ba
                  ::"r"(fc_smem_addr(bar)), "r"((unsigned)(C * sizeof(T))) : "memory");
   if (threadIdx.x < C) fc_send_remote(row_slots + fc_cluster_rank(), v, threadIdx.x, bar);
   while (!fc_bar_try_wait(fc_smem_addr(bar), (call >> 1) & 1u)) {
+  }
+  T r = row_slots[0];
+#pragma unroll
+  for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
+  return r;
+}
+
+// fc_cluster_reduce_async split as fc_cluster_send and fc_cluster_receive are (Note
+// [Deferred row end]); a block receives call k-1 before it sends call k, as it would
+// finish call k-1 before starting call k undeferred.
+template <int C, typename T>
+FC_DEVICE void fc_cluster_send_async(const T& v, T* slots, unsigned long long* bars, unsigned call) {
+  if (call == 0) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+  const unsigned buffer = call & 1u;
+  T* row_slots = slots + (buffer * blockDim.y + threadIdx.y) * C;
+  unsigned long long* bar = bars + buffer * blockDim.y + threadIdx.y;
+  if (threadIdx.x == 0)
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;"
+                 ::"r"(fc_smem_addr(bar)), "r"((unsigned)(C * sizeof(T))) : "memory");
+  if (threadIdx.x < C) fc_send_remote(row_slots + fc_cluster_rank(), v, threadIdx.x, bar);
+}
+
+template <int C, typename T, typename Op>
+FC_DEVICE T fc_cluster_receive_async(Op op, const T* slots, unsigned long long* bars, unsigned call) {
+  const unsigned buffer = call & 1u;
+  const T* row_slots = slots + (buffer * blockDim.y + threadIdx.y) * C;
+  while (!fc_bar_try_wait(fc_smem_addr(bars + buffer * blockDim.y + threadIdx.y), (call >> 1) & 1u)) {
   }
   T r = row_slots[0];
 #pragma unroll

@@ -136,20 +136,29 @@ LONG_ROWS += [(norm, torch.float32, rows, 262144, 1) for norm in ("layer", "rms"
 LONG_ROWS += [("rms", torch.float64, 3, 200000, 1)]
 
 
+@pytest.mark.parametrize("defer", [False, True], ids=["barrier", "deferred"])
 @pytest.mark.parametrize("norm,dtype,rows,cols,staged", LONG_ROWS, ids=str)
-def test_long_rows_stay_in_shared_memory(norm, dtype, rows, cols, staged):
+def test_long_rows_stay_in_shared_memory(norm, dtype, rows, cols, staged, defer):
     # Note [Rows in shared memory]: rows too long for registers beside the column partials
     # are copied into shared memory a row group ahead and read there in every pass (of f32
     # rows of 262144 and f64 rows of 200000 only dy, x is read in each pass; f64 slices are
     # cut for 416 threads, not a power of two). Fewer rows than clusters, a row count that
-    # leaves the last clusters short, and a row (17 x 8192) whose blocks' slices end unevenly
+    # leaves the last clusters short, and a row (17 x 8192) whose blocks' slices end unevenly.
+    # Note [Deferred row end]: each row group's last pass after the next one's first, where
+    # a third stage fits (rows of 262144 in every dtype but f64)
+    from schedulers.tuning import overriding
+
     build, make, eager = NORM_BACKWARD[norm]
     fd = build(dtype)
     inputs = make(rows, cols, dtype, device="cuda", seed=31)
-    got = fd.execute(inputs)
+    fd._executor().plans.clear()  # planned again under the knob
+    with overriding({"inner.defer": defer}):
+        got = fd.execute(inputs)
     description = fd._executor().last_plan.spec.description
-    kept = f"pipelined, {staged} row input{'s' if staged > 1 else ''} in shared memory"
-    assert kept in description, description
+    kept = f"{staged} row input{'s' if staged > 1 else ''} in shared memory"
+    assert "pipelined" in description and kept in description, description
+    if cols == 262144:
+        assert ("deferred row end" in description) is defer, description
     check(got, eager(*inputs), dtype)
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
 
