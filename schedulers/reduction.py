@@ -806,9 +806,12 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # GB/s, rms norm's 2174 -> 2225, rms norm bf16 2607 -> 2681; rms norm backward bf16
         # 1024x65536 within 0.2%. Rows of which only some inputs are staged lost 21% (f32
         # 262144: layer norm backward 1917 -> 1512, rms norm's 2104 -> 1634): their other
-        # inputs, read again a row later, fell out of L2 (benchmarks/results/sweep-defer.json).
-        # Through mbarriers instead of the cluster barrier, the deferred rows lost 1-13%
-        # (layer norm backward bf16 1853 -> 1611; sweep-defer_exchange.json)
+        # inputs, read again a row later, fell out of L2 (benchmarks/results/sweep-defer.json);
+        # loaded evict-last, then evict-first in the deferred pass, and dx stored evict-first,
+        # they still lost 20% (layer norm backward f32 2094 -> 1673, rms norm's 2229 -> 1811;
+        # sweep-defer_reread.json, code since removed). Through mbarriers instead of the
+        # cluster barrier, the deferred rows lost 1-13% (layer norm backward bf16 1853 ->
+        # 1611; sweep-defer_exchange.json)
         whole_row = len(cached) == len(row_inputs)
         defer = (rows_in_smem and cluster > 1 and one_exchange(program, merge)
                  and bool(knob("inner.defer", whole_row)) and stage_bytes * 3 // 2 <= room)  # fmt: skip
