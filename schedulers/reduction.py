@@ -765,8 +765,29 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # weights alone ran 2144, mbarriers alone 2109 against 2246. Rms norm's one
         # exchange a row lost 1-3% either way (sweep-fwd_weights_regs.json, sweep-fwd_smem.json)
         two_exchanges = rows_in_smem and welford and not accumulate
+        exchange_async = bool(knob("inner.exchange_async", not rows_in_smem or two_exchanges))
+        merge = knob("inner.merge", True)
+        # Note [Deferred row end] (codegen/prelude/reduce.cuh): a row in shared memory with
+        # one exchange ends in the next iteration, after the next row's first pass, where a
+        # third stage fits. On the H100 layer norm backward bf16 256x262144 1513 -> 1791
+        # GB/s, rms norm's 2174 -> 2225, rms norm bf16 2607 -> 2681; rms norm backward bf16
+        # 1024x65536 within 0.2%. Rows of which only some inputs are staged lost 21% (f32
+        # 262144: layer norm backward 1917 -> 1512, rms norm's 2104 -> 1634): their other
+        # inputs, read again a row later, fell out of L2 (benchmarks/results/sweep-defer.json);
+        # loaded evict-last, then evict-first in the deferred pass, and dx stored evict-first,
+        # they still lost 20% (layer norm backward f32 2094 -> 1673, rms norm's 2229 -> 1811;
+        # sweep-defer_reread.json, code since removed). Through mbarriers instead of the
+        # cluster barrier, the deferred rows lost 1-13% (layer norm backward bf16 1853 ->
+        # 1611; sweep-defer_exchange.json)
+        whole_row = len(cached) == len(row_inputs)
+        defer = (rows_in_smem and cluster > 1 and one_exchange(program, merge)
+                 and bool(knob("inner.defer", whole_row)) and stage_bytes * 3 // 2 <= room)  # fmt: skip
+        if defer:
+            stage_bytes = stage_bytes * 3 // 2
+        # deferred forward rows with weights (rms norm's) load them once too: rms norm bf16
+        # 256x262144 2700 -> 2787 GB/s on the H100 (benchmarks/results/sweep-defer_more.json)
         hoist = knob("inner.hoist", (bool(accumulate) and bool(cached) and (pipeline or not narrow)
-                                     and roomy) or (two_exchanges and bool(weight_ins)))  # fmt: skip
+                                     and roomy) or ((two_exchanges or defer) and not accumulate and bool(weight_ins)))  # fmt: skip
         # Note [Weights kept in L2]: inputs every row reads again (layer norm's weight and
         # bias) load with an L2 evict-last policy (createpolicy, sm_80 on), so the rows
         # streaming past do not push them out of L2 between the rows that read them. On the
@@ -798,25 +819,6 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         few_tiles = -(-N // 32) * len(finish) <= 2 * sm
         fused_finish = (bool(finish) and profile.arch >= 90 and profile.fused_finish and few_tiles
                         and bool(knob("finish.fused", True)))  # fmt: skip
-        exchange_async = bool(knob("inner.exchange_async", not rows_in_smem or two_exchanges))
-        merge = knob("inner.merge", True)
-        # Note [Deferred row end] (codegen/prelude/reduce.cuh): a row in shared memory with
-        # one exchange ends in the next iteration, after the next row's first pass, where a
-        # third stage fits. On the H100 layer norm backward bf16 256x262144 1513 -> 1791
-        # GB/s, rms norm's 2174 -> 2225, rms norm bf16 2607 -> 2681; rms norm backward bf16
-        # 1024x65536 within 0.2%. Rows of which only some inputs are staged lost 21% (f32
-        # 262144: layer norm backward 1917 -> 1512, rms norm's 2104 -> 1634): their other
-        # inputs, read again a row later, fell out of L2 (benchmarks/results/sweep-defer.json);
-        # loaded evict-last, then evict-first in the deferred pass, and dx stored evict-first,
-        # they still lost 20% (layer norm backward f32 2094 -> 1673, rms norm's 2229 -> 1811;
-        # sweep-defer_reread.json, code since removed). Through mbarriers instead of the
-        # cluster barrier, the deferred rows lost 1-13% (layer norm backward bf16 1853 ->
-        # 1611; sweep-defer_exchange.json)
-        whole_row = len(cached) == len(row_inputs)
-        defer = (rows_in_smem and cluster > 1 and one_exchange(program, merge)
-                 and bool(knob("inner.defer", whole_row)) and stage_bytes * 3 // 2 <= room)  # fmt: skip
-        if defer:
-            stage_bytes = stage_bytes * 3 // 2
         variant = InnerVariant(len(i_sizes), tx, ty, vec, iters, cached, index_type(loop, strides),
                                tuple(modes), tuple(tuple(x != 0 for x in s) for s in i_strides),
                                k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
