@@ -100,7 +100,7 @@ class InnerVariant:
                 f"{', barrier exchange' if self.cluster > 1 and not self.exchange_async else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
                 f"{', deferred row end' if self.defer else ''}"
-                f"{', one row buffer' if not self.alternate and self.tx > 32 else ''}"
+                f"{', alternating row buffers' if self.alternate and self.tx > 32 else ''}"
                 f"{self._staged()}"
                 f"{', weights in ' + _WEIGHTS_IN[self.weights] if self.weights and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"

@@ -830,7 +830,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
                                merge=merge,
                                weights="shared" if hoist_smem else "registers" if hoist else "",
                                exchange_async=exchange_async, defer=defer,
-                               alternate=bool(knob("inner.alternate", True)),
+                               alternate=bool(knob("inner.alternate", bool(accumulate))),
                                finish=finish if fused_finish else ())  # fmt: skip
         # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
         # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)

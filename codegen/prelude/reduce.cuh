@@ -252,8 +252,10 @@ template <typename T, typename Op> FC_DEVICE T fc_block_reduce_x(T v, Op op, T* 
 // alternate between them (parity 0, 1, 0, ...), which spares the barrier after the reads: a
 // warp writes a buffer again two calls later, past the first barrier of the call between,
 // which every warp reaches only after reading it. parity < 0: one buffer, two barriers.
-// On the H100 layer norm backward f32 256x262144 1962 -> 2074 GB/s; 18 other cases of rows
-// over several warps within 1% (benchmarks/results/sweep-alternate.json).
+// On the H100 layer norm backward f32 256x262144 1962 -> 2074 GB/s, 17 other cases of rows
+// over several warps within 1% (benchmarks/results/sweep-alternate.json), but layer norm
+// f32 1024x65536 2717 -> 2510 (sweep-alternate_check.json): taken only by kernels keeping
+// column partials (schedulers/reduction.py), whose six measured cases moved -0.9% to +5.7%.
 template <int TX, int THREADS, typename T, typename Op>
 FC_DEVICE T fc_row_reduce(T v, Op op, T* smem, int parity = -1) {
   static_assert(TX <= 32 ? (TX & (TX - 1)) == 0 : TX % 32 == 0, "rows of 2^k <= 32 or 32k threads");

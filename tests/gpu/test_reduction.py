@@ -247,7 +247,7 @@ REDUCTION_KNOBS = [{"inner.pipeline": True}, {"inner.cache": False}, {"inner.clu
                    {"inner.cache": False, "inner.cluster": 2},
                    {"outer.unroll": 8, "outer.blocks_per_sm": 8, "load.hint": 2},
                    {"outer.unroll": 1, "outer.tx": 8, "outer.ty": 16}, {"inner.cluster": 16},
-                   {"inner.merge": False}, {"inner.alternate": False}, {"outer.cluster": 0},
+                   {"inner.merge": False}, {"inner.alternate": True}, {"outer.cluster": 0},
                    {"outer.cluster": 0, "outer.finish_tx": 128, "outer.finish_ty": 1},
                    {"outer.cluster": 0, "outer.finish_ty": 4}]  # fmt: skip
 
