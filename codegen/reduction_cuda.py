@@ -770,7 +770,9 @@ COLUMN_FINISH_NAME = "fc_column_finish"
 # blocks' partials of them in block order, several 16-byte loads in flight. On the H100
 # layer norm backward bf16 256x262144 1777 -> 1840 GB/s, f32 1923 -> 1962, rms norm
 # backward's 2253 -> 2290 and 2118 -> 2138; rows of 65536 within 1%
-# (benchmarks/results/sweep-alternate.json, finish.strips).
+# (benchmarks/results/sweep-alternate.json, finish.strips). Rows of 16384 lost 0.6-1.0%
+# (sweep-strips.json): their strips leave most SMs without a block, so strips are planned
+# only where they give each SM one.
 STRIP_COLUMNS = 4
 STRIP_THREADS = 256
 

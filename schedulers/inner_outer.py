@@ -190,14 +190,16 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
     kernels = [replace(kernel, args=row_args)]
     # one launch for every column sum (blockIdx.y); where its blocks of 32 columns leave
     # SMs idle (rows of 256), 32 threads a column share the partials instead of 8; few
-    # blocks of partials go to threads of four columns each (Note [Column strips])
+    # blocks of partials go to threads of four columns each (Note [Column strips]) where
+    # those strips still give every SM a block
     col_blocks = max(1, -(-n // 32))
-    strips = knob("finish.strips", blocks <= 32)
+    strip_blocks = max(1, -(-n // (STRIP_COLUMNS * STRIP_THREADS)))
+    strips = knob("finish.strips", blocks <= 32 and strip_blocks * len(sums) >= profile.sm_count)
     rows = 0 if strips else knob("finish.rows", 32 if col_blocks * len(sums) < profile.sm_count else 8)
     source = render_column_finish(sums, "long long" if index == "i64" else "int", rows)
     grid, block = (col_blocks, len(sums), 1), (32, rows, 1)
     if strips:
-        grid = (max(1, -(-n // (STRIP_COLUMNS * STRIP_THREADS))), len(sums), 1)
+        grid = (strip_blocks, len(sums), 1)
         block = (STRIP_THREADS, 1, 1)
     kernels.append(KernelLaunch(COLUMN_FINISH_NAME, source, grid, block,
                                 ("ptr", "ptr") * len(sums) + (index, index), (*args, n, blocks)))
