@@ -546,7 +546,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     # Note [Deferred row end]: the last pass of a row group sees only row-level values it
     # computes again and the one exchange's result; anything else would be the next row's
     deferred = None
-    assert not v.defer or (v.pipeline and v.rows_in_smem and v.cluster > 1
+    assert not v.defer or (v.pipeline and v.rows_in_smem and v.cluster > 1 and not v.exchange_async
                            and program.stages == 1 and len(combined[1]) == 1 and not two_pass_all)
 
     for stage in range(1, program.stages + 1):
@@ -610,6 +610,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
                 L.extend(f"    {r.var} = {var}.v[{i}];" for i, r in enumerate(group))
         if not (v.defer and stage == program.stages):
             row_stmts(stage)
+
     def row_end() -> None:
         """The last pass (element-level outputs, column partials) and row-level outputs."""
         elem_stores = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
@@ -643,12 +644,8 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
 
     def exchange(part: str, ctype: str, op: str = "") -> str:
         """Note [Deferred row end]: this row group's partial sent, or the previous one's
-        received, through the cluster barrier or its mbarriers."""
+        received, through the cluster barrier."""
         slots = f"cl_{_ident(ctype)}"
-        if v.exchange_async:
-            if part == "send":
-                return f"fc_cluster_send_async<FC_CLUSTER>(fc_send, {slots}, cl_bars, cl_call)"
-            return f"fc_cluster_receive_async<FC_CLUSTER>({op}, {slots}, cl_bars, cl_call - 1)"
         if part == "send":
             return f"fc_cluster_send<FC_CLUSTER>(fc_send, {slots}, cl_phase)"
         return f"fc_cluster_receive<FC_CLUSTER>({op}, {slots}, cl_phase ^ 1u)"
@@ -682,7 +679,7 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         L.append("    } else {")
         L.append(f"      {exchange('send', ctype)};")
         L.append("    }")
-        L.append("    ++cl_call;" if v.exchange_async else "    cl_phase ^= 1u;")
+        L.append("    cl_phase ^= 1u;")
         L.append("    have_prev = true;")
         L.append("    prev0 = row0;")
         L.extend(f"    a{i}_prev = a{i}_now;" for i in row_level)

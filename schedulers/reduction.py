@@ -778,9 +778,9 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # they still lost 20% (layer norm backward f32 2094 -> 1673, rms norm's 2229 -> 1811;
         # sweep-defer_reread.json, code since removed). Through mbarriers instead of the
         # cluster barrier, the deferred rows lost 1-13% (layer norm backward bf16 1853 ->
-        # 1611; sweep-defer_exchange.json)
+        # 1611; sweep-defer_exchange.json, code since removed)
         whole_row = len(cached) == len(row_inputs)
-        defer = (rows_in_smem and cluster > 1 and one_exchange(program, merge)
+        defer = (rows_in_smem and cluster > 1 and not exchange_async and one_exchange(program, merge)
                  and bool(knob("inner.defer", whole_row)) and stage_bytes * 3 // 2 <= room)  # fmt: skip
         if defer:
             stage_bytes = stage_bytes * 3 // 2

@@ -458,33 +458,6 @@ FC_DEVICE T fc_cluster_reduce_async(T v, Op op, T* slots, unsigned long long* ba
   for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
   return r;
 }
-
-// fc_cluster_reduce_async split as fc_cluster_send and fc_cluster_receive are (Note
-// [Deferred row end]); a block receives call k-1 before it sends call k, as it would
-// finish call k-1 before starting call k undeferred.
-template <int C, typename T>
-FC_DEVICE void fc_cluster_send_async(const T& v, T* slots, unsigned long long* bars, unsigned call) {
-  if (call == 0) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-  const unsigned buffer = call & 1u;
-  T* row_slots = slots + (buffer * blockDim.y + threadIdx.y) * C;
-  unsigned long long* bar = bars + buffer * blockDim.y + threadIdx.y;
-  if (threadIdx.x == 0)
-    asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;"
-                 ::"r"(fc_smem_addr(bar)), "r"((unsigned)(C * sizeof(T))) : "memory");
-  if (threadIdx.x < C) fc_send_remote(row_slots + fc_cluster_rank(), v, threadIdx.x, bar);
-}
-
-template <int C, typename T, typename Op>
-FC_DEVICE T fc_cluster_receive_async(Op op, const T* slots, unsigned long long* bars, unsigned call) {
-  const unsigned buffer = call & 1u;
-  const T* row_slots = slots + (buffer * blockDim.y + threadIdx.y) * C;
-  while (!fc_bar_try_wait(fc_smem_addr(bars + buffer * blockDim.y + threadIdx.y), (call >> 1) & 1u)) {
-  }
-  T r = row_slots[0];
-#pragma unroll
-  for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
-  return r;
-}
 #endif
 
 #endif  // FC_PRELUDE_REDUCE
