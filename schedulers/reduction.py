@@ -776,7 +776,10 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # inputs, read again a row later, fell out of L2 (benchmarks/results/sweep-defer.json);
         # loaded evict-last, then evict-first in the deferred pass, and dx stored evict-first,
         # they still lost 20% (layer norm backward f32 2094 -> 1673, rms norm's 2229 -> 1811;
-        # sweep-defer_reread.json, code since removed). Through mbarriers instead of the
+        # sweep-defer_reread.json, code since removed). Nor is x read from L2 what holds
+        # those rows back undeferred: copied by the first pass to shared memory for the last,
+        # it lost 8% and 3% (layer norm backward f32 2080 -> 1916, rms norm's 2220 -> 2147;
+        # sweep-keep.json, code since removed). Through mbarriers instead of the
         # cluster barrier, the deferred rows lost 1-13% (layer norm backward bf16 1853 ->
         # 1611; sweep-defer_exchange.json, code since removed)
         whole_row = len(cached) == len(row_inputs)
@@ -787,7 +790,8 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # deferred forward rows with weights (rms norm's) load them once too: rms norm bf16
         # 256x262144 2700 -> 2787 GB/s on the H100 (benchmarks/results/sweep-defer_more.json)
         hoist = knob("inner.hoist", (bool(accumulate) and bool(cached) and (pipeline or not narrow)
-                                     and roomy) or ((two_exchanges or defer) and not accumulate and bool(weight_ins)))  # fmt: skip
+                                     and roomy)
+                     or ((two_exchanges or defer) and not accumulate and bool(weight_ins)))  # fmt: skip
         # Note [Weights kept in L2]: inputs every row reads again (layer norm's weight and
         # bias) load with an L2 evict-last policy (createpolicy, sm_80 on), so the rows
         # streaming past do not push them out of L2 between the rows that read them. On the
