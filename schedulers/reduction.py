@@ -779,9 +779,11 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         # sweep-defer_reread.json, code since removed). Nor is x read from L2 what holds
         # those rows back undeferred: copied by the first pass to shared memory for the last,
         # it lost 8% and 3% (layer norm backward f32 2080 -> 1916, rms norm's 2220 -> 2147;
-        # sweep-keep.json, code since removed). Through mbarriers instead of the
-        # cluster barrier, the deferred rows lost 1-13% (layer norm backward bf16 1853 ->
-        # 1611; sweep-defer_exchange.json, code since removed)
+        # sweep-keep.json, code since removed), nor copied ahead (cp.async) to one buffer
+        # for the next row's first pass: 2071 -> 1523 and 2239 -> 1699 (sweep-first_pass.json,
+        # code since removed). Through mbarriers instead of the cluster barrier, the deferred
+        # rows lost 1-13% (layer norm backward bf16 1853 -> 1611; sweep-defer_exchange.json,
+        # code since removed)
         whole_row = len(cached) == len(row_inputs)
         defer = (rows_in_smem and cluster > 1 and not exchange_async and one_exchange(program, merge)
                  and bool(knob("inner.defer", whole_row)) and stage_bytes * 3 // 2 <= room)  # fmt: skip
