@@ -783,39 +783,21 @@ def render_column_finish(sums: Sequence[tuple[str, Any]], index_type: str, rows:
     thread takes STRIP_COLUMNS columns (Note [Column strips])."""
     params = ", ".join(f"const {acc}* __restrict__ part{k}, {MEMORY_TYPE[dt]}* __restrict__ out{k}"
                        for k, (acc, dt) in enumerate(sums))  # fmt: skip
-    L = [prelude_source("core"), f"typedef {index_type} idx_t;", "template <typename A, typename M>",
-         "__device__ __forceinline__ void fc_finish_columns(const A* __restrict__ part, "
-         "M* __restrict__ out, idx_t N, idx_t blocks) {"]  # fmt: skip
+    L = [prelude_source("core"), f"typedef {index_type} idx_t;"]
+    L += [f"#define FC_ROWS {rows}"] if rows else []
+    L += ["template <typename A, typename M>",
+          "__device__ __forceinline__ void fc_finish_columns(const A* __restrict__ part, "
+          "M* __restrict__ out, idx_t N, idx_t blocks) {"]  # fmt: skip
     if rows:
-        L[2:2] = [f"#define FC_ROWS {rows}"]
         L += ["  __shared__ A sums[FC_ROWS][32];",
               "  fc_sum_column_tile<FC_ROWS>(part, out, N, blocks, (idx_t)blockIdx.x, (int)threadIdx.x,",
-              "                              (int)threadIdx.y, sums);",
-              "}"]  # fmt: skip
+              "                              (int)threadIdx.y, sums);"]  # fmt: skip
         bound = "32 * FC_ROWS"
     else:
-        L += [f"  constexpr int V = {STRIP_COLUMNS};",
-              "  const idx_t c0 = ((idx_t)blockIdx.x * blockDim.x + threadIdx.x) * V;",
-              "  if (c0 >= N) return;",
-              "  A s[V];",
-              "#pragma unroll",
-              "  for (int j = 0; j < V; ++j) s[j] = A(0);",
-              "  if (N % V == 0) {  // whole, aligned vectors",
-              "#pragma unroll 8",
-              "    for (idx_t g = 0; g < blocks; ++g) {",
-              "      const fc_vec<A, V> p = fc_load_vec_if<V, 0>(part + g * N + c0, true);",
-              "#pragma unroll",
-              "      for (int j = 0; j < V; ++j) s[j] += p[j];",
-              "    }",
-              "  } else {",
-              "    for (idx_t g = 0; g < blocks; ++g)",
-              "#pragma unroll",
-              "      for (int j = 0; j < V; ++j) if (c0 + j < N) s[j] += part[g * N + c0 + j];",
-              "  }",
-              "#pragma unroll",
-              "  for (int j = 0; j < V; ++j) if (c0 + j < N) out[c0 + j] = fc_cast<M>(s[j]);",
-              "}"]  # fmt: skip
+        L += [f"  fc_sum_column_strip<{STRIP_COLUMNS}>(part, out, N, blocks, "
+              "(idx_t)blockIdx.x * (idx_t)blockDim.x + (idx_t)threadIdx.x);"]  # fmt: skip
         bound = str(STRIP_THREADS)
+    L.append("}")
     L += [f'extern "C" __global__ void __launch_bounds__({bound}) {COLUMN_FINISH_NAME}(',
           f"    {params}, idx_t N, idx_t blocks) {{"]  # fmt: skip
     for k in range(len(sums)):

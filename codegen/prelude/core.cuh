@@ -366,6 +366,34 @@ template <int N, int Hint, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_if(con
   }
 }
 
+// Note [Column strips] (codegen/reduction_cuda.py): thread t sums columns [V t, V t + V) of
+// a [groups, N] buffer of partials over every group, in group order, V-wide loads where the
+// rows of partials keep them aligned (N % V == 0).
+template <int V, typename A, typename M, typename I>
+FC_DEVICE void fc_sum_column_strip(const A* part, M* out, I N, I groups, I t) {
+  const I c0 = t * V;
+  if (c0 >= N) return;
+  A s[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) s[j] = A(0);
+  if (N % V == 0) {
+#pragma unroll 8
+    for (I g = 0; g < groups; ++g) {
+      const fc_vec<A, V> p = fc_load_vec_if<V, 0>(part + g * N + c0, true);
+#pragma unroll
+      for (int j = 0; j < V; ++j) s[j] += p[j];
+    }
+  } else {
+    for (I g = 0; g < groups; ++g)
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (c0 + j < N) s[j] += part[g * N + c0 + j];
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (c0 + j < N) out[c0 + j] = fc_cast<M>(s[j]);
+}
+
 template <int N, int Hint, typename T>
 FC_DEVICE void fc_store_vec_hint(T* p, const fc_vec<T, N>& v) {
   constexpr int kBytes = (int)sizeof(T) * N;
