@@ -352,6 +352,14 @@ template <typename T> FC_DEVICE T fc_load_remote(const T* local, unsigned rank) 
   return v;
 }
 
+// The C partials of this block's row in a slot buffer, folded in slot order.
+template <int C, typename T, typename Op> FC_DEVICE T fc_fold_slots(Op op, const T* row_slots) {
+  T r = row_slots[0];
+#pragma unroll
+  for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
+  return r;
+}
+
 // v: the block's result for row threadIdx.y (the same in every thread of the row). slots:
 // 2 * blockDim.y * C elements of shared memory; phase: 0 or 1, flipped after every call.
 template <int C, typename T, typename Op>
@@ -359,10 +367,7 @@ FC_DEVICE T fc_cluster_reduce(T v, Op op, T* slots, unsigned phase) {
   T* row_slots = slots + (phase * blockDim.y + threadIdx.y) * C;
   if (threadIdx.x < C) fc_store_remote(row_slots + fc_cluster_rank(), v, threadIdx.x);
   fc_cluster_sync();
-  T r = row_slots[0];
-#pragma unroll
-  for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
-  return r;
+  return fc_fold_slots<C>(op, row_slots);
 }
 
 // Note [Deferred row end]: fc_cluster_reduce split at its barrier. A block sends a row's
@@ -383,11 +388,7 @@ FC_DEVICE void fc_cluster_send(const T& v, T* slots, unsigned phase) {
 template <int C, typename T, typename Op>
 FC_DEVICE T fc_cluster_receive(Op op, const T* slots, unsigned phase) {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-  const T* row_slots = slots + (phase * blockDim.y + threadIdx.y) * C;
-  T r = row_slots[0];
-#pragma unroll
-  for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
-  return r;
+  return fc_fold_slots<C>(op, slots + (phase * blockDim.y + threadIdx.y) * C);
 }
 
 // Note [Cluster exchange]: the cluster barrier above has release semantics, so each thread
@@ -453,10 +454,7 @@ FC_DEVICE T fc_cluster_reduce_async(T v, Op op, T* slots, unsigned long long* ba
   if (threadIdx.x < C) fc_send_remote(row_slots + fc_cluster_rank(), v, threadIdx.x, bar);
   while (!fc_bar_try_wait(fc_smem_addr(bar), (call >> 1) & 1u)) {
   }
-  T r = row_slots[0];
-#pragma unroll
-  for (int i = 1; i < C; ++i) r = op(r, row_slots[i]);
-  return r;
+  return fc_fold_slots<C>(op, row_slots);
 }
 #endif
 
