@@ -847,7 +847,7 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
     L.append("    " + ",\n    ".join(_params(program, 1, extra + work)) + ") {")
     red_types = sorted({_acc_type(r) for r in program.reductions})
     for t in red_types:
-        L.append(f"  __shared__ {t} smem_{_ident(t)}[FC_TX * FC_TY];")
+        L.append(f"  __shared__ __align__(16) {t} smem_{_ident(t)}[{_fold_smem(v, t)}];")
     L.append("  const idx_t cb = ((idx_t)blockIdx.x * FC_TX + threadIdx.x) * FC_VEC;")
     L.append("  const bool col_ok = cb < cols;")
 
@@ -918,7 +918,7 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         sum_rows(True, "      ")
         L.append("    }")
         L.append("  }")
-        _reduce_over_rows(L, program)
+        _reduce_over_rows(L, program, v)
         if v.cluster:
             _cluster_columns(L, program, dtypes, col_load)
             return "\n".join(L) + "\n"
@@ -982,15 +982,32 @@ def _fold_partials(L: list[str], program: ReductionProgram, v: OuterVariant) -> 
     L.append("      }")
     L.append("    }")
     L.append("  }")
-    _reduce_over_rows(L, program)
+    _reduce_over_rows(L, program, v)
 
 
-def _reduce_over_rows(L: list[str], program: ReductionProgram) -> None:
-    """Each column's accumulators combined over the block's thread rows; every row gets them."""
+def _fold_columns(v: OuterVariant, acc_type: str) -> int:
+    """Columns of a thread folded a round by fc_fold_rows (Note [Row fold]): as many of
+    FC_VEC as keep its shared memory within 16 KiB."""
+    size = 24 if "welford" in acc_type else 8 if "double" in acc_type or "int64" in acc_type else 4
+    threads, s = v.tx * v.ty, v.vec
+    while s > 1 and (threads * s + max(threads, v.tx * s)) * size > 16384:
+        s //= 2
+    return s
+
+
+def _fold_smem(v: OuterVariant, acc_type: str) -> str:
+    """Elements of fc_fold_rows' shared memory for accumulators of `acc_type`."""
+    s = _fold_columns(v, acc_type)
+    return f"FC_TX * FC_TY * {s} + {max(v.tx * v.ty, v.tx * s)}"
+
+
+def _reduce_over_rows(L: list[str], program: ReductionProgram, v: OuterVariant) -> None:
+    """Each column's accumulators combined over the block's thread rows; every row gets them
+    (Note [Row fold] in prelude/reduce.cuh)."""
     for r in program.reductions:
-        L.append("#pragma unroll")
-        L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_a[j] = fc_block_reduce_y({r.var}_a[j], "
-                 f"{_op_functor(r)}, smem_{_ident(_acc_type(r))});")  # fmt: skip
+        t = _acc_type(r)
+        L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(v, t)}>({r.var}_a, "
+                 f"{_op_functor(r)}, smem_{_ident(t)});")  # fmt: skip
 
 
 def _column_epilogue(program: ReductionProgram, dtypes: dict, col_load) -> list[str]:

@@ -117,8 +117,9 @@ template <typename T, typename Op> __device__ T touch_reduce(T v, Op op, T* smem
   a = op(a, fc_warp_reduce_partial(v, op, threadIdx.x & 31u, 17u));
   a = op(a, fc_block_reduce(v, op, smem));
   a = op(a, fc_block_reduce_x(v, op, smem));
-  a = op(a, fc_block_reduce_y(v, op, smem));
-  return a;
+  T acc[2] = {v, a};
+  fc_fold_rows<8, 8, 2, 2>(acc, op, smem);  // 8 * 8 * 2 + 64 elements of smem's 256
+  return op(acc[0], acc[1]);
 }
 extern "C" __global__ void reduce_kernel(const float* f, const double* d, const int64_t* l,
                                          float* of, double* od, int64_t* ol) {

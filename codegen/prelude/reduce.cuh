@@ -73,23 +73,38 @@ FC_DEVICE fc_welford<T, N> fc_welford_combine(fc_welford<T, N> a, fc_welford<T, 
   return r;
 }
 
-// Adds N values at once (N a power of two): their own mean and m2 by two passes over them,
-// then one combine, so a row read from memory pays one division every N values.
+// N / n, the weight of a combine in fc_welford_add: for float the fast division (2 ulp),
+// without the IEEE division's slow-path branch and call.
+template <typename T> FC_DEVICE T fc_weight(T num, T den) { return num / den; }
+template <> FC_DEVICE float fc_weight<float>(float num, float den) { return __fdividef(num, den); }
+
+// Note [Welford add]: adds N values at once (N a power of two): their own mean and m2 by
+// two passes over them, then one combine, so a row read from memory pays one division
+// every N values. The combine has no empty-side branch (an empty w gets weight N / N = 1
+// and keeps m2 = the values'). Nsight Compute had this loop instruction-bound next to a
+// plain sum's (var_mean bf16 256x262144: 22 warps waiting on memory per issued instruction
+// against the sum's 69); without the branch and slow path it ran 2076 -> 2107-2127 GB/s on
+// the H100 (benchmarks/results/sweep-ahead.json against that run's base). Loading two or
+// four vectors ahead of this chain did not help (same file).
 template <int N, typename T, typename C>
 FC_DEVICE fc_welford<T, C> fc_welford_add(fc_welford<T, C> w, const T (&x)[N]) {
   T s = x[0];
 #pragma unroll
   for (int i = 1; i < N; ++i) s += x[i];
-  fc_welford<T, C> c;
-  c.mean = s * (T(1) / T(N));  // exact: N is a power of two
-  c.m2 = T(0);
+  const T mean = s * (T(1) / T(N));  // exact: N is a power of two
+  T m2 = T(0);
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    const T d = x[i] - c.mean;
-    c.m2 += d * d;
+    const T d = x[i] - mean;
+    m2 += d * d;
   }
-  c.count = C(N);
-  return fc_welford_combine(w, c);
+  const C n = w.count + C(N);
+  const T frac = fc_weight(T(N), T(n));
+  const T delta = mean - w.mean;
+  w.mean += delta * frac;
+  w.m2 += m2 + delta * delta * T(w.count) * frac;
+  w.count = n;
+  return w;
 }
 
 // torch.var semantics: divide by max(count - correction, 0); 0/0 gives NaN as in torch.
@@ -283,26 +298,50 @@ FC_DEVICE T fc_row_reduce(T v, Op op, T* smem, int parity = -1) {
   }
 }
 
-// Reduces over threadIdx.y separately for each threadIdx.x (outer reductions).
-// blockDim.z must be 1; smem must hold blockDim.x * blockDim.y elements. Every thread of a
-// column receives the column's result.
-template <typename T, typename Op> FC_DEVICE T fc_block_reduce_y(T v, Op op, T* smem) {
-  const unsigned bdx = blockDim.x, bdy = blockDim.y;
-  const unsigned tx = threadIdx.x, ty = threadIdx.y;
-  smem[ty * bdx + tx] = v;
-  __syncthreads();
-  unsigned stride = 1;
-  while (stride < bdy) stride <<= 1;
-  // Tree over y; rows past bdy do not exist, so guard the partner.
-  for (stride >>= 1; stride > 0; stride >>= 1) {
-    if (ty < stride && ty + stride < bdy) {
-      smem[ty * bdx + tx] = op(smem[ty * bdx + tx], smem[(ty + stride) * bdx + tx]);
+// Note [Row fold]: a block's TY thread rows each hold VEC accumulators of the same TX * VEC
+// columns; every row's values of S columns a round go to shared memory, the TY values of
+// each column are split over the NT / (TX * S) threads sharing it, and those partials are
+// folded by each column's thread once more: three barriers a round, all threads working.
+// A tree over the rows for each value in turn took VEC * (log2(TY) + 2) barriers with most
+// threads idle; H100, same run (benchmarks/results/nvidia-h100-80gb-hbm3.md, reduction):
+// sums over dim 0 bf16 +2.4 to +3.6% (4096x16384 2354 -> 2431 GB/s, 1024x65536 2407 ->
+// 2489), f32 0 to +1.1%, and 8x64-thread blocks, which folded 64 rows, 2162 -> 2390 (sweep-
+// outer_static.json). Every thread row gets the results; the order of the folds is fixed,
+// so they are the same bits every run.
+template <int TX, int TY, int VEC, int S, typename T, typename Op>
+FC_DEVICE void fc_fold_rows(T (&acc)[VEC], Op op, T* smem) {
+  constexpr int C = TX * S;                  // columns of a round
+  constexpr int NT = TX * TY;
+  constexpr int G = NT >= C ? NT / C : 1;    // threads sharing a column
+  constexpr int ROWS = TY / G;               // rows each of them folds
+  constexpr int PER = NT >= C ? 1 : C / NT;  // columns a thread folds
+  static_assert(VEC % S == 0 && TY % G == 0, "fc_fold_rows: S divides VEC, G divides TY");
+  T* fold = smem + TY * C;  // G * C partials
+  const int t = threadIdx.y * TX + threadIdx.x;
+#pragma unroll
+  for (int j0 = 0; j0 < VEC; j0 += S) {
+#pragma unroll
+    for (int j = 0; j < S; ++j) smem[threadIdx.y * C + threadIdx.x * S + j] = acc[j0 + j];
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int u = t + k * NT, c = u % C, g = u / C;
+      T v = smem[g * ROWS * C + c];
+#pragma unroll
+      for (int r = 1; r < ROWS; ++r) v = op(v, smem[(g * ROWS + r) * C + c]);
+      fold[g * C + c] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < S; ++j) {
+      const int c = threadIdx.x * S + j;
+      T v = fold[c];
+#pragma unroll
+      for (int g = 1; g < G; ++g) v = op(v, fold[g * C + c]);
+      acc[j0 + j] = v;
     }
     __syncthreads();
   }
-  const T r = smem[tx];
-  __syncthreads();
-  return r;
 }
 
 // ---- thread-block clusters (sm_90) -------------------------------------------------------

@@ -352,16 +352,6 @@ extern "C" __global__ void rows_x(const float* x, float* out, int64_t rows, int6
   acc = fc_block_reduce_x(acc, fc_op_sum<float>(), smem);
   if (row < rows && threadIdx.x == blockDim.x - 1) out[row] = acc;
 }
-// One column per threadIdx.x, reduced over y (an outer reduction).
-extern "C" __global__ void cols_y(const float* x, float* out, int64_t rows, int64_t cols) {
-  extern __shared__ float smem[];
-  const int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  float acc = 0.0f;
-  if (col < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += blockDim.y) acc += x[r * cols + col];
-  acc = fc_block_reduce_y(acc, fc_op_sum<float>(), smem);
-  if (col < cols && threadIdx.y == blockDim.y - 1) out[col] = acc;
-}
 """
 
 
@@ -376,15 +366,48 @@ def test_block_reduce_x(bdx, bdy):
     torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("bdx, bdy", [(32, 8), (16, 5), (64, 16), (1, 64), (128, 3)])
-def test_block_reduce_y(bdx, bdy):
+FOLD_ROWS = r"""
+// VEC columns a thread, TY thread rows a block, folded by fc_fold_rows (Note [Row fold]);
+// the last thread row writes, as every row holds the results.
+template <int TX, int TY, int VEC, int S>
+__device__ void fold_cols(const float* x, float* out, int64_t rows, int64_t cols) {
+  __shared__ float smem[TX * TY * S + (TX * TY > TX * S ? TX * TY : TX * S)];
+  const int64_t c0 = ((int64_t)blockIdx.x * TX + threadIdx.x) * VEC;
+  float acc[VEC];
+  for (int j = 0; j < VEC; ++j) acc[j] = 0.0f;
+  for (int64_t r = threadIdx.y; r < rows; r += TY)
+    for (int j = 0; j < VEC; ++j) if (c0 + j < cols) acc[j] += x[r * cols + c0 + j];
+  fc_fold_rows<TX, TY, VEC, S>(acc, fc_op_sum<float>(), smem);
+  if (threadIdx.y == TY - 1)
+    for (int j = 0; j < VEC; ++j) if (c0 + j < cols) out[c0 + j] = acc[j];
+}
+#define FOLD(TX, TY, VEC, S)                                                                  \
+  extern "C" __global__ void fold_##TX##_##TY##_##VEC##_##S(const float* x, float* out,      \
+                                                            int64_t rows, int64_t cols) {    \
+    fold_cols<TX, TY, VEC, S>(x, out, rows, cols);                                           \
+  }
+FOLD(32, 8, 8, 8)
+FOLD(8, 64, 8, 4)
+FOLD(32, 4, 8, 8)
+FOLD(16, 5, 1, 1)
+FOLD(1, 64, 4, 4)
+FOLD(128, 2, 4, 2)
+"""
+
+
+# one thread a column (G = 1), columns split over 16 threads, fewer threads than columns
+# (each folds two), an odd row count, one column thread, two rounds of S
+FOLDS = [(32, 8, 8, 8), (8, 64, 8, 4), (32, 4, 8, 8), (16, 5, 1, 1), (1, 64, 4, 4), (128, 2, 4, 2)]
+
+
+@pytest.mark.parametrize("tx, ty, vec, s", FOLDS)
+def test_fold_rows(tx, ty, vec, s):
     rows, cols = 999, 333
     x = torch.randn(rows, cols, device=CUDA)
     out = torch.empty(cols, device=CUDA)
-    _kernel("cols_y", REDUCE_XY).launch(((cols + bdx - 1) // bdx, 1, 1), (bdx, bdy, 1),
-                                        ("ptr", "ptr", "i64", "i64"),
-                                        (x.data_ptr(), out.data_ptr(), rows, cols),
-                                        shared_mem=4 * bdx * bdy)
+    _kernel(f"fold_{tx}_{ty}_{vec}_{s}", FOLD_ROWS).launch(
+        (-(-cols // (tx * vec)), 1, 1), (tx, ty, 1), ("ptr", "ptr", "i64", "i64"),
+        (x.data_ptr(), out.data_ptr(), rows, cols))
     torch.testing.assert_close(out, x.sum(0), rtol=1e-5, atol=1e-4)
 
 
