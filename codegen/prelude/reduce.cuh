@@ -303,11 +303,11 @@ FC_DEVICE T fc_row_reduce(T v, Op op, T* smem, int parity = -1) {
 // each column are split over the NT / (TX * S) threads sharing it, and those partials are
 // folded by each column's thread once more: three barriers a round, all threads working.
 // A tree over the rows for each value in turn took VEC * (log2(TY) + 2) barriers with most
-// threads idle; H100, same run (benchmarks/results/nvidia-h100-80gb-hbm3.md, reduction):
-// sums over dim 0 bf16 +2.4 to +3.6% (4096x16384 2354 -> 2431 GB/s, 1024x65536 2407 ->
-// 2489), f32 0 to +1.1%, and 8x64-thread blocks, which folded 64 rows, 2162 -> 2390 (sweep-
-// outer_static.json). Every thread row gets the results; the order of the folds is fixed,
-// so they are the same bits every run.
+// threads idle. H100, both timed in one call (the reduction family against a worktree of
+// the tree fold): sums over dim 0 bf16 +2.4 to +3.6% (4096x16384 2354 -> 2431 GB/s,
+// 1024x65536 2407 -> 2489), f32 0 to +1.1%; 8x64-thread blocks, which folded 64 rows,
+// 2162 -> 2390 (sweep-outer_static.json, sweep-outer_static_fold.json). Every thread row
+// gets the results; the order of the folds is fixed, so they are the same bits every run.
 template <int TX, int TY, int VEC, int S, typename T, typename Op>
 FC_DEVICE void fc_fold_rows(T (&acc)[VEC], Op op, T* smem) {
   constexpr int C = TX * S;                  // columns of a round
