@@ -189,7 +189,7 @@ class LoadedKernel:
         self._check_context = _device_count() > 1
         self._launch = driver.cuLaunchKernel
         self._current_stream = _raw_stream_getter()
-        self._configs: dict = {}  # cooperative launches' configs, per launch shape and stream
+        self._configs: dict = {}  # cuLaunchKernelEx configs, per launch shape, stream and kind
 
         def attr(a: driver.CUfunction_attribute) -> int:
             return int(_check(driver.cuFuncGetAttribute(a, function), "cuFuncGetAttribute"))
@@ -221,12 +221,15 @@ class LoadedKernel:
         shared_mem: int = 0,
         stream: int | None = None,
         cooperative: bool = False,
+        dependent: bool = False,
     ) -> None:
         """Launch on `stream` (a raw cudaStream_t int; None: torch's current stream).
 
         arg_types items: 'ptr' (an int such as tensor.data_ptr()), 'i64', 'i32', 'f64', 'f32',
         'bool', in the kernel's parameter order. `cooperative`: every block resident at once
         or no launch (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), for kernels with a grid barrier.
+        `dependent`: may start before the stream's previous kernel ends; the kernel must call
+        fc_wait_prior_grid before touching memory (Note [Dependent launch]).
         """
         packer = _packer(arg_types)
         try:
@@ -240,8 +243,9 @@ class LoadedKernel:
         if stream is None:
             stream = self._current_stream(self.device_index)
         handle = _stream_handle(stream)
-        if cooperative:
-            self._launch_cooperative(grid, block, shared_mem, stream, handle, packer.params)
+        if cooperative or dependent:
+            self._launch_ex(grid, block, shared_mem, stream, handle, packer.params, cooperative,
+                            dependent)
             return
         if self._check_context:
             self._launch_in_own_context(grid, block, shared_mem, handle, packer.params)
@@ -258,10 +262,11 @@ class LoadedKernel:
             if err != _SUCCESS:
                 self._raise_launch_error(err, grid, block, shared_mem)
 
-    def _launch_cooperative(self, grid, block, shared_mem, stream, handle, params) -> None:
-        # one config a launch shape and stream, built once (its attribute list costs more
-        # to make than the launch itself) and never changed, so threads may share them
-        key = (tuple(grid), tuple(block), shared_mem, stream)
+    def _launch_ex(self, grid, block, shared_mem, stream, handle, params, cooperative,
+                   dependent) -> None:  # fmt: skip
+        # one config a launch shape, stream and kind, built once (its attribute list costs
+        # more to make than the launch itself) and never changed, so threads may share them
+        key = (tuple(grid), tuple(block), shared_mem, stream, cooperative, dependent)
         config = self._configs.get(key)
         if config is None:
             if len(self._configs) > 256:
@@ -270,10 +275,19 @@ class LoadedKernel:
             config.gridDimX, config.gridDimY, config.gridDimZ = grid
             config.blockDimX, config.blockDimY, config.blockDimZ = block
             config.sharedMemBytes = shared_mem
-            attribute = driver.CUlaunchAttribute()
-            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            attribute.value.cooperative = 1
-            config.attrs, config.numAttrs = [attribute], 1
+            attrs = []
+            if cooperative:
+                attribute = driver.CUlaunchAttribute()
+                attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+                attribute.value.cooperative = 1
+                attrs.append(attribute)
+            if dependent:
+                attribute = driver.CUlaunchAttribute()
+                attribute.id = (driver.CUlaunchAttributeID
+                                .CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+                attribute.value.programmaticStreamSerializationAllowed = 1
+                attrs.append(attribute)
+            config.attrs, config.numAttrs = attrs, len(attrs)
             config.hStream = handle
             self._configs[key] = config
         # in our context, as for several GPUs; cheap next to the kernels that need this

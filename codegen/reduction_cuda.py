@@ -799,7 +799,8 @@ def render_column_finish(sums: Sequence[tuple[str, Any]], index_type: str, rows:
         bound = str(STRIP_THREADS)
     L.append("}")
     L += [f'extern "C" __global__ void __launch_bounds__({bound}) {COLUMN_FINISH_NAME}(',
-          f"    {params}, idx_t N, idx_t blocks) {{"]  # fmt: skip
+          f"    {params}, idx_t N, idx_t blocks) {{",
+          "  fc_wait_prior_grid();  // the row kernel's partials (Note [Dependent launch])"]  # fmt: skip
     for k in range(len(sums)):
         L.append(f"  if (blockIdx.y == {k}) fc_finish_columns(part{k}, out{k}, N, blocks);")
     L.append("}")
@@ -845,6 +846,8 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         dims = " __cluster_dims__(1, FC_SPLIT, 1)"
     L.append(f'extern "C" __global__ void{dims} __launch_bounds__({threads}) {name}(')
     L.append("    " + ",\n    ".join(_params(program, 1, extra + work)) + ") {")
+    if finish:  # the partials are the previous kernel's (Note [Dependent launch])
+        L.append("  fc_wait_prior_grid();")
     red_types = sorted({_acc_type(r) for r in program.reductions})
     for t in red_types:
         L.append(f"  __shared__ __align__(16) {t} smem_{_ident(t)}[{_fold_smem(v, t)}];")

@@ -267,7 +267,7 @@ class FusionExecutor:
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
             args = _fill_args(launch.args, slots, values, outs, work)
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem,
-                          cooperative=launch.cooperative)  # fmt: skip
+                          cooperative=launch.cooperative, dependent=launch.dependent)  # fmt: skip
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
         if timing:
             torch.cuda.synchronize()

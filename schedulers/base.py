@@ -47,6 +47,9 @@ class KernelLaunch:
     shared_mem: int = 0
     # launched cooperatively: all its blocks resident at once (Note [Finish in the row kernel])
     cooperative: bool = False
+    # launched to start while the kernel before it runs; it waits in fc_wait_prior_grid
+    # (Note [Dependent launch] in codegen/prelude/core.cuh)
+    dependent: bool = False
 
 
 @dataclass(frozen=True)

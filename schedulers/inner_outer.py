@@ -20,7 +20,13 @@ from fusion_cache.dtypes import DataType
 from fusion_cache.values import TensorInfo
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
-from .reduction import REDUCTIONS, ReductionProgram, lower_reduction, plan_reduction
+from .reduction import (
+    REDUCTIONS,
+    ReductionProgram,
+    dependent_launch,
+    lower_reduction,
+    plan_reduction,
+)
 from .tuning import knob
 
 NAME = "inner_outer"
@@ -202,7 +208,8 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
         grid = (strip_blocks, len(sums), 1)
         block = (STRIP_THREADS, 1, 1)
     kernels.append(KernelLaunch(COLUMN_FINISH_NAME, source, grid, block,
-                                ("ptr", "ptr") * len(sums) + (index, index), (*args, n, blocks)))
+                                ("ptr", "ptr") * len(sums) + (index, index), (*args, n, blocks),
+                                dependent=dependent_launch(profile)))
     return LaunchSpec(NAME, tuple(outputs), spec.workspaces, tuple(kernels),
                       f"{spec.description}; {len(program.columns)} column sums over {blocks} "
                       "blocks", spec.wave)  # fmt: skip

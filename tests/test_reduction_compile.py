@@ -43,6 +43,18 @@ def test_reduction_kernels_compile(name, pattern, rank, inputs, dtype, target):
     assert fd._executor().scheduler == "reduction"
 
 
+@pytest.mark.parametrize("target, dependent", [("h100", True), ("a100", False)])
+def test_finish_kernels_start_while_the_partials_run_on_hopper(target, dependent):
+    # Note [Dependent launch]: a split over 64 blocks a column takes a finish kernel, which
+    # waits in the kernel for the partials and is launched dependent where sm_90 has it
+    fd = define(reduce_op("sum", [0])[0], torch.float32, 2)
+    with overriding({"outer.cluster": 0}):
+        refs = fd.precompile([meta(65536, 1024)], target=target)
+    kernels = fd._executor().last_plan.spec.kernels
+    assert [k.dependent for k in kernels] == [False, dependent]
+    assert "fc_wait_prior_grid();" in refs[1].source
+
+
 def test_integer_sum_compiles():
     fd = define(reduce_op("sum", [1])[0], torch.int32, 2)
     assert fd.precompile([meta(100, 300, dtype=torch.int32)], target="h100")

@@ -196,6 +196,24 @@ template <> struct fc_limits<double> {
   FC_DEVICE static double highest() { return fc_inf<double>(); }
 };
 
+// ---- dependent launches (sm_90) -------------------------------------------------------------
+// Note [Dependent launch]: a kernel that reads what the kernel before it in the stream wrote
+// (a finish kernel reading partials) may be launched with programmatic stream serialization,
+// so the GPU readies it while the first one runs; it then waits here, before any memory
+// access, for that grid to complete and its writes to be visible. Without such a launch
+// the wait returns at once.
+FC_DEVICE void fc_wait_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the dependent kernel's blocks start (and wait) before this grid ends.
+FC_DEVICE void fc_release_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- vectorized global memory access -------------------------------------------------------
 // fc_vec<T, N> is N elements moved as one access; sizeof(T) * N must be a power of two.
 // Callers guarantee the pointer is aligned to sizeof(T) * N (the signature records it).

@@ -249,7 +249,8 @@ REDUCTION_KNOBS = [{"inner.pipeline": True}, {"inner.cache": False}, {"inner.clu
                    {"outer.unroll": 1, "outer.tx": 8, "outer.ty": 16}, {"inner.cluster": 16},
                    {"inner.merge": False}, {"inner.alternate": True}, {"outer.cluster": 0},
                    {"outer.cluster": 0, "outer.finish_tx": 128, "outer.finish_ty": 1},
-                   {"outer.cluster": 0, "outer.finish_ty": 4}]  # fmt: skip
+                   {"outer.cluster": 0, "outer.finish_ty": 4},
+                   {"outer.cluster": 0, "launch.dependent": False}]  # fmt: skip
 
 
 @pytest.mark.parametrize("knobs", REDUCTION_KNOBS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))

@@ -264,7 +264,8 @@ def test_column_partials_follow_the_drivers_count_of_resident_clusters(monkeypat
                                    {"inner.cache": False, "inner.smem_rows": False},
                                    {"inner.merge": False}, {"inner.hoist": True},
                                    {"inner.hoist": False}, {"load.hint": 1},
-                                   {"inner.exchange_async": False}], ids=str)  # fmt: skip
+                                   {"inner.exchange_async": False},
+                                   {"launch.dependent": False, "finish.fused": False}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("norm", ["layer", "rms"])
 def test_norm_backward_knobs_keep_results(norm, knobs):
     # column partials with a cluster of 16 (a non-portable size), rows read in each pass,
