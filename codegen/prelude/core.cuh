@@ -207,12 +207,6 @@ FC_DEVICE void fc_wait_prior_grid() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-// Lets the dependent kernel's blocks start (and wait) before this grid ends.
-FC_DEVICE void fc_release_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 // ---- vectorized global memory access -------------------------------------------------------
 // fc_vec<T, N> is N elements moved as one access; sizeof(T) * N must be a power of two.
