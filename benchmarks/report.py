@@ -41,6 +41,13 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def at_ceiling_vs_compile(case: dict[str, Any]) -> float | None:
+    """The most a fusion can do against torch.compile in this case's run: the copy ceiling
+    (the fusion's GB/s over its fraction of it) over torch.compile's GB/s."""
+    pct, fusion, compiled = case.get("pct_of_ceiling"), case.get("fusion_gbps"), case.get("compile_gbps")
+    return fusion * 100 / pct / compiled if pct and fusion and compiled else None
+
+
 def summarize(data: dict[str, Any]) -> dict[str, Any]:
     """The figures PERFORMANCE.md sets targets for, over the cases that ran."""
     cases = all_cases(data)
@@ -48,6 +55,8 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
     large = [c for c in timed if c.get("large")]
     ratios = {c["name"]: c["speedup_vs_compile"] for c in timed if c.get("speedup_vs_compile")}
     softmax = [r for name, r in ratios.items() if name.startswith("softmax_")]
+    # where torch.compile already runs near the ceiling, no kernel can lead it by much
+    softmax_bound = [at_ceiling_vs_compile(c) for c in timed if c["name"].startswith("softmax_")]
     slowest = min(ratios, key=ratios.__getitem__) if ratios else None
     host = next((c for c in cases if c["family"] == "host" and c.get("fusion_ms")), None)
     checked = [c for c in cases if c.get("correct") is not None]
@@ -60,6 +69,7 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
         "min_vs_compile": ratios.get(slowest) if slowest else None,
         "geomean_vs_compile": geomean(list(ratios.values())),
         "softmax_vs_compile": geomean(softmax),
+        "softmax_at_ceiling": geomean(softmax_bound) if None not in softmax_bound else None,
         "host": host,
         "correct": sum(bool(c["correct"]) for c in checked),
         "checked": len(checked),
@@ -93,6 +103,8 @@ def targets_table(s: dict[str, Any]) -> list[str]:
                      f"torch.compile {_us(host.get('compile_ms'))}")
     large_ok = s["large_at_ceiling"] == s["large"] if s["large"] else None
     slowest = f" ({s['slowest_vs_compile']})" if s["slowest_vs_compile"] else ""
+    bound = (f"; {s['softmax_at_ceiling']:.3f}x with every case at the copy ceiling"
+             if s.get("softmax_at_ceiling") else "")
     return [
         "| target | result | met |",
         "|---|---|---|",
@@ -105,7 +117,7 @@ def targets_table(s: dict[str, Any]) -> list[str]:
         f"{_num(s['geomean_vs_compile'], '.3f', 'x')} | "
         f"{_met(_at_least(s['geomean_vs_compile'], GEOMEAN_VS_COMPILE))} |",
         f"| softmax vs torch.compile >= {SOFTMAX_VS_COMPILE}x (geometric mean) | "
-        f"{_num(s['softmax_vs_compile'], '.3f', 'x')} | "
+        f"{_num(s['softmax_vs_compile'], '.3f', 'x')}{bound} | "
         f"{_met(_at_least(s['softmax_vs_compile'], SOFTMAX_VS_COMPILE))} |",
         f"| host time of a cached execute below eager's | {host_text} | {_met(host_ok)} |",
         f"| correct against eager | {s['correct']} of {s['checked']} checked "

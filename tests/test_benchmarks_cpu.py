@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import importlib.util
 import json
+import math
 from typing import Any
 
 import pytest
@@ -190,6 +191,7 @@ def test_report_writes_markdown_and_plot(tmp_path, capsys):
     assert "| large cases at >= 90% of the copy ceiling | 1 of 2 | **no** |" in md
     assert "0.750x (gelu_bias_bf16_16384x4096)" in md  # the slowest vs torch.compile
     assert "12.0 us vs eager 24.0 us" in md
+    assert "at the copy ceiling" not in md.split("## pointwise")[0]  # no softmax case ran
     assert "Tensor-likes are not close" in md
     has_matplotlib = importlib.util.find_spec("matplotlib") is not None
     assert path.with_suffix(".png").exists() == has_matplotlib
@@ -297,3 +299,14 @@ def test_named_on_gpu_says_why_it_has_no_cases(monkeypatch, capsys):
     assert named_on_gpu("benchmarks.probe", [name, "no_such_case"]) is None
     assert "unknown case(s) ['no_such_case']" in capsys.readouterr().err
     assert named_on_gpu("benchmarks.probe", [name]) == [CASES[0]]
+
+
+def test_softmax_target_shows_its_bound_at_the_copy_ceiling():
+    # torch.compile at 2900 GB/s in one case and 1000 in another: a fusion at the 3000 GB/s
+    # ceiling in both would lead by the geometric mean of 3000/2900 and 3000/1000
+    nbytes = 3 * 2**28
+    cases = [_record("softmax_f32_16384x4096", "normalization", 0.3, nbytes / 2.9e12 * 1e3),
+             _record("softmax_f32_256x262144", "normalization", 0.3, nbytes / 1.0e12 * 1e3)]
+    s = report.summarize({"families": {"normalization": {"cases": cases}}})
+    assert abs(s["softmax_at_ceiling"] - math.sqrt(3000 / 2900 * 3000 / 1000)) < 1e-9
+    assert "1.762x with every case at the copy ceiling" in "\n".join(report.targets_table(s))
