@@ -55,6 +55,13 @@ class LaunchPlan:
     # Note [Finish in the row kernel]: a cooperative kernel's barrier counters, per stream
     barriers: dict = field(default_factory=dict)
     captured: list = field(default_factory=list)  # those of CUDA graphs, kept for replays
+    # fresh outputs and plain launches only: the cache hit's lean path runs it (launch)
+    lean: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        self.lean = not spec.workspaces and all(o.alias_input is None for o in spec.outputs) and not any(
+            k.cooperative or k.dependent for k in spec.kernels)  # fmt: skip
 
     def barrier(self) -> torch.Tensor:
         """The zeroed counters of a grid barrier for the current stream: launches on one
@@ -227,7 +234,7 @@ class FusionExecutor:
                 values[i] = values[i].to(plan.device, non_blocking=True)
         self.last_plan = plan
         spec = plan.spec
-        if self.dumps or spec.workspaces or any(o.alias_input is not None for o in spec.outputs):
+        if self.dumps or not plan.lean:
             return self._launch_general(plan, values)
         # the plain case, kept lean: it is the whole host cost of a cache hit
         device = plan.device

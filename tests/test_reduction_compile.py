@@ -286,3 +286,22 @@ def test_deferred_row_end_needs_one_exchange():
                        meta(262144, dtype=bf16)], target="h100")  # fmt: skip
         description = fd._executor().last_plan.spec.description
         assert "in shared memory" in description and "deferred" not in description, description
+
+
+def test_only_plain_plans_take_the_lean_launch_path():
+    # fresh outputs and plain launches: the cache hit's lean path; workspaces, or a kernel
+    # launched cooperative or dependent, need the general one, which passes those flags
+    from fusion_cache.gpu_runtime import LaunchPlan
+
+    fd = define(reduce_op("sum", [1])[0], torch.float32, 2)
+    fd.precompile([meta(64, 1000)], target="h100")
+    plain = fd._executor().last_plan
+    assert plain.lean
+    for flag in ("dependent", "cooperative"):
+        kernels = tuple(dataclasses.replace(k, **{flag: True}) for k in plain.spec.kernels)
+        spec = dataclasses.replace(plain.spec, kernels=kernels)
+        assert not LaunchPlan(spec, plain.kernels, plain.refs, plain.slots).lean
+    fd = define(reduce_op("sum", [0])[0], torch.float32, 2)
+    with overriding({"outer.cluster": 0}):
+        fd.precompile([meta(65536, 1024)], target="h100")
+    assert not fd._executor().last_plan.lean  # partials and a dependent finish
