@@ -34,7 +34,7 @@ class _Progress:
 
 def run_warmup(script: str, target: str | None) -> int:
     from fusion_cache.frontend.trie import FusionCache
-    from fusion_cache.runtime import executor as gpu_runtime
+    from fusion_cache.runtime.precompile import LISTENERS
 
     if target:
         from schedulers.device import profile_by_name
@@ -42,18 +42,11 @@ def run_warmup(script: str, target: str | None) -> int:
         profile_by_name(target)  # fail early, listing the known names
         os.environ[TARGET_ENV] = target
     progress = _Progress()
-    original = gpu_runtime.precompile
-
-    def counted(fd, inputs, target=None):
-        refs = original(fd, inputs, target)
-        progress.update(refs)
-        return refs
-
-    gpu_runtime.precompile = counted
+    LISTENERS.append(progress.update)
     try:
         runpy.run_path(script, run_name="__main__")
     finally:
-        gpu_runtime.precompile = original
+        LISTENERS.remove(progress.update)
         sys.stderr.write("\n")
     stats = FusionCache.get().stats()
     store = FusionCache.get().store
