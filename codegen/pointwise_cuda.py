@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE
+from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE, prelude_features
 from .kernel_ir import PointwiseProgram
 from .prelude import prelude_source
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
@@ -50,7 +50,8 @@ def arg_types(program: PointwiseProgram, variant: PointwiseVariant) -> tuple[str
 
 def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> str:
     R, V, U = variant.rank, variant.vec, variant.unroll
-    lines: list[str] = [prelude_source("core", "math"), f"#define FC_VEC {V}",
+    dtypes = [s.dtype for s in program.stmts] + [s.dtype for s in program.stores]
+    lines: list[str] = [prelude_source("core", "math", *prelude_features(dtypes)), f"#define FC_VEC {V}",
                         f"#define FC_UNROLL {U}", ""]  # fmt: skip
     params: list[str] = []
     tensors = [("a", i, acc.dtype, True) for i, acc in enumerate(program.accesses)]

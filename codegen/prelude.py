@@ -18,6 +18,8 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
     "core": (),
     "math": ("core",),
     "reduce": ("core", "math"),
+    "complex": ("core", "math"),
+    "float8": ("core",),
 }
 FEATURES: tuple[str, ...] = tuple(_REQUIRES)
 

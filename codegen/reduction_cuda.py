@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE
+from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE, prelude_features
 from .kernel_ir import ReductionProgram, needed
 from .prelude import prelude_source
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
@@ -123,6 +123,10 @@ class OuterVariant:
         return (f"outer {self.tx}x{self.ty} threads, vec {self.vec}, split {self.split}"
                 f"{' in a cluster' if self.cluster else ''}, unroll {self.unroll}, {self.index_type}"
                 f"{f', hint {self.load_hint}' if self.load_hint else ''}")  # fmt: skip
+
+
+def _features(program: ReductionProgram) -> tuple[str, ...]:
+    return prelude_features([s.dtype for s in program.stmts] + [s.dtype for s in program.stores])
 
 
 _IDENTITY = {"sum": "fc_op_sum", "prod": "fc_op_prod", "max": "fc_op_max", "min": "fc_op_min"}
@@ -256,7 +260,7 @@ def _k_offset(name: str, k: str, k2: bool, unit: bool = False) -> str:
 def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
     dtypes = {s.var: s.dtype for s in program.stmts}
     n_acc = len(program.accesses)
-    L: list[str] = [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
+    L: list[str] = [prelude_source("core", "math", "reduce", *_features(program)), f"typedef {v.index_type} idx_t;",
                     f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}",
                     f"#define FC_CLUSTER {v.cluster}"]  # fmt: skip
     extra = ["idx_t rows", "idx_t N"] + [f"idx_t n{d}" for d in range(v.i_rank)]
@@ -829,7 +833,7 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
     """finish=False: the partial kernel (and the whole job when split == 1);
     finish=True: combine `split` partials per column and run the epilogue."""
     dtypes = {s.var: s.dtype for s in program.stmts}
-    L: list[str] = [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
+    L: list[str] = [prelude_source("core", "math", "reduce", *_features(program)), f"typedef {v.index_type} idx_t;",
                     f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}"]  # fmt: skip
     extra = ["idx_t cols", "idx_t N"]
     work = []
