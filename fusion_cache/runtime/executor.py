@@ -22,9 +22,11 @@ from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.options import dump_options, fallback_disabled
 from fusion_cache.frontend.trie import FusionCache
 from fusion_cache.ir.shape_eval import runtime_shapes
+from schedulers.aten import NAME as ATEN
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
+from .aten_segments import AtenPlan, run_aten
 from .kernel_cache import cubin_for, load_function
 from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
 from .reference import run_reference
@@ -67,6 +69,9 @@ class FusionExecutor:
             spec = plan_for(self.scheduler, self.program, values, env, profile)
         except SchedulerRefused as why:
             return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
+        if spec.scheduler == ATEN:  # one torch call, no kernels (Note [ATen segments])
+            self.record(values, profile, {"scheduler": ATEN, "plan": spec.description})
+            return AtenPlan(spec, self.program)
         kernels, refs, slots = [], [], []
         device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
         for launch in spec.kernels:
@@ -171,6 +176,10 @@ class FusionExecutor:
     def _launch_other(self, plan: Any, values: Sequence[Any]) -> list[Any]:
         if isinstance(plan, ReferencePlan):
             return _fallback(self.fd, self, values, plan.reason)
+        if isinstance(plan, AtenPlan):
+            self.last_plan = plan
+            self.fd._cache._count("aten_runs")
+            return run_aten(self.fd, plan, values)
         from .segmented import run_segments
 
         self.last_plan = plan

@@ -6,6 +6,7 @@ elementwise ops' semantics, shared with the interpreter and codegen.
 """
 from __future__ import annotations
 
+from .aten import AtenOps
 from .creation import CreationOps
 from .elementwise import ElementwiseOps
 from .normalization import NormalizationOps
@@ -14,7 +15,8 @@ from .resize import ResizeOps
 from .shape import ShapeOps
 
 
-class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps):
+class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps,
+                AtenOps):
     """`fd.ops` of one FusionDefinition."""
 
 
