@@ -8,7 +8,7 @@ from typing import Any
 def describe_fusion(entry: Any) -> str:
     from schedulers.registry import schedule
 
-    from .definition import FusionDefinition
+    from ..definition import FusionDefinition
 
     fd = FusionDefinition(entry.id)
     name, program, refusals = schedule(fd)
@@ -22,6 +22,6 @@ def describe_fusion(entry: Any) -> str:
 
 
 def install() -> None:
-    from .store import commands
+    from . import store_commands
 
-    commands.describe_fusion = describe_fusion
+    store_commands.describe_fusion = describe_fusion

@@ -16,9 +16,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from .bundle import BundleError
-from .entries import FusionEntry
-from .factory import default_store
+from ..store.bundle import BundleError
+from ..store.entries import FusionEntry
+from ..store.factory import default_store
 
 # Set by the frontend to add its own description of a fusion to `show`.
 describe_fusion: Callable[[FusionEntry], str] | None = None

@@ -25,7 +25,7 @@ class _Progress:
         self.start = time.perf_counter()
 
     def update(self, refs: list) -> None:
-        from . import FusionCache
+        from .. import FusionCache
 
         self.calls += 1
         self.kernels += len(refs)
@@ -38,7 +38,7 @@ class _Progress:
 
 
 def run_warmup(script: str, target: str | None) -> int:
-    from . import FusionCache, gpu_runtime
+    from .. import FusionCache, gpu_runtime
 
     if target:
         from schedulers.device import profile_by_name

@@ -7,7 +7,8 @@ import sqlite3
 
 import pytest
 
-from fusion_cache.store import KernelMeta, commands, default_store, reset_default_store
+from fusion_cache.cli import store_commands as commands
+from fusion_cache.store import KernelMeta, default_store, reset_default_store
 
 
 @pytest.fixture(autouse=True)

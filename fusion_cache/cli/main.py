@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__
+from .. import __version__
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     demo.set_defaults(func=_demo)
     try:
-        from .store.commands import register_commands
+        from .store_commands import register_commands
     except ImportError:
         pass
     else:
