@@ -392,7 +392,7 @@ def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) 
     from .validate import validate_inputs
 
     if target is None:
-        from .cli.warmup import default_target
+        from .warmup import default_target
 
         target = default_target()
     profile = resolve_target(target)

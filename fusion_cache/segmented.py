@@ -129,7 +129,7 @@ def segment_definition(fd: FusionDefinition, inputs: Sequence[Any],
 
     from .gpu_runtime import executor_for, runtime_shapes
     from .validate import validate_inputs
-    from .cli.warmup import default_target
+    from .warmup import default_target
 
     values = validate_inputs(fd, inputs)
     ex = executor_for(fd)

@@ -8,12 +8,7 @@ import runpy
 import sys
 import time
 
-TARGET_ENV = "FUSION_CACHE_TARGET"
-
-
-def default_target() -> str | None:
-    """The target `precompile(target=None)` uses: --target of warmup, else the current GPU."""
-    return os.environ.get(TARGET_ENV) or None
+from ..warmup import TARGET_ENV
 
 
 class _Progress:
