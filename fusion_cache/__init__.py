@@ -3,14 +3,14 @@
 Scripts written for nvFuser's frontend run by changing the import:
 `from nvfuser import FusionDefinition, DataType` -> `from fusion_cache import FusionDefinition, DataType`.
 """
-from .definition import Fusion, FusionDefinition, FusionDefinitionError
-from .dtypes import DataType
+from fusion_cache.frontend.definition import Fusion, FusionDefinition, FusionDefinitionError
+from fusion_cache.frontend.dtypes import DataType
+from fusion_cache.frontend.layout import compute_contiguity, compute_tensor_descriptor
+from fusion_cache.frontend.trie import FusionCache
+from fusion_cache.frontend.values import Scalar, Tensor, Vector
 
 # after the names above: the frontends build FusionDefinitions (cheap: no torch._dynamo here)
 from .frontends import from_torchscript, register_backend  # noqa: E402
-from .layout import compute_contiguity, compute_tensor_descriptor
-from .trie import FusionCache
-from .values import Scalar, Tensor, Vector
 
 __version__ = "0.1.0"
 

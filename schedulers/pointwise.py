@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusion_cache.dtypes import DataType, is_complex, is_float, is_integral
-from fusion_cache.opdefs import OPS
-from fusion_cache.ops import promoted_dtype
-from fusion_cache.records import Record, Ref
-from fusion_cache.values import ScalarInfo, TensorInfo
+from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_integral
+from fusion_cache.frontend.ops import promoted_dtype
+from fusion_cache.frontend.ops.table import OPS
+from fusion_cache.frontend.records import Record, Ref
+from fusion_cache.frontend.values import ScalarInfo, TensorInfo
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major, vector_ok

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fusion_cache.dtypes import DataType, is_complex, is_float
-from fusion_cache.records import Record
-from fusion_cache.values import TensorInfo
+from fusion_cache.frontend.dtypes import DataType, is_complex, is_float
+from fusion_cache.frontend.records import Record
+from fusion_cache.frontend.values import TensorInfo
 
 from .base import SchedulerRefused
 from .pointwise import Access, Stmt, Store, _Lowering

@@ -291,7 +291,7 @@ def test_deferred_row_end_needs_one_exchange():
 def test_only_plain_plans_take_the_lean_launch_path():
     # fresh outputs and plain launches: the cache hit's lean path; workspaces, or a kernel
     # launched cooperative or dependent, need the general one, which passes those flags
-    from fusion_cache.gpu_runtime import LaunchPlan
+    from fusion_cache.runtime.executor import LaunchPlan
 
     fd = define(reduce_op("sum", [1])[0], torch.float32, 2)
     fd.precompile([meta(64, 1000)], target="h100")

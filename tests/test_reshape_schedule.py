@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from fusion_cache import DataType, FusionDefinition
-from fusion_cache.dtypes import to_torch
-from fusion_cache.gpu_runtime import LaunchPlan, runtime_shapes
-from fusion_cache.opdefs import OPS
-from fusion_cache.shape_eval import evaluate_shapes
+from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.ops.table import OPS
+from fusion_cache.ir.shape_eval import evaluate_shapes
+from fusion_cache.runtime.executor import LaunchPlan, runtime_shapes
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.device import resolve_target
 from schedulers.layout import access_strides
@@ -513,7 +513,7 @@ def test_shape_evaluator_shapes_reshape_without_torch():
 
 def test_plan_key_holds_vector_input_values():
     # a vector input may size tensors, so two different vectors must not share a plan
-    from fusion_cache.gpu_runtime import input_key
+    from fusion_cache.runtime.executor import input_key
 
     x = torch.empty(4, 6)
     assert input_key([x, [4, 6]]) != input_key([x, [3, 8]])

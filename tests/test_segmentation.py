@@ -25,7 +25,7 @@ from segment_patterns import (
 )
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
-from fusion_cache.segmented import run_segments
+from fusion_cache.runtime.segmented import run_segments
 
 
 def rand(*shape, seed=0, dtype=torch.float32):
@@ -280,7 +280,7 @@ def test_intermediates_die_after_their_last_reader():
 
 def test_argument_manager_frees_values(monkeypatch):
     """Count live intermediates while the chain runs: at most two at a time."""
-    import fusion_cache.segmented as segmented
+    import fusion_cache.runtime.segmented as segmented
 
     fd = chain_with_boundaries(4)
     x = rand(4, 4, seed=16)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from .. import DataType, FusionCache, FusionDefinition
+from fusion_cache import DataType, FusionCache, FusionDefinition
 
 
 def _pointwise(fd: FusionDefinition) -> None:

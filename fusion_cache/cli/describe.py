@@ -6,9 +6,8 @@ from typing import Any
 
 
 def describe_fusion(entry: Any) -> str:
+    from fusion_cache.frontend.definition import FusionDefinition
     from schedulers.registry import schedule
-
-    from ..definition import FusionDefinition
 
     fd = FusionDefinition(entry.id)
     name, program, refusals = schedule(fd)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import __version__
+from fusion_cache import __version__
 
 
 def _demo(args: argparse.Namespace) -> int:

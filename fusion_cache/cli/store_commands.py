@@ -16,9 +16,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from ..store.bundle import BundleError
-from ..store.entries import FusionEntry
-from ..store.factory import default_store
+from fusion_cache.store.bundle import BundleError
+from fusion_cache.store.entries import FusionEntry
+from fusion_cache.store.factory import default_store
 
 # Set by the frontend to add its own description of a fusion to `show`.
 describe_fusion: Callable[[FusionEntry], str] | None = None

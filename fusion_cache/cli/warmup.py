@@ -8,7 +8,7 @@ import runpy
 import sys
 import time
 
-from ..warmup import TARGET_ENV
+from schedulers.device import TARGET_ENV
 
 
 class _Progress:
@@ -20,7 +20,7 @@ class _Progress:
         self.start = time.perf_counter()
 
     def update(self, refs: list) -> None:
-        from .. import FusionCache
+        from fusion_cache.frontend.trie import FusionCache
 
         self.calls += 1
         self.kernels += len(refs)
@@ -33,7 +33,8 @@ class _Progress:
 
 
 def run_warmup(script: str, target: str | None) -> int:
-    from .. import FusionCache, gpu_runtime
+    from fusion_cache.frontend.trie import FusionCache
+    from fusion_cache.runtime import executor as gpu_runtime
 
     if target:
         from schedulers.device import profile_by_name

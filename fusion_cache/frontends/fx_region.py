@@ -15,8 +15,9 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from ..definition import FusionDefinition
-from ..dtypes import DataType, from_torch
+from fusion_cache.frontend.definition import FusionDefinition
+from fusion_cache.frontend.dtypes import DataType, from_torch
+
 from .fx_support import op_name
 from .lowering import (
     LoweringContext,

@@ -12,7 +12,8 @@ import torch
 from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ..dtypes import from_torch
+from fusion_cache.frontend.dtypes import from_torch
+
 from .lowering import has_lowering
 
 # ops that only change how a tensor is viewed: they do not make a region worth launching

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..dtypes import DataType, from_torch
-from ..values import Scalar, Tensor, _Handle
+from fusion_cache.frontend.dtypes import DataType, from_torch
+from fusion_cache.frontend.values import Scalar, Tensor, _Handle
 
 if TYPE_CHECKING:
-    from ..definition import FusionDefinition
+    from fusion_cache.frontend.definition import FusionDefinition
 
 
 class LoweringError(ValueError):

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from ..definition import FusionDefinition
-from ..dtypes import DataType, from_torch
+from fusion_cache.frontend.definition import FusionDefinition
+from fusion_cache.frontend.dtypes import DataType, from_torch
+
 from .lowering import (
     Args,
     LoweringContext,

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
-from fusion_cache.dtypes import from_torch
+from fusion_cache.frontend.dtypes import from_torch
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
-from fusion_cache.gpu_runtime import FusionUnsupportedError, LaunchPlan
+from fusion_cache.runtime.executor import FusionUnsupportedError, LaunchPlan
 
 pytestmark = pytest.mark.gpu
 

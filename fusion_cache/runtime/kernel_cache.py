@@ -15,8 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from codegen.nvrtc import compile_cubin, default_options, nvrtc_version
-
-from .trie import FusionCache
+from fusion_cache.frontend.trie import FusionCache
 
 KERNEL_FORMAT = "fc-kernel-1"
 
@@ -41,7 +40,7 @@ def kernel_key(source: str, options: tuple[str, ...], arch: int) -> str:
 def cubin_for(source: str, name: str, arch: int, *, fusion_id: int | None, scheduler: str,
               params_json: str) -> tuple[bytes, KernelRef]:  # fmt: skip
     """The cubin for `source`, from the store or compiled (once across processes)."""
-    from .store import KernelMeta
+    from fusion_cache.store import KernelMeta
 
     options = tuple(default_options(arch))
     key = kernel_key(source, options, arch)

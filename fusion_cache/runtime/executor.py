@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.options import dump_options, fallback_disabled
+from fusion_cache.frontend.trie import FusionCache
+from fusion_cache.ir.shape_eval import ShapeUnknown, evaluate_shapes
 from schedulers.base import ArgRef, LaunchSpec, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
-from .debug import dump_options, fallback_disabled
-from .dtypes import to_torch
 from .kernel_cache import KernelRef, cubin_for, load_function
 from .reference import evaluate, run_reference
-from .shape_eval import ShapeUnknown, evaluate_shapes
-from .trie import FusionCache
 
 if TYPE_CHECKING:
-    from .definition import FusionDefinition
+    from fusion_cache.frontend.definition import FusionDefinition
 
 
 class FusionUnsupportedError(RuntimeError):
@@ -116,7 +116,7 @@ def runtime_shapes(fd: FusionDefinition, values: Sequence[Any]) -> dict:
 
 class FusionExecutor:
     def __init__(self, fd: FusionDefinition) -> None:
-        from .decompose import expand_composites
+        from fusion_cache.ir.decompose import expand_composites
 
         self.fd = expand_composites(fd)  # what the schedulers see: primitives only
         self.fid = fd._fid
@@ -387,12 +387,11 @@ def _cluster_does_not_fit(kernel: Any, launch: Any, profile: Any) -> bool:
 def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) -> list[KernelRef]:
     """Schedule and compile for `inputs` (meta, CPU or CUDA tensors standing for the real
     ones) for a named target profile or the current GPU, without running anything."""
+    from fusion_cache.frontend.validate import validate_inputs
     from schedulers.device import resolve_target
 
-    from .validate import validate_inputs
-
     if target is None:
-        from .warmup import default_target
+        from schedulers.device import default_target
 
         target = default_target()
     profile = resolve_target(target)

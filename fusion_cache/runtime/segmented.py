@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .definition import FusionDefinition
-    from .subfusion import SubFusion
+    from fusion_cache.frontend.definition import FusionDefinition
+    from fusion_cache.ir.subfusion import SubFusion
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,9 @@ def describe_plan(fd: FusionDefinition, plan: SegmentedPlan) -> str:
 def precompile_segments(fd: FusionDefinition, plan: SegmentedPlan, values: Sequence[Any],
                         target: Any) -> list:  # fmt: skip
     """Compile every segment's kernels ahead, intermediates standing in as meta tensors."""
-    from .gpu_runtime import runtime_shapes
-    from .subfusion import stand_ins
+    from fusion_cache.ir.subfusion import stand_ins
+
+    from .executor import runtime_shapes
 
     stand = stand_ins(fd, values, runtime_shapes(fd, values))
     refs: list = []
@@ -124,12 +125,11 @@ class SegmentMaps(dict):
 
 def segment_definition(fd: FusionDefinition, inputs: Sequence[Any],
                        target: Any) -> tuple[list, SegmentMaps]:  # fmt: skip
-    from schedulers.device import resolve_target
+    from fusion_cache.frontend.validate import validate_inputs
+    from schedulers.device import default_target, resolve_target
     from schedulers.segmenter import segment, whole_fusion_refusal
 
-    from .gpu_runtime import executor_for, runtime_shapes
-    from .validate import validate_inputs
-    from .warmup import default_target
+    from .executor import executor_for, runtime_shapes
 
     values = validate_inputs(fd, inputs)
     ex = executor_for(fd)

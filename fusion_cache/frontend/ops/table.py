@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .dtypes import (
+from ..dtypes import (
     DataType,
     float_result,
     is_complex,

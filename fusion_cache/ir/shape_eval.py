@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .opdefs import OPS, scalar_result
-from .ops import promoted_dtype
-from .records import Record, Ref
-from .values import ScalarInfo
+from fusion_cache.frontend.ops import promoted_dtype
+from fusion_cache.frontend.ops.table import OPS, scalar_result
+from fusion_cache.frontend.records import Record, Ref
+from fusion_cache.frontend.values import ScalarInfo
+
 from .view import infer_new_shape
 
 

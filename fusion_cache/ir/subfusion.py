@@ -20,10 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .definition import _CLOSED, FusionDefinition
-from .records import Record, Ref
-from .replay import replay_records
-from .values import TensorInfo
+from fusion_cache.frontend.definition import _CLOSED, FusionDefinition
+from fusion_cache.frontend.records import Record, Ref
+from fusion_cache.frontend.replay import replay_records
+from fusion_cache.frontend.values import TensorInfo
 
 
 class ScratchDefinition(FusionDefinition):
@@ -57,7 +57,7 @@ def stand_ins(fd: FusionDefinition, values: Sequence[Any], env: dict) -> dict[in
     an op computes a meta tensor of its run-time shape (fresh outputs are contiguous)."""
     import torch
 
-    from .dtypes import to_torch
+    from fusion_cache.frontend.dtypes import to_torch
 
     out = dict(zip((ref.index for ref in fd.input_refs()), values))
     made = {o.index for r in fd._records if r.kind == "op" for o in r.outputs}

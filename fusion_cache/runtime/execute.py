@@ -6,13 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .gpu_runtime import try_cached_launch
+from fusion_cache.frontend.trie import FusionCache
+from fusion_cache.frontend.validate import validate_inputs
+
+from .executor import try_cached_launch
 from .reference import run_reference
-from .trie import FusionCache
-from .validate import validate_inputs
 
 if TYPE_CHECKING:
-    from .definition import FusionDefinition
+    from fusion_cache.frontend.definition import FusionDefinition
 
 
 def _on_gpu(values: Sequence[Any]) -> bool:
@@ -28,7 +29,7 @@ def run_fusion(fd: FusionDefinition, inputs: Sequence[Any], device: Any = None) 
             return outs
     values = validate_inputs(fd, inputs)
     if _on_gpu(values):
-        from .gpu_runtime import run_on_gpu
+        from .executor import run_on_gpu
 
         return run_on_gpu(fd, values)
     FusionCache.get()._count("reference_runs")

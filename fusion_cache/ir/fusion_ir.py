@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .dtypes import DataType
-from .printer import format_value
-from .records import Ref
-from .values import ScalarInfo, TensorInfo, VectorInfo
+from fusion_cache.frontend.dtypes import DataType
+from fusion_cache.frontend.printer import format_value
+from fusion_cache.frontend.records import Ref
+from fusion_cache.frontend.values import ScalarInfo, TensorInfo, VectorInfo
 
 if TYPE_CHECKING:
-    from .definition import FusionDefinition
+    from fusion_cache.frontend.definition import FusionDefinition
 
 CUDA_NAMES = {
     DataType.Double: "double", DataType.Float: "float", DataType.Half: "__half",
@@ -233,7 +233,7 @@ def _build_op(b: _Builder, r, infos) -> None:
         dom = [b.copy_dom(d) for i, d in enumerate(logical) if i not in drop]
         b.exprs.append(Expr(name, ins, [b.tv(tensor_outs[0].index, dom)], attrs))
         return
-    from .opdefs import OPS
+    from fusion_cache.frontend.ops.table import OPS
 
     if name in OPS or name == "cast":
         rank = infos[tensor_outs[0].index].ndim

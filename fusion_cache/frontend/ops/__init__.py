@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import shapes
-from .dtypes import DataType, check_dtype, is_complex, is_float, is_integral, promote
-from .opdefs import OPS
-from .records import Record, Ref
-from .values import ScalarInfo, Tensor, TensorInfo, Vector, VectorInfo, _Handle
+from fusion_cache.frontend import shapes
+
+from ..dtypes import DataType, check_dtype, is_complex, is_float, is_integral, promote
+from ..records import Record, Ref
+from ..values import ScalarInfo, Tensor, TensorInfo, Vector, VectorInfo, _Handle
+from .table import OPS
 
 if TYPE_CHECKING:
-    from .definition import FusionDefinition
+    from ..definition import FusionDefinition
 
 _NUMBER = (bool, int, float, complex)
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .dtypes import DataType
-from .records import Record
+from fusion_cache.frontend.dtypes import DataType
+from fusion_cache.frontend.records import Record
 
 if TYPE_CHECKING:
-    from .definition import FusionDefinition
+    from fusion_cache.frontend.definition import FusionDefinition
 
 COMPOSITES = {"batch_norm"}
 
@@ -29,7 +29,8 @@ def expand_composites(fd: FusionDefinition) -> FusionDefinition:
     ops expanded; `fd` itself when there is nothing to expand."""
     if not has_composites(fd):
         return fd
-    from .replay import replay_records
+    from fusion_cache.frontend.replay import replay_records
+
     from .subfusion import ScratchDefinition
 
     late_outputs: list = []  # in-place statistics updates, added after the user's outputs

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fusion_cache.frontend.ops.table import BINARY_OPERATORS, REFLECTED_OPERATORS
+
 from .dtypes import DataType
-from .opdefs import BINARY_OPERATORS, REFLECTED_OPERATORS
 from .records import Ref
 
 if TYPE_CHECKING:

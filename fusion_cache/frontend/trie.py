@@ -72,7 +72,7 @@ class FusionCache:
         with cls._singleton_lock:
             cls._singleton = None
         try:
-            from .store import reset_default_store
+            from fusion_cache.store import reset_default_store
         except ImportError:  # store not built in this checkout
             return
         reset_default_store()
@@ -81,9 +81,9 @@ class FusionCache:
     def store(self) -> Any:
         if self._store is None:
             try:
-                from .store import default_store
+                from fusion_cache.store import default_store
             except ImportError:  # a checkout without the store: ids live in this process
-                from .store.memory import MemoryStore
+                from fusion_cache.store.memory import MemoryStore
 
                 self._store = MemoryStore()
             else:

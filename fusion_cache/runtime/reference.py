@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .dtypes import to_torch
-from .opdefs import OPS, scalar_result
-from .ops import promoted_dtype
-from .records import Record, Ref
-from .shape_eval import reshape_shape
-from .values import TensorInfo
+from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.ops import promoted_dtype
+from fusion_cache.frontend.ops.table import OPS, scalar_result
+from fusion_cache.frontend.records import Record, Ref
+from fusion_cache.frontend.values import TensorInfo
+from fusion_cache.ir.shape_eval import reshape_shape
 
 if TYPE_CHECKING:
-    from .definition import FusionDefinition
+    from fusion_cache.frontend.definition import FusionDefinition
 
 Env = dict[int, Any]
 

@@ -91,7 +91,7 @@ class FusionDefinition:
         records = tuple(self._records)
         self._fid = self._cache.finalize(node, records, lambda: python_definition(records, None))
         self._state = _CLOSED
-        from .debug import dump_enabled
+        from .options import dump_enabled
 
         if dump_enabled("python_definition"):
             print(repr(self))
@@ -291,7 +291,7 @@ class FusionDefinition:
         print(repr(self))
 
     def fusion_ir(self) -> str:
-        from .fusion_ir import build_fusion, format_fusion
+        from fusion_cache.ir.fusion_ir import build_fusion, format_fusion
 
         self._ensure_defined()
         return format_fusion(build_fusion(self))
@@ -318,7 +318,7 @@ class FusionDefinition:
         """Compile the kernels `inputs` need (meta/CPU tensors may stand in for CUDA ones)
         for `target` (a profile name such as 'h100', or None for the current GPU)."""
         self._ensure_defined()
-        from .gpu_runtime import precompile
+        from fusion_cache.runtime.executor import precompile
 
         return precompile(self, inputs, target)
 
@@ -328,13 +328,13 @@ class FusionDefinition:
         index -> this definition's). `target` names a GPU profile, as for precompile;
         without one it is the current GPU, or the h100 profile on a machine with none."""
         self._ensure_defined()
-        from .segmented import segment_definition
+        from fusion_cache.runtime.segmented import segment_definition
 
         self.segments, self.segment_index_space_maps = segment_definition(self, inputs, target)
         return self.segments
 
     def _executor(self):
-        from .gpu_runtime import executor_for
+        from fusion_cache.runtime.executor import executor_for
 
         self._ensure_defined()
         return executor_for(self)
@@ -363,7 +363,7 @@ class FusionDefinition:
         for r in ex.refusals:
             lines.append(f"refused by {r}")
         if hasattr(ex.last_plan, "segments"):
-            from .segmented import describe_plan
+            from fusion_cache.runtime.segmented import describe_plan
 
             lines.append(describe_plan(self, ex.last_plan))
         elif ex.last_plan is not None:
@@ -376,7 +376,7 @@ class FusionDefinition:
 
 def _runtime():
     """The execution module, imported on first use (it pulls in the schedulers and codegen)."""
-    from . import runtime
+    from fusion_cache.runtime import execute as runtime
 
     return runtime
 
