@@ -1,5 +1,6 @@
 """`fusion-cache warmup SCRIPT.py [--target h100]`: run a script of definitions and
-`precompile` calls so a store is filled ahead of time, on a machine with or without a GPU."""
+`precompile` calls so a store is filled ahead of time, on a machine with or without a GPU.
+The script, the target and the store are checked before anything runs."""
 from __future__ import annotations
 
 import argparse
@@ -7,68 +8,107 @@ import os
 import runpy
 import sys
 import time
+from pathlib import Path
 
-from schedulers.device import TARGET_ENV
+from .common import (
+    OK,
+    PROBLEMS,
+    USAGE,
+    CliError,
+    add_persist_options,
+    open_store,
+    persisting,
+    say,
+)
+from .output import Status
 
 
-class _Progress:
-    """One status line on stderr, redrawn after each precompile call."""
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    about = "run a script of definitions and precompile calls, filling the store"
+    p = sub.add_parser("warmup", parents=[common], help=about, description=about)
+    p.add_argument("script", help="a Python script that defines fusions and calls fd.precompile")
+    p.add_argument("--target", default=None,
+                   help="GPU to compile for (h100, h200, a100, ...; default: this machine's GPU, "
+                        "or FUSION_CACHE_TARGET)")  # fmt: skip
+    add_persist_options(p)
+    p.set_defaults(func=cmd_warmup)
 
-    def __init__(self) -> None:
-        self.calls = 0
-        self.kernels = 0
-        self.start = time.perf_counter()
 
-    def update(self, refs: list) -> None:
-        from fusion_cache.frontend.trie import FusionCache
+@persisting
+def cmd_warmup(args: argparse.Namespace) -> int:
+    if not Path(args.script).is_file():
+        raise CliError(f"no such script: {args.script}", USAGE)
+    target = check_target(args.target)
+    open_store(args, persist=True)
+    return run_warmup(args.script, target)
 
-        self.calls += 1
-        self.kernels += len(refs)
-        stats = FusionCache.get().stats()
-        line = (f"\rwarmup: {self.calls} precompile calls, {self.kernels} kernels "
-                f"({stats['kernels_compiled']} compiled, {stats['kernels_loaded']} from the store) "
-                f"{time.perf_counter() - self.start:.1f}s")  # fmt: skip
-        sys.stderr.write(line)
-        sys.stderr.flush()
+
+def check_target(target: str | None) -> str | None:
+    """The profile name to compile for, or None for this machine's GPU; a CliError naming
+    the known profiles for an unknown name, or when there is neither a name nor a GPU."""
+    from schedulers.device import KNOWN_PROFILES, TARGET_ENV, current_profile, profile_by_name
+
+    known = ", ".join(sorted(KNOWN_PROFILES))
+    named = target or os.environ.get(TARGET_ENV)
+    if named:
+        try:
+            profile_by_name(named)
+        except ValueError:
+            where = "--target" if target else TARGET_ENV
+            raise CliError(f"{where}: unknown GPU {named!r}; known: {known}", USAGE) from None
+        return named
+    try:
+        current_profile()
+    except Exception as err:  # no driver, no device: the same answer (--debug: which)
+        raise CliError(f"no GPU on this machine: name the GPU to compile for with --target "
+                       f"({known})", USAGE) from err  # fmt: skip
+    return None
 
 
 def run_warmup(script: str, target: str | None) -> int:
     from fusion_cache.frontend.trie import FusionCache
-    from fusion_cache.runtime import executor as gpu_runtime
+    from fusion_cache.runtime import executor
+    from schedulers.device import TARGET_ENV
 
-    if target:
-        from schedulers.device import profile_by_name
-
-        profile_by_name(target)  # fail early, listing the known names
-        os.environ[TARGET_ENV] = target
-    progress = _Progress()
-    original = gpu_runtime.precompile
+    cache = FusionCache.get()
+    calls = kernels = 0
+    start = time.perf_counter()
+    original = executor.precompile
 
     def counted(fd, inputs, target=None):
+        nonlocal calls, kernels
         refs = original(fd, inputs, target)
-        progress.update(refs)
+        calls += 1
+        kernels += len(refs)
+        stats = cache.stats()
+        status.update(f"warmup: {calls} precompile calls, {kernels} kernels "
+                      f"({stats['kernels_compiled']} compiled, {stats['kernels_loaded']} from the store) "
+                      f"{time.perf_counter() - start:.1f}s")  # fmt: skip
         return refs
 
-    gpu_runtime.precompile = counted
+    saved_env, saved_argv = os.environ.get(TARGET_ENV), sys.argv
+    if target:
+        os.environ[TARGET_ENV] = target
+    sys.argv = [script]
+    executor.precompile = counted
     try:
-        runpy.run_path(script, run_name="__main__")
+        with Status() as status:
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as done:
+        if done.code not in (None, 0):
+            raise CliError(f"{script} exited with {done.code}", PROBLEMS) from None
+    except Exception as err:
+        raise CliError(f"{script} failed: {type(err).__name__}: {err} (--debug shows where)",
+                       PROBLEMS) from err  # fmt: skip
     finally:
-        gpu_runtime.precompile = original
-        sys.stderr.write("\n")
-    stats = FusionCache.get().stats()
-    store = FusionCache.get().store
-    print(f"warmup done: {progress.calls} precompile calls, {stats['num_fusions']} fusions, "
-          f"{stats['kernels_compiled']} kernels compiled, {stats['kernels_loaded']} already stored; "
-          f"store {store.url}")  # fmt: skip
-    return 0
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    return run_warmup(args.script, args.target)
-
-
-def register_warmup(sub) -> None:
-    p = sub.add_parser("warmup", help="run a script of definitions and precompile calls")
-    p.add_argument("script", help="a Python script that defines fusions and calls fd.precompile")
-    p.add_argument("--target", default=None, help="GPU to compile for (h100, h200, a100, ...)")
-    p.set_defaults(func=_cmd)
+        executor.precompile = original
+        sys.argv = saved_argv
+        if saved_env is None:
+            os.environ.pop(TARGET_ENV, None)
+        else:
+            os.environ[TARGET_ENV] = saved_env
+    stats = cache.stats()
+    say(f"warmup done: {calls} precompile calls, {stats['num_fusions']} fusions, "
+        f"{stats['kernels_compiled']} kernels compiled, {stats['kernels_loaded']} already stored; "
+        f"store {cache.store.url}")  # fmt: skip
+    return OK
