@@ -131,7 +131,7 @@ def segment_definition(fd: FusionDefinition, inputs: Sequence[Any],
 
     from .executor import executor_for, runtime_shapes
 
-    values = validate_inputs(fd, inputs)
+    values = validate_inputs(fd, inputs, "segment")
     ex = executor_for(fd)
     fd = ex.fd  # composite ops expanded: the definition the schedulers see
     target = default_target() if target is None else target
