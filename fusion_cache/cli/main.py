@@ -14,7 +14,12 @@ from .common import PROBLEMS, USAGE, CliError, shown_warnings
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with a usage error raised as one CliError line instead of usage + exit."""
+    """argparse, with a usage error raised as one CliError line instead of usage + exit, and
+    no abbreviated options (a script's --max-age would break when a --max-age-x came)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise CliError(f"{message} (see `{self.prog} --help`)", USAGE, prog=self.prog)
