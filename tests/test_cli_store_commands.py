@@ -8,6 +8,7 @@ import json
 import sqlite3
 
 import pytest
+from test_store_postgres import pg_url  # noqa: F401  (the fixture)
 
 from fusion_cache.cli import main
 from fusion_cache.cli.output import Status, print_table
@@ -256,3 +257,22 @@ def test_parse_size(text, size):
 def test_parse_size_rejects_nonsense(text):
     with pytest.raises(argparse.ArgumentTypeError):
         parse_size(text)
+
+
+@pytest.mark.postgres
+def test_store_commands_on_postgres(capsys, monkeypatch, tmp_path, request):
+    """The same counts through PostgreSQL: import twice, links after a prune, ls."""
+    url = request.getfixturevalue("pg_url")  # skips without a server
+    fill()
+    assert run(capsys, "export", str(tmp_path / "b.zip"))[0] == 0
+    reset_default_store()
+    monkeypatch.setenv("FUSION_CACHE_DB_URL", url)
+    code, out, err = run(capsys, "import", str(tmp_path / "b.zip"))
+    assert code == 0 and "imported 3 new entries" in out, err
+    code, out, _ = run(capsys, "import", str(tmp_path / "b.zip"))
+    assert code == 0 and "imported 0 new entries" in out and "3 were already" in out
+    code, out, _ = run(capsys, "ls")
+    assert code == 0 and out.splitlines()[1].split()[:5] == ["0", "-", "0", "0", "1"]
+    assert run(capsys, "prune", "--max-size", "0")[0] == 0
+    stats = json.loads(run(capsys, "stats", "--json")[1])
+    assert stats["kernels"] == 0 and stats["links"] == 0
