@@ -154,7 +154,7 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
         acc_type,
         render_column_finish,
     )
-    from fusion_cache.runtime.executor import runtime_shapes
+    from fusion_cache.ir.shape_eval import runtime_shapes
 
     row_values = [values[p] for p in program.input_positions]
     row_env = runtime_shapes(program.rows_fd, row_values)

@@ -82,7 +82,7 @@ class _Segmenter:
         return self.tried[key]
 
     def _try(self, sub: SubFusion) -> str | None:
-        from fusion_cache.runtime.executor import runtime_shapes
+        from fusion_cache.ir.shape_eval import runtime_shapes
 
         values = [self.stand_in[v] for v in sub.inputs]
         try:  # a group whose stand-ins a size check rejects is no group to run

@@ -1,8 +1,9 @@
 """The README as a newcomer uses it: every ```python block runs as written, on its own (as a
 reader pastes it), in a fresh process with a fresh FUSION_CACHE_DIR; every `fusion-cache ...`
-command in a ```bash block names a real subcommand with flags the CLI accepts (parsed by the
-CLI's own parser; nothing runs). In a command, an UPPERCASE word is a placeholder and
-[--flag] an optional part, both accepted as such."""
+command, in a ```bash block or an inline `code` span, names a real subcommand with flags the
+CLI accepts (parsed by the CLI's own parser; nothing runs). In a command, an UPPERCASE word
+(SCRIPT.py too) is a placeholder, [--flag] an optional part and a|b a choice (the first is
+parsed)."""
 from __future__ import annotations
 
 import os
@@ -20,6 +21,7 @@ from fusion_cache.cli.main import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCK = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+SPAN = re.compile(r"(?<!`)`([^`\n]*fusion-cache [^`\n]*)`(?!`)")
 
 
 def blocks(language: str) -> list[tuple[int, str]]:
@@ -30,30 +32,39 @@ def blocks(language: str) -> list[tuple[int, str]]:
 
 
 def cli_commands(block: str) -> list[list[str]]:
-    """The argument lists of every `fusion-cache` (or `.venv/bin/fusion-cache`) call."""
+    """The argument lists of every `fusion-cache` (or `.venv/bin/fusion-cache`) call in shell
+    text: pipelines and chains split, comments dropped."""
     found = []
     for line in block.splitlines():
         line = line.split(" #", 1)[0].strip()
         if line.startswith("#"):
             continue
-        for part in re.split(r"&&|\|\||;|\|", line):
+        for part in re.split(r"&&|\|\||;|\s\|\s", line):
             words = shlex.split(part)
             if words and words[0].endswith("fusion-cache"):
                 found.append(words[1:])
     return found
 
 
+def inline_commands(text: str) -> list[tuple[int, list[str]]]:
+    """(line, arguments) of each inline `fusion-cache ...` code span."""
+    return [(text[:m.start()].count("\n") + 1, shlex.split(m.group(1))[1:])
+            for m in SPAN.finditer(text) if m.group(1).startswith("fusion-cache ")]  # fmt: skip
+
+
 def as_parsed(words: list[str]) -> list[str]:
-    """Placeholders become a value every argument type takes; [--opt] becomes --opt."""
+    """Placeholders become a value every argument type takes; [--opt] becomes --opt; a
+    choice a|b becomes a."""
     out = []
     for w in words:
-        w = w.strip("[]")
-        out.append("0" if re.fullmatch(r"[A-Z][A-Z_]*", w) else w)
+        w = w.strip("[]").split("|")[0]
+        out.append("0" if re.fullmatch(r"[A-Z][A-Z_]*(\.\w+)?", w) else w)
     return out
 
 
 PYTHON_BLOCKS = blocks("python")
 CLI_LINES = [(line, words) for line, block in blocks("bash") for words in cli_commands(block)]
+CLI_LINES += inline_commands(README.read_text())
 
 
 def test_the_readme_has_snippets_and_commands():
@@ -89,6 +100,10 @@ def test_the_checks_catch_what_they_should():
     """The extraction sees pipelines and chained commands; the parser refuses bad flags."""
     assert cli_commands("fusion-cache ls | show FID ; .venv/bin/fusion-cache demo  # try it") == [
         ["ls"], ["demo"]]
+    assert inline_commands("- `fusion-cache show FID [--ir]`: one; `fusion-cache-x` no") == [
+        (1, ["show", "FID", "[--ir]"])]
+    assert as_parsed(["demo", "[--device", "cpu|cuda]", "SCRIPT.py"]) == [
+        "demo", "--device", "cpu", "0"]
     for bad in (["nosuch"], ["prune", "--max-age", "3"], ["prune", "--max-age-days", "-1"]):
         with pytest.raises(CliError):
             build_parser().parse_args(as_parsed(bad))

@@ -67,30 +67,27 @@ def check_target(target: str | None) -> str | None:
 
 def run_warmup(script: str, target: str | None) -> int:
     from fusion_cache.frontend.trie import FusionCache
-    from fusion_cache.runtime import executor
+    from fusion_cache.runtime.precompile import LISTENERS
     from schedulers.device import TARGET_ENV
 
     cache = FusionCache.get()
     calls = kernels = 0
     start = time.perf_counter()
-    original = executor.precompile
 
-    def counted(fd, inputs, target=None):
+    def counted(refs: list) -> None:
         nonlocal calls, kernels
-        refs = original(fd, inputs, target)
         calls += 1
         kernels += len(refs)
         stats = cache.stats()
         status.update(f"warmup: {calls} precompile calls, {kernels} kernels "
                       f"({stats['kernels_compiled']} compiled, {stats['kernels_loaded']} from the store) "
                       f"{time.perf_counter() - start:.1f}s")  # fmt: skip
-        return refs
 
     saved_env, saved_argv = os.environ.get(TARGET_ENV), sys.argv
     if target:
         os.environ[TARGET_ENV] = target
     sys.argv = [script]
-    executor.precompile = counted
+    LISTENERS.append(counted)
     try:
         with Status() as status:
             runpy.run_path(script, run_name="__main__")
@@ -101,7 +98,7 @@ def run_warmup(script: str, target: str | None) -> int:
         raise CliError(f"{script} failed: {type(err).__name__}: {err} (--debug shows where)",
                        PROBLEMS) from err  # fmt: skip
     finally:
-        executor.precompile = original
+        LISTENERS.remove(counted)
         sys.argv = saved_argv
         if saved_env is None:
             os.environ.pop(TARGET_ENV, None)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from .dtypes import DataType, check_dtype, from_torch, is_complex, is_float, scalar_dtype_of
+from .engine import engine
 from .layout import is_default_stride_order
 from .ops import Operators
 from .printer import python_definition
@@ -291,10 +292,8 @@ class FusionDefinition:
         print(repr(self))
 
     def fusion_ir(self) -> str:
-        from fusion_cache.ir.fusion_ir import build_fusion, format_fusion
-
         self._ensure_defined()
-        return format_fusion(build_fusion(self))
+        return engine().fusion_ir(self)
 
     def print_ir(self) -> None:
         print(self.fusion_ir())
@@ -309,8 +308,7 @@ class FusionDefinition:
         """Run the fusion on `inputs` (tensors and Python scalars, in definition order)."""
         if self._state != _CLOSED:
             self._ensure_defined()
-        return _runtime().run_fusion(self, inputs, device=device)
-
+        return engine().execute(self, inputs, device)
 
     # ---- ahead of time and debugging -------------------------------------------------------
 
@@ -318,9 +316,7 @@ class FusionDefinition:
         """Compile the kernels `inputs` need (meta/CPU tensors may stand in for CUDA ones)
         for `target` (a profile name such as 'h100', or None for the current GPU)."""
         self._ensure_defined()
-        from fusion_cache.runtime.executor import precompile
-
-        return precompile(self, inputs, target)
+        return engine().precompile(self, inputs, target)
 
     def segment(self, inputs: Sequence[Any], target: Any = None) -> list[FusionDefinition]:
         """The segments' definitions for these inputs (empty when one kernel holds the
@@ -328,25 +324,12 @@ class FusionDefinition:
         index -> this definition's). `target` names a GPU profile, as for precompile;
         without one it is the current GPU, or the h100 profile on a machine with none."""
         self._ensure_defined()
-        from fusion_cache.runtime.segmented import segment_definition
-
-        self.segments, self.segment_index_space_maps = segment_definition(self, inputs, target)
+        self.segments, self.segment_index_space_maps = engine().segment(self, inputs, target)
         return self.segments
 
-    def _executor(self):
-        from fusion_cache.runtime.executor import executor_for
-
-        self._ensure_defined()
-        return executor_for(self)
-
     def last_cuda_code(self, intrinsic_code: bool = False, **kwargs: Any) -> str:
-        plan = self._executor().last_plan
-        if hasattr(plan, "segments"):  # one kernel (or more) per segment
-            return "\n".join(s.definition.last_cuda_code() for s in plan.segments
-                             if s.scheduler is not None)  # fmt: skip
-        if plan is None or not plan.refs:
-            raise FusionDefinitionError("no kernel has run for this fusion yet")
-        return "\n".join(ref.source for ref in plan.refs)
+        self._ensure_defined()
+        return engine().last_cuda_code(self)
 
     def cuda_code_for(self, inputs: Sequence[Any], intrinsic_code: bool = False,
                       override_user_schedule: bool = False, target: Any = "h100") -> str:  # fmt: skip
@@ -356,29 +339,8 @@ class FusionDefinition:
         return refs[0].source
 
     def last_scheduled_fusion_ir(self, tensor_transforms: bool = False, **kwargs: Any) -> str:
-        ex = self._executor()
-        lines = [self.fusion_ir()]
-        if ex.program is not None:
-            lines.append(f"scheduler: {ex.scheduler}; {ex.program.describe()}")
-        for r in ex.refusals:
-            lines.append(f"refused by {r}")
-        if hasattr(ex.last_plan, "segments"):
-            from fusion_cache.runtime.segmented import describe_plan
-
-            lines.append(describe_plan(self, ex.last_plan))
-        elif ex.last_plan is not None:
-            spec = ex.last_plan.spec
-            lines.append(f"plan: {spec.description}")
-            for k in spec.kernels:
-                lines.append(f"kernel {k.name}: grid {k.grid} block {k.block} smem {k.shared_mem}")
-        return "\n".join(lines)
-
-
-def _runtime():
-    """The execution module, imported on first use (it pulls in the schedulers and codegen)."""
-    from fusion_cache.runtime import execute as runtime
-
-    return runtime
+        self._ensure_defined()
+        return engine().last_scheduled_fusion_ir(self)
 
 
 def _is_input_record(r: Record) -> bool:

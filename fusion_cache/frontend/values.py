@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fusion_cache.frontend.ops.table import BINARY_OPERATORS, REFLECTED_OPERATORS
-
 from .dtypes import DataType
 from .records import Ref
 
@@ -91,6 +89,22 @@ class _Handle:
             f"{self.ref} is a symbolic value of a fusion definition; it has no truth value "
             "until the fusion executes"
         )
+
+
+# Python operator -> op name, for Tensor and Scalar handles
+BINARY_OPERATORS = {
+    "__add__": "add", "__sub__": "sub", "__mul__": "mul", "__truediv__": "truediv",
+    "__mod__": "remainder", "__pow__": "pow", "__and__": "bitwise_and",
+    "__or__": "bitwise_or", "__xor__": "bitwise_xor", "__lshift__": "bitwise_left_shift",
+    "__rshift__": "bitwise_right_shift", "__eq__": "eq", "__ne__": "ne", "__lt__": "lt",
+    "__le__": "le", "__gt__": "gt", "__ge__": "ge",
+}  # fmt: skip
+REFLECTED_OPERATORS = {
+    "__radd__": "add", "__rsub__": "sub", "__rmul__": "mul", "__rtruediv__": "truediv",
+    "__rmod__": "remainder", "__rpow__": "pow", "__rand__": "bitwise_and",
+    "__ror__": "bitwise_or", "__rxor__": "bitwise_xor",
+}  # fmt: skip
+
 
 
 def _binary(op: str):

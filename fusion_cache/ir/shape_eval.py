@@ -7,14 +7,18 @@ first use), so the ops the kernel schedulers accept are shaped here in plain Pyt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fusion_cache.frontend.ops import promoted_dtype
-from fusion_cache.frontend.ops.table import OPS, scalar_result
+import torch
+
+from fusion_cache.frontend.ops.table import OPS, promoted_dtype, scalar_result
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import ScalarInfo
 
-from .view import infer_new_shape
+from .view import reshape_shape
+
+if TYPE_CHECKING:
+    from fusion_cache.frontend.definition import FusionDefinition
 
 
 class ShapeUnknown(Exception):
@@ -121,18 +125,8 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
     if name == "full":
         return tuple(sizes(r.kw("shape")))
     if name == "reshape":
-        return reshape_shape(r, out_info.ndim, x, sizes(r.kw("new_shape")))
+        return reshape_shape(f"reshape ({r.outputs[0]})", out_info.ndim, x, sizes(r.kw("new_shape")))
     raise ShapeUnknown(name)
-
-
-def reshape_shape(r: Record, rank: int, old: Sequence[int], new: Sequence[int]) -> tuple[int, ...]:
-    """A reshape's run-time shape (a -1 resolved); errors name the reshape and both shapes."""
-    where = f"reshape ({r.outputs[0]})"
-    if len(new) != rank:
-        # only a vector input can change length; the definition fixed the result's rank
-        raise ValueError(f"{where}: cannot reshape {list(old)} to {list(new)}: the size "
-                         f"vector has {len(new)} entries, the result's rank is {rank}")  # fmt: skip
-    return infer_new_shape(old, new, where)
 
 
 _REDUCTIONS = {"sum", "prod", "max", "min", "var", "var_mean", "welford"}
@@ -147,3 +141,20 @@ def _reduced_shape(r: Record, x: tuple[int, ...]) -> Any:
     else:
         shape = tuple(e for d, e in enumerate(x) if d not in axes)
     return shape
+
+
+def _meta(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    return v
+
+
+def runtime_shapes(fd: FusionDefinition, values: Sequence[Any]) -> dict:
+    """Every state's run-time shape (or value) for these inputs."""
+    try:
+        return evaluate_shapes(fd._records, fd._infos, fd.input_refs(), values)
+    except ShapeUnknown:  # an op the shape evaluator lacks: torch's meta kernels shape it
+        from .interpret import evaluate
+
+        env = evaluate(fd._records, fd._infos, fd.input_refs(), [_meta(v) for v in values])
+        return {k: tuple(v.shape) if isinstance(v, torch.Tensor) else v for k, v in env.items()}

@@ -320,3 +320,13 @@ def _dims(dims: tuple[int, ...]) -> str:
 __all__ = ["Broadcast", "Group", "Keep", "Merge", "MergeSplit", "Split", "Squeeze", "Step",
            "ViewAnalysis", "analyze_view", "apply_view_strides", "group_dims",
            "infer_new_shape"]  # fmt: skip
+
+
+def reshape_shape(where: str, rank: int, old: Sequence[int], new: Sequence[int]) -> tuple[int, ...]:
+    """A reshape's run-time shape (a -1 resolved); errors name the reshape (`where`) and
+    both shapes."""
+    if len(new) != rank:
+        # only a vector input can change length; the definition fixed the result's rank
+        raise ValueError(f"{where}: cannot reshape {list(old)} to {list(new)}: the size "
+                         f"vector has {len(new)} entries, the result's rank is {rank}")  # fmt: skip
+    return infer_new_shape(old, new, where)

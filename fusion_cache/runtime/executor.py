@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,12 +21,13 @@ import torch
 from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.options import dump_options, fallback_disabled
 from fusion_cache.frontend.trie import FusionCache
-from fusion_cache.ir.shape_eval import ShapeUnknown, evaluate_shapes
-from schedulers.base import ArgRef, LaunchSpec, SchedulerRefused
+from fusion_cache.ir.shape_eval import runtime_shapes
+from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
-from .kernel_cache import KernelRef, cubin_for, load_function
-from .reference import evaluate, run_reference
+from .kernel_cache import cubin_for, load_function
+from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
+from .reference import run_reference
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -39,84 +40,6 @@ class FusionUnsupportedError(RuntimeError):
 class FallbackDisabledError(FusionUnsupportedError):
     """Raised where a fusion would have fallen back, naming it; the runs around it (its own
     first run, a segmented fusion holding it) pass it on unchanged."""
-
-
-@dataclass(frozen=True)
-class ReferencePlan:
-    """Inputs of this signature run on the reference evaluator, for `reason`."""
-
-    reason: str
-
-
-@dataclass
-class LaunchPlan:
-    spec: LaunchSpec
-    kernels: list  # LoadedKernel per launch (None when planned ahead without a GPU)
-    refs: list[KernelRef]
-    slots: list[list[tuple[int, ArgRef]]]  # per launch: (arg slot, what fills it)
-    device: Any = None  # the torch.device outputs go to
-    fresh: tuple = ()  # (shape, torch dtype) of each output to allocate, in order
-    host_inputs: tuple = ()  # Note [CPU scalar tensors]: inputs copied to `device` per call
-    # Note [Finish in the row kernel]: a cooperative kernel's barrier counters, per stream
-    barriers: dict = field(default_factory=dict)
-    captured: list = field(default_factory=list)  # those of CUDA graphs, kept for replays
-    # fresh outputs and plain launches only: the cache hit's lean path runs it (launch)
-    lean: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        spec = self.spec
-        self.lean = not spec.workspaces and all(o.alias_input is None for o in spec.outputs) and not any(
-            k.cooperative or k.dependent for k in spec.kernels)  # fmt: skip
-
-    def barrier(self) -> torch.Tensor:
-        """The zeroed counters of a grid barrier for the current stream: launches on one
-        stream run one after another and each leaves them zeroed; streams get their own.
-        A launch captured into a CUDA graph gets counters of its own, which live as long
-        as the plan: its replays may run beside launches on any stream."""
-        if torch.cuda.is_current_stream_capturing():
-            self.captured.append(torch.zeros(2, dtype=torch.int32, device=self.device))
-            return self.captured[-1]
-        from codegen.launch import current_raw_stream
-
-        stream = current_raw_stream(self.device.index)
-        counters = self.barriers.get(stream)
-        if counters is None:
-            counters = self.barriers[stream] = torch.zeros(2, dtype=torch.int32, device=self.device)
-        return counters
-
-
-def _alignment(ptr: int) -> int:
-    return 16 if ptr % 16 == 0 else (ptr & -ptr if ptr else 16)
-
-
-def input_key(values: Sequence[Any]) -> tuple:
-    key = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            ptr = v.data_ptr()
-            align = 16 if ptr & 15 == 0 else _alignment(ptr)
-            key.append((v.dtype, v.shape, v.stride(), align, v.get_device()))
-        elif type(v) is int:
-            key.append(v)  # ints may size tensors
-        elif isinstance(v, (list, tuple)):
-            key.append(tuple(v))  # a vector input: its values may size tensors too
-        else:
-            key.append(type(v))
-    return tuple(key)
-
-
-def _meta(v: Any) -> Any:
-    if isinstance(v, torch.Tensor):
-        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-    return v
-
-
-def runtime_shapes(fd: FusionDefinition, values: Sequence[Any]) -> dict:
-    try:
-        return evaluate_shapes(fd._records, fd._infos, fd.input_refs(), values)
-    except ShapeUnknown:  # an op the shape evaluator lacks: torch's meta kernels shape it
-        env = evaluate(fd._records, fd._infos, fd.input_refs(), [_meta(v) for v in values])
-        return {k: tuple(v.shape) if isinstance(v, torch.Tensor) else v for k, v in env.items()}
 
 
 class FusionExecutor:
@@ -141,7 +64,7 @@ class FusionExecutor:
     def make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
         """A LaunchPlan when one scheduler takes the fusion for these inputs, else a
         SegmentedPlan (Note [Greedy segmentation])."""
-        host = _host_inputs(values) if load else ()
+        host = host_inputs_of(values) if load else ()
         env = runtime_shapes(self.fd, values)
         if self.program is None:
             return self.segmented(values, env, profile, "; ".join(str(r) for r in self.refusals))
@@ -245,7 +168,7 @@ class FusionExecutor:
         device = plan.device
         outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in plan.fresh]
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
-            args = _fill_args(launch.args, slots, values, outs, ())
+            args = fill_args(launch.args, slots, values, outs, ())
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem)
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
         return outs
@@ -277,7 +200,7 @@ class FusionExecutor:
             torch.cuda.synchronize()
             start = time.perf_counter()
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
-            args = _fill_args(launch.args, slots, values, outs, work)
+            args = fill_args(launch.args, slots, values, outs, work)
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem,
                           cooperative=launch.cooperative, dependent=launch.dependent)  # fmt: skip
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
@@ -288,23 +211,6 @@ class FusionExecutor:
             moved += sum(o.numel() * o.element_size() for o in outs)
             print(f"fusion {self.fid}: {moved / secs / 1e9:.1f} GB/s ({secs * 1e6:.1f} us)")
         return [o for o, s in zip(outs, spec.outputs) if s.alias_input is None]
-
-
-def _fill_args(template: tuple, slots: list, values: Sequence[Any], outs: list,
-               work: Sequence[torch.Tensor]) -> list:  # fmt: skip
-    """A launch's arguments: the plan's template with this run's pointers and scalars."""
-    args = list(template)
-    for slot, ref in slots:
-        kind = ref.kind
-        if kind == "input":
-            args[slot] = values[ref.index].data_ptr()
-        elif kind == "output":
-            args[slot] = outs[ref.index].data_ptr()
-        elif kind == "workspace":
-            args[slot] = work[ref.index].data_ptr()
-        else:
-            args[slot] = values[ref.index]
-    return args
 
 
 def executor_for(fd: FusionDefinition) -> FusionExecutor:
@@ -360,21 +266,6 @@ def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
         return _fallback(fd, ex, values, f"kernel failed: {type(err).__name__}: {err}")
 
 
-def _host_inputs(values: Sequence[Any]) -> tuple[int, ...]:
-    """Note [CPU scalar tensors]: a 0-dim CPU tensor (define_tensor(is_cpu=True)) may come with
-    CUDA inputs, as in nvFuser; a kernel cannot read host memory, so each call copies it to
-    the GPU first (a few bytes, stream-ordered). Any other CPU tensor beside CUDA ones is an
-    error that names it."""
-    host = []
-    for i, v in enumerate(values):
-        if isinstance(v, torch.Tensor) and not v.is_cuda:
-            if v.dim() != 0:
-                raise ValueError(f"input {i} is a {v.dim()}-dim tensor on {v.device} while other inputs "
-                                 "are on the GPU; only 0-dim CPU tensors (scalars) may stay on the CPU")  # fmt: skip
-            host.append(i)
-    return tuple(host)
-
-
 def _all_resident(kernel: Any, launch: Any) -> bool:
     """Whether the GPU holds every block (cluster) of `launch` at once."""
     width, height = kernel.cluster_dims
@@ -391,26 +282,3 @@ def _cluster_does_not_fit(kernel: Any, launch: Any, profile: Any) -> bool:
     return kernel.max_resident(launch.block, launch.shared_mem) == 0
 
 
-def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) -> list[KernelRef]:
-    """Schedule and compile for `inputs` (meta, CPU or CUDA tensors standing for the real
-    ones) for a named target profile or the current GPU, without running anything."""
-    from fusion_cache.frontend.validate import validate_inputs
-    from schedulers.device import resolve_target
-
-    if target is None:
-        from schedulers.device import default_target
-
-        target = default_target()
-    profile = resolve_target(target)
-    values = validate_inputs(fd, inputs, "precompile")
-    ex = executor_for(fd)
-    try:
-        plan = ex.make_plan(values, profile, load=False)
-    except FusionUnsupportedError as err:
-        raise FusionUnsupportedError(f"fusion {fd._fid}: {err}") from None
-    ex.last_plan = plan
-    if isinstance(plan, LaunchPlan):
-        return plan.refs
-    from .segmented import precompile_segments
-
-    return precompile_segments(ex.fd, plan, values, target)

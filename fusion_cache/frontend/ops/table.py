@@ -6,7 +6,7 @@ drift apart on which ops exist.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +18,11 @@ from ..dtypes import (
     is_complex,
     is_float,
     is_integral,
+    promote,
     real_part,
     to_torch,
 )
+from ..values import ScalarInfo
 
 # dtype rules: a function of the promoted input dtype -> result dtype (or TypeError)
 
@@ -294,21 +296,6 @@ _add("clamp", 3, _not_complex("clamp", _same), _clamp, (0,))
 _add("threshold", 3, _not_complex("threshold", _same), _threshold, (0,))
 _add("addcmul", 4, _same, _addcmul, (0, 1, 2))
 
-# Python operator -> op name, for Tensor and Scalar handles
-BINARY_OPERATORS = {
-    "__add__": "add", "__sub__": "sub", "__mul__": "mul", "__truediv__": "truediv",
-    "__mod__": "remainder", "__pow__": "pow", "__and__": "bitwise_and",
-    "__or__": "bitwise_or", "__xor__": "bitwise_xor", "__lshift__": "bitwise_left_shift",
-    "__rshift__": "bitwise_right_shift", "__eq__": "eq", "__ne__": "ne", "__lt__": "lt",
-    "__le__": "le", "__gt__": "gt", "__ge__": "ge",
-}  # fmt: skip
-REFLECTED_OPERATORS = {
-    "__radd__": "add", "__rsub__": "sub", "__rmul__": "mul", "__rtruediv__": "truediv",
-    "__rmod__": "remainder", "__rpow__": "pow", "__rand__": "bitwise_and",
-    "__ror__": "bitwise_or", "__rxor__": "bitwise_xor",
-}  # fmt: skip
-
-
 def scalar_result(value: Any, dtype: DataType) -> Any:
     """Bring a 0-dim torch result of a scalar-only op back to a Python number."""
     if isinstance(value, torch.Tensor):
@@ -320,3 +307,13 @@ def scalar_result(value: Any, dtype: DataType) -> Any:
     if is_float(dtype):
         return float(value)
     return complex(value)
+
+
+def promoted_dtype(spec: ElementwiseOp, infos: Sequence) -> DataType:
+    """The dtype an elementwise op computes in, by torch's rules (Note [Promotion])."""
+    classes = []
+    for idx in spec.promote_args:
+        info = infos[idx]
+        cls = 0 if isinstance(info, ScalarInfo) else (2 if info.ndim else 1)
+        classes.append((cls, info.dtype))
+    return promote(tuple(classes))
