@@ -10,6 +10,9 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from fusion_cache import __version__  # the package root imports nothing heavy (PEP 562)
+
+from . import store_commands, warmup
 from .common import PROBLEMS, USAGE, CliError, shown_warnings
 
 
@@ -38,8 +41,6 @@ def _device(text: str) -> str:
 
 
 def build_parser() -> Parser:
-    from . import store_commands, warmup
-
     parser = Parser(
         prog="fusion-cache",
         description="Run nvFuser-style fusions as cached CUDA kernels; manage the kernel store.",
@@ -47,8 +48,6 @@ def build_parser() -> Parser:
         "The store is FUSION_CACHE_DB_URL, else SQLite in FUSION_CACHE_DIR "
         "(default ~/.cache/fusion_cache).",
     )
-    from fusion_cache import __version__  # the package is imported already: this package's parent
-
     parser.add_argument("--version", action="version", version=f"fusion-cache {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     common = argparse.ArgumentParser(add_help=False)
