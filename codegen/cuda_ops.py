@@ -48,6 +48,21 @@ COMPLEX_TO_REAL = frozenset({"abs", "real", "imag"})
 COMPLEX_TO_BOOL = frozenset({"eq", "ne", "isnan", "isinf", "isfinite"})
 
 
+# random-number statements (Note [Philox numbers]): they read the element's linear index,
+# FC_ELEM_INDEX, which each kernel family defines, and a per-thread cache `<var>_rc`
+RANDOM_STMTS = frozenset({"uniform", "normal"})
+
+
+def random_setup(stmts, index: str) -> tuple[list[str], list[str]]:
+    """(lines before the kernel, lines at the top of its body) that random statements need:
+    the element index macro and one Philox cache each; nothing without them."""
+    rng = [s.var for s in stmts if s.op in RANDOM_STMTS]
+    if not rng:
+        return [], []
+    return [f"#define FC_ELEM_INDEX ((unsigned long long)({index}))"], [
+        f"fc_rng_cache {v}_rc = fc_rng_cache_init();" for v in rng]
+
+
 def kernel_refusal(dtype: DataType) -> str | None:
     """Why no generated kernel holds values of `dtype` (None when one can)."""
     if dtype in FLOAT4:
@@ -58,10 +73,13 @@ def kernel_refusal(dtype: DataType) -> str | None:
     return None
 
 
-def prelude_features(dtypes) -> tuple[str, ...]:
-    """The prelude features values of these dtypes need beside core and math."""
-    found = set(dtypes)
-    return (("complex",) if found & COMPLEX else ()) + (("float8",) if found & FLOAT8 else ())
+def prelude_features(stmts, stores=()) -> tuple[str, ...]:
+    """The prelude features a program's statements and stores need beside core and math:
+    complex and float8 values, random numbers."""
+    found = {s.dtype for s in (*stmts, *stores)}
+    random = any(s.op in RANDOM_STMTS for s in stmts)
+    return ((("complex",) if found & COMPLEX else ()) + (("float8",) if found & FLOAT8 else ())
+            + (("philox",) if random else ()))  # fmt: skip
 
 
 # float-math functions: same name for float and double thanks to CUDA's C++ overloads

@@ -20,6 +20,7 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
     "reduce": ("core", "math"),
     "complex": ("core", "math"),
     "float8": ("core",),
+    "philox": ("core",),
 }
 FEATURES: tuple[str, ...] = tuple(_REQUIRES)
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE, prelude_features
+from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE, prelude_features, random_setup
 from .kernel_ir import ReductionProgram, needed
 from .prelude import prelude_source
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
@@ -126,7 +126,7 @@ class OuterVariant:
 
 
 def _features(program: ReductionProgram) -> tuple[str, ...]:
-    return prelude_features([s.dtype for s in program.stmts] + [s.dtype for s in program.stores])
+    return prelude_features(program.stmts, program.stores)
 
 
 _IDENTITY = {"sum": "fc_op_sum", "prod": "fc_op_prod", "max": "fc_op_max", "min": "fc_op_min"}
@@ -289,6 +289,11 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
             L.append(f"  unsigned rr_{_ident(t)} = 0;")
         if v.cluster > 1:
             L.append(f"  __shared__ {t} cl_{_ident(t)}[2 * FC_TY * FC_CLUSTER];")
+    # random numbers (the scheduler lets them in only with the reduced dims innermost):
+    # element k of row `row` is element row * N + k of the loop, row-major
+    define, caches = random_setup(program.stmts, "(unsigned long long)row * N + kb + j")
+    L[1:1] = define
+    L.extend("  " + c for c in caches)
     L.append("  const int tx = threadIdx.x;")
     if v.cluster > 1:  # this block's slice [k_lo, k_hi) of every row (Note [Cluster rows])
         # fc_cluster_reduce hands each block its partial from one thread of the row

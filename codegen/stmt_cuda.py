@@ -14,6 +14,7 @@ from .cuda_ops import (
     COMPLEX_TO_REAL,
     MEMORY_TYPE,
     NARROW_FLOAT,
+    RANDOM_STMTS,
     REGISTER_TYPE,
     convert,
     literal,
@@ -49,6 +50,11 @@ def render_stmt(stmt, dtypes: dict[str, DataType], load: Callable[[int], str]) -
         return decl(rt, stmt.var, f"({rt})p{attrs['pos']}")
     if stmt.op == "hostval":
         return decl(rt, stmt.var, f"({rt})h{attrs['state']}")
+    if stmt.op in RANDOM_STMTS:  # Note [Philox numbers]
+        a, b, seed, offset = stmt.operands
+        lo, hi = (convert(x, dtypes[x], stmt.compute) for x in (a, b))
+        return decl(rt, stmt.var, f"fc_rng_{stmt.op}({stmt.var}_rc, (unsigned long long)({seed}), "
+                                  f"(unsigned long long)({offset}), FC_ELEM_INDEX, {lo}, {hi})")
     if stmt.op == "complex":  # Note [Complex sums]: two real parts joined
         re, im = stmt.operands
         return decl(rt, stmt.var, f"fc_make_complex<{REGISTER_TYPE[stmt.compute]}>({re}, {im})")

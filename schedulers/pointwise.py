@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from codegen.cuda_ops import COMPLEX_OPS, kernel_refusal
+from codegen.cuda_ops import COMPLEX_OPS, RANDOM_STMTS, kernel_refusal
 from codegen.kernel_ir import Access, PointwiseProgram, Stmt, Store
 from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_integral
 from fusion_cache.frontend.ops.table import OPS, promoted_dtype
@@ -141,6 +141,8 @@ class _Lowering:
             return self.tensor(src.index, self.view_map(rec, out_map))
         if name == "reshape":
             return self.reshaped(rec, out_map)
+        if name in RANDOM_STMTS:
+            return self.random(rec, out_map)
         if name == "full":
             fill = self.scalar(rec.kw("fill_value"))
             dt = rec.kw("dtype")
@@ -171,6 +173,26 @@ class _Lowering:
         if is_integral(compute) and is_float(out_info.dtype):
             compute = out_info.dtype  # sin(int), truediv(int, int): math happens in the float
         return self.emit(out_info.dtype, rec.name, tuple(operands), compute=compute)
+
+    def random(self, rec: Record, out_map: tuple) -> str:
+        """uniform or normal numbers (Note [Philox numbers]); the kernel's element index
+        is the op's own only when the op has the loop's shape, unpermuted."""
+        if self.frame or tuple(out_map) != tuple(range(self.loop_rank(out_map))):
+            raise SchedulerRefused(f"{rec.name} ({rec.outputs[0]}) is read through a view or "
+                                   "broadcast: its numbers follow its own element order")  # fmt: skip
+        seed, offset = rec.kw("rng_seed"), rec.kw("rng_offset")
+        if seed is None:
+            raise SchedulerRefused(f"{rec.name} ({rec.outputs[0]}) has no rng_seed (the executor "
+                                   "gives it one: Note [Random seeds])")  # fmt: skip
+        out = self.info(rec.outputs[0].index).dtype
+        compute = DataType.Double if out is DataType.Double else DataType.Float
+        operands = tuple(self.scalar(x) for x in (rec.args[0], rec.args[1], seed, offset))
+        var = self.emit(compute, rec.name, operands, compute)
+        return var if out is compute else self.emit(out, "cast", (var,), compute=out)
+
+    def loop_rank(self, out_map: tuple) -> int:
+        """The rank of the loop a value is read in (the outputs' rank here)."""
+        return len(out_map)
 
     def reshaped(self, rec: Record, out_map: tuple) -> str:
         """The reshape's output read through `out_map`: its source, lowered in its own dims

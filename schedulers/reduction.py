@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from codegen.cuda_ops import RANDOM_STMTS
 from codegen.kernel_ir import Reduction, ReductionProgram, Stmt, Store
 from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, real_part
 from fusion_cache.frontend.records import Record
@@ -97,6 +98,9 @@ class _ReductionLowering(_Lowering):
         return outs[rec.outputs[0].index if index is None else index]
 
 
+    def loop_rank(self, out_map: tuple) -> int:
+        return self.rank  # random numbers are element-level: they have the loop's shape
+
     def complex_sum(self, rec: Record, x: str, dtype: DataType, out_dtype: DataType) -> str:
         """Note [Complex sums]: a sum of complex values is two sums of floats, of the real
         and of the imaginary parts, joined after the reduction: the reduction machinery
@@ -164,6 +168,9 @@ def lower_reduction(fd: Any) -> ReductionProgram:
             acc = low.accesses[st.operands[0]]
             if any(m in reduced for m in acc.loop_map if m is not None):
                 element.add(st.var)
+            stage[st.var] = 0
+        elif st.op in RANDOM_STMTS:  # one number an element of the loop
+            element.add(st.var)
             stage[st.var] = 0
         elif st.op == "reduce":
             src = st.operands[0]
@@ -485,6 +492,12 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     # the inner kernel, with strided loads where the reduced dim is not contiguous
     inner = k2 or primary is None or ks[primary] == 1 or not pure or len(i_sizes) != 1 or (
         i_strides[primary][0] != 1)
+    if any(st.op in RANDOM_STMTS for st in program.stmts) and (
+            not inner or K != tuple(range(rank - len(K), rank))):  # fmt: skip
+        # the inner kernel numbers element k of row r as r * N + k, the loop's row-major
+        # index, only when the reduced dims are the innermost
+        raise SchedulerRefused("random numbers in a reduction kernel need the reduced dims "
+                               "innermost and the inner kernel")  # fmt: skip
     sm = profile.sm_count
     scalars = [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     scalars += [env[state] for state, _ in program.host_scalars]

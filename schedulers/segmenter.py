@@ -24,11 +24,10 @@ from .base import SchedulerRefused
 from .pointwise import NAME as POINTWISE
 from .registry import plan_for, schedule
 
-# cheap elementwise work is worth redoing; these are not (and random numbers must not be
-# drawn twice)
+# cheap elementwise work is worth redoing; these are not. Random ops are: the definitions
+# scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers
 _NOT_RECOMPUTED = {"sum", "prod", "max", "min", "var", "var_mean", "welford", "batch_norm",
-                   "segment_set", "uniform", "normal", "rand_like", "randn_like", "cat", "pad",
-                   "slice"} | ATEN_OPS
+                   "segment_set", "cat", "pad", "slice"} | ATEN_OPS
 
 
 @dataclass(frozen=True)

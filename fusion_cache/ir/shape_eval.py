@@ -128,6 +128,10 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
         return tuple(e for i, e in enumerate(x) if i not in dims)
     if name == "full":
         return tuple(sizes(r.kw("shape")))
+    if name in ("uniform", "normal"):
+        return tuple(sizes(r.args[2]))
+    if name in ("rand_like", "randn_like"):
+        return tuple(x)
     if name == "reshape":
         return reshape_shape(f"reshape ({r.outputs[0]})", out_info.ndim, x, sizes(r.kw("new_shape")))
     raise ShapeUnknown(name)

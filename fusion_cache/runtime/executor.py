@@ -30,6 +30,7 @@ from .aten_segments import AtenPlan, run_aten
 from .kernel_cache import cubin_for, load_function
 from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
 from .reference import run_reference
+from .rng import run_seeds, with_seeds
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -47,8 +48,11 @@ class FallbackDisabledError(FusionUnsupportedError):
 class FusionExecutor:
     def __init__(self, fd: FusionDefinition) -> None:
         from fusion_cache.ir.decompose import expand_composites
+        from fusion_cache.ir.random_seeds import unseeded_ops, with_seed_inputs
 
-        self.fd = expand_composites(fd)  # what the schedulers see: primitives only
+        # what the schedulers see: primitives only, random ops seeded (Note [Random seeds])
+        self.seeded = unseeded_ops(fd)
+        self.fd = with_seed_inputs(expand_composites(fd))
         self.fid = fd._fid
         self.dumps = dump_options()
         self.scheduler, self.program, self.refusals = schedule(self.fd)
@@ -63,9 +67,17 @@ class FusionExecutor:
             print(f"fusion {self.fid}: scheduler {taken}; refusals: "
                   f"{[str(r) for r in self.refusals] or 'none'}")  # fmt: skip
 
+    def scheduled_inputs(self, values: Sequence[Any], seeds: tuple[int, int] = (0, 0)) -> list:
+        """The inputs of the definition the schedulers see: the user's, after the run's seed
+        and offset where it has unseeded random ops (Note [Random seeds])."""
+        return with_seeds(values, seeds) if self.seeded else list(values)
+
     def make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
-        """A LaunchPlan when one scheduler takes the fusion for these inputs, else a
-        SegmentedPlan (Note [Greedy segmentation])."""
+        """A LaunchPlan when one scheduler takes the fusion for these (the user's) inputs,
+        else a SegmentedPlan (Note [Greedy segmentation])."""
+        return self._make_plan(self.scheduled_inputs(values), profile, load)
+
+    def _make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
         host = host_inputs_of(values) if load else ()
         env = runtime_shapes(self.fd, values)
         if self.program is None:
@@ -91,18 +103,18 @@ class FusionExecutor:
                 # measured to run them, but this process may get fewer SMs (MPS, a green
                 # context) or a kernel too big for 16 SMs of a GPC. The driver says none
                 # fits: plan again within the portable size rather than fail at launch
-                return self.make_plan(values, replace(profile, max_cluster=8), load)
+                return self._make_plan(values, replace(profile, max_cluster=8), load)
             if kernel is not None and not kernels and spec.wave:
                 # Note [One wave of partials]: the planner estimated the resident clusters;
                 # the driver knows them for this kernel on this GPU. Before the other kernels
                 # load: the same kernels, another grid
                 resident = kernel.max_resident(launch.block, launch.shared_mem)
                 if resident and resident != spec.wave:
-                    return self.make_plan(values, replace(profile, measured_wave=resident), load)
+                    return self._make_plan(values, replace(profile, measured_wave=resident), load)
             if kernel is not None and launch.cooperative and not _all_resident(kernel, launch):
                 # Note [Finish in the row kernel]: a cooperative launch needs every block
                 # resident at once; where the driver says they are not, a second kernel
-                return self.make_plan(values, replace(profile, fused_finish=False), load)
+                return self._make_plan(values, replace(profile, fused_finish=False), load)
             refs.append(ref)
             kernels.append(kernel)
             slots.append([(i, a) for i, a in enumerate(launch.args) if isinstance(a, ArgRef)])
@@ -157,6 +169,8 @@ class FusionExecutor:
             return plan
 
     def launch(self, plan: Any, values: Sequence[Any]) -> list[torch.Tensor]:
+        if self.seeded:  # this run's numbers (Note [Random seeds])
+            values = with_seeds(values, run_seeds(values, self.seeded))
         if plan.__class__ is not LaunchPlan:
             return self._launch_other(plan, values)
         if plan.host_inputs:

@@ -35,7 +35,10 @@ def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) 
     except FusionUnsupportedError as err:
         raise FusionUnsupportedError(f"fusion {fd._fid}: {err}") from None
     ex.last_plan = plan
-    refs = _segments(ex.fd, plan, values, target) if isinstance(plan, SegmentedPlan) else plan.refs
+    if isinstance(plan, SegmentedPlan):
+        refs = _segments(ex.fd, plan, ex.scheduled_inputs(values), target)
+    else:
+        refs = plan.refs
     for listener in LISTENERS:
         listener(refs)
     return refs

@@ -10,13 +10,14 @@ from .aten import AtenOps
 from .creation import CreationOps
 from .elementwise import ElementwiseOps
 from .normalization import NormalizationOps
+from .random import RandomOps
 from .reductions import ReductionOps
 from .resize import ResizeOps
 from .shape import ShapeOps
 
 
 class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps,
-                AtenOps):
+                AtenOps, RandomOps):
     """`fd.ops` of one FusionDefinition."""
 
 
