@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE, prelude_features, random_setup
+from .cuda_ops import MEMORY_TYPE, RANDOM_STMTS, REGISTER_TYPE, prelude_features, random_setup
 from .kernel_ir import ReductionProgram, needed
 from .prelude import prelude_source
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
@@ -519,7 +519,12 @@ def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
         # registers spoken for: the cached row, or for a row read from memory its column
         # partials (beside a cached row they fit: its 16-bit values pack two a register)
         budget = 64 - v.iters * v.vec * ((0 if v.rows_in_smem else len(v.cached)) or len(v.acc))
-        return out if v.iters * v.vec * len(out) <= budget else []
+        out = out if v.iters * v.vec * len(out) <= budget else []
+        # random numbers cost some 25 instructions an element to draw again (Philox): kept
+        # whenever a later pass reads them, so a row draws them once
+        now = {st.var for st in needed(program, [r.input for r in reds])[0]}
+        return out + [st.var for st in program.stmts if st.op in RANDOM_STMTS
+                      and st.var in reused and st.var in now and st.var not in out]  # fmt: skip
 
     divisions = _row_divisions(program)
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from aten_patterns import attention_block, linear_bias_gelu, mlp_block
+from test_runtime_errors import cpu_as_gpu  # noqa: F401 - the GPU path on the CPU
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
 from fusion_cache.frontend.dtypes import from_torch
@@ -241,3 +242,23 @@ def test_a_single_aten_op_is_one_aten_plan():
     ex = executor_for(fd)
     assert ex.scheduler == "aten" and "matmul as torch.matmul with views permute" in \
         ex.last_plan.describe()
+
+
+def test_segmented_runs_through_the_gpu_path(cpu_as_gpu):  # noqa: F811
+    """The GPU path on the CPU (tests/test_runtime_errors.py): ATen segments make their
+    torch calls (counted as aten_runs), the kernels around them run as the reference."""
+    fd = attention_block(2, 16, 2, 64)
+    gen = torch.Generator().manual_seed(3)
+    c = 128
+    ins = [rand(*s, dtype=torch.bfloat16, gen=gen) * k for s, k in (
+        ((2, 16, c), 1), ((c,), 1), ((c,), 1), ((3 * c, c), 0.1), ((3 * c,), 1), ((c, c), 0.1),
+        ((c,), 1))]  # fmt: skip
+    before = FusionCache.get().stats().get("aten_runs", 0)
+    (out,) = fd.execute(ins)
+    assert FusionCache.get().stats()["aten_runs"] - before == 3
+    x, lw, lb, wqkv, bqkv, wo, bo = (t.float() for t in ins)
+    n = F.layer_norm(x, (c,), lw, lb, 1e-5)
+    qkv = F.linear(n, wqkv, bqkv).reshape(2, 16, 3, 2, 64).permute(2, 0, 3, 1, 4)
+    o = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+    want = F.linear(o.permute(0, 2, 1, 3).reshape(2, 16, c), wo, bo)
+    torch.testing.assert_close(out.float(), want, rtol=3e-2, atol=3e-2)

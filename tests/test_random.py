@@ -235,3 +235,20 @@ def test_a_broadcast_random_op_gets_its_own_segment():
     (out,) = fd.execute([x, 3])
     (u,) = seeded("uniform", [64, 1]).execute([3, 3])
     torch.testing.assert_close(out, x + u)
+
+
+def test_segments_of_one_run_see_one_draw(cpu_as_gpu):  # noqa: F811
+    """A random value read by two segments (a row sum, and a pointwise output over another
+    loop) is drawn from the run's one seed and offset in both (Note [Random seeds]); the
+    next run draws new numbers."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        u = fd.ops.rand_like(x)
+        fd.add_output(fd.ops.sum(u, [1]))
+        fd.add_output(fd.ops.permute(fd.ops.mul(u, x), [1, 0]))
+    x = torch.rand(40, 30) + 1.0
+    total, scaled = fd.execute([x])
+    assert len(executor_for(fd).last_plan.segments) == 2
+    torch.testing.assert_close(total, (scaled.t() / x).sum(1))
+    again, _ = fd.execute([x])
+    assert (again != total).all()
