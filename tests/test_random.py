@@ -252,3 +252,19 @@ def test_segments_of_one_run_see_one_draw(cpu_as_gpu):  # noqa: F811
     torch.testing.assert_close(total, (scaled.t() / x).sum(1))
     again, _ = fd.execute([x])
     assert (again != total).all()
+
+
+def test_new_seeds_reuse_the_plan(cpu_as_gpu):  # noqa: F811
+    """A training step passes a new seed and offset each time: ints read only as seeds
+    are not part of the plan key, so the plan (and its kernels) serve every step."""
+    with FusionDefinition() as fd:
+        seed, offset = fd.define_scalar(dtype=DataType.Int), fd.define_scalar(dtype=DataType.Int)
+        x = fd.define_tensor(shape=[-1], contiguity=True)
+        u = fd.ops.uniform(0.0, 1.0, fd.ops.shape(x), rng_seed=seed, rng_offset=offset)
+        fd.add_output(fd.ops.add(x, u))
+    x = torch.zeros(100)
+    outs = [fd.execute([s, 4 * s, x])[0] for s in range(3)]
+    assert len(executor_for(fd).plans) == 1
+    assert not torch.equal(outs[0], outs[1])
+    (want,) = seeded("uniform", [100]).execute([2, 8])
+    assert torch.equal(outs[2], want)

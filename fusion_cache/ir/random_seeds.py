@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fusion_cache.frontend.dtypes import DataType
-from fusion_cache.frontend.records import Record
+from fusion_cache.frontend.records import Record, Ref
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -63,3 +63,21 @@ def with_seed_inputs(fd: FusionDefinition) -> FusionDefinition:
         replay_records(seeded, fd._records, rewrite)
     seeded._fid = fd._fid
     return seeded
+
+
+def seed_only_inputs(fd: FusionDefinition) -> frozenset[int]:
+    """Positions of the scalar inputs read only as a random op's rng_seed or rng_offset:
+    their values size nothing, so plans need not be keyed on them (a training step passes
+    a new seed and offset every time)."""
+    only_seed: dict[int, bool] = {}
+    for r in fd._records:
+        seeds = [v for k, v in r.kwargs if k in ("rng_seed", "rng_offset") and isinstance(v, Ref)
+                 ] if r.kind == "op" and r.name in RANDOM_OPS else []  # fmt: skip
+        others = list(r.refs())
+        for ref in seeds:
+            others.remove(ref)
+            only_seed.setdefault(ref.index, True)
+        for ref in others:
+            only_seed[ref.index] = False
+    return frozenset(pos for pos, ref in enumerate(fd.input_refs())
+                     if ref.kind == "S" and only_seed.get(ref.index, False))  # fmt: skip

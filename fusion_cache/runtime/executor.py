@@ -48,11 +48,12 @@ class FallbackDisabledError(FusionUnsupportedError):
 class FusionExecutor:
     def __init__(self, fd: FusionDefinition) -> None:
         from fusion_cache.ir.decompose import expand_composites
-        from fusion_cache.ir.random_seeds import unseeded_ops, with_seed_inputs
+        from fusion_cache.ir.random_seeds import seed_only_inputs, unseeded_ops, with_seed_inputs
 
         # what the schedulers see: primitives only, random ops seeded (Note [Random seeds])
         self.seeded = unseeded_ops(fd)
         self.fd = with_seed_inputs(expand_composites(fd))
+        self.free_ints = seed_only_inputs(fd)  # inputs the plan key leaves out
         self.fid = fd._fid
         self.dumps = dump_options()
         self.scheduler, self.program, self.refusals = schedule(self.fd)
@@ -66,6 +67,14 @@ class FusionExecutor:
             taken = self.scheduler or "none (reference evaluator)"
             print(f"fusion {self.fid}: scheduler {taken}; refusals: "
                   f"{[str(r) for r in self.refusals] or 'none'}")  # fmt: skip
+
+    def key(self, values: Sequence[Any]) -> tuple:
+        """The plan cache's key of these inputs (Note [Plan cache]); an int read only as a
+        random op's seed or offset is keyed by its type, not its value."""
+        key = input_key(values)
+        if not self.free_ints:
+            return key
+        return tuple(int if i in self.free_ints else k for i, k in enumerate(key))
 
     def scheduled_inputs(self, values: Sequence[Any], seeds: tuple[int, int] = (0, 0)) -> list:
         """The inputs of the definition the schedulers see: the user's, after the run's seed
@@ -254,7 +263,7 @@ def try_cached_launch(fd: FusionDefinition, inputs: Sequence[Any]) -> list | Non
     ex = fd._cache.executors.get(fd._fid)
     if ex is None or not ex.plans:
         return None
-    plan = ex.plans.get(input_key(inputs))
+    plan = ex.plans.get(ex.key(inputs))
     if plan is None:
         return None
     fd._cache.counters["plan_cache_hits"] += 1
@@ -275,7 +284,7 @@ def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], w
 def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     ex = executor_for(fd)
     try:
-        plan = ex.plan(values, input_key(values))
+        plan = ex.plan(values, ex.key(values))
         return ex.launch(plan, values)
     except FallbackDisabledError:
         raise  # named where it happened, perhaps in a segment
