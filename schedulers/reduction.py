@@ -477,14 +477,10 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         raise SchedulerRefused("a normalization along a strided dim (outer normalization) is "
                                "not scheduled as one kernel")  # fmt: skip
     if inner:
-        from codegen.reduction_cuda import (
-            INNER_NAME,
-            InnerVariant,
-            acc_type,
-            inner_arg_types,
-            one_exchange,
-            render_inner,
-        )
+        from codegen.reduction.cluster_exchange import one_exchange
+        from codegen.reduction.common import acc_type
+        from codegen.reduction.row_kernel import INNER_NAME, inner_arg_types, render_inner
+        from codegen.reduction.variants import InnerVariant
 
         moving = [program.accesses[i].dtype for i in elem]
         moving += [s.dtype for k, s in enumerate(program.stores)
@@ -837,7 +833,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             if override or groups < wave:
                 wave = 0  # set by hand, or fewer row groups than a wave: nothing to fit
         if accumulate:
-            from codegen.reduction_cuda import acc_type
+            from codegen.reduction.common import acc_type
 
             workspaces = tuple((groups * N, DataType.Double if acc_type(program.stores[k].dtype)
                                 == "double" else DataType.Float) for k in accumulate)  # fmt: skip
@@ -851,13 +847,13 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     if accumulate:
         raise SchedulerRefused("column partials ride on the inner kernel only")
     # outer: columns are the (single, collapsed) row dim, contiguous in the primary input
-    from codegen.reduction_cuda import (
+    from codegen.reduction.outer_kernel import (
         FINISH_NAME,
         OUTER_NAME,
-        OuterVariant,
         outer_arg_types,
         render_outer,
     )
+    from codegen.reduction.variants import OuterVariant
 
     if not all(program.store_rowlevel) or program.stages != 1:
         raise SchedulerRefused("an outer reduction with element-level outputs or several stages")
