@@ -80,7 +80,8 @@ class ClusterExchange:
         L.append("    const unsigned slot = slot_prev;")
         L.extend(f"    const {MEMORY_TYPE[program.accesses[i].dtype]} a{i}_now = a{i}_prev;"
                  for i in self.row_level)  # fmt: skip
-        L.extend("    " + x for x in self.row_offsets("prev0 + threadIdx.y", "", range(len(self.tensors))))
+        every = range(len(self.tensors))
+        L.extend("    " + x for x in self.row_offsets("prev0 + threadIdx.y", "", every))
         self.row_stmts(0)
         L.append(f"    const {ctype} fc_recv = {self.exchange('receive', ctype, op)};")
         if send:

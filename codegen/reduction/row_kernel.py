@@ -90,7 +90,8 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
             self.pipelined_loop_head()
         else:
             L.append(f"  for (idx_t row0 = {self.first_row0}; row0 < rows; row0 += {self.row_step}) {{")
-        L.extend("    " + x for x in self.row_offsets("row0 + threadIdx.y", "", range(len(self.tensors))))
+        every = range(len(self.tensors))
+        L.extend("    " + x for x in self.row_offsets("row0 + threadIdx.y", "", every))
         self.cache_row()
         self.row_stmts(0)
         # Note [Deferred row end]: the last pass of a row group sees only row-level values it
