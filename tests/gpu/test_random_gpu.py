@@ -139,7 +139,7 @@ def test_dropout_residual_layer_norm_forward_and_backward(n, c):
     want.backward(dy.float())
     before = launches()
     dr, dh, dw, db = bwd.execute([dy, x, h, keep, mean, invstd, w])
-    assert launches() == before + 1
+    assert launches() - before in (1, 2)  # a row kernel, and a finish where it needs one
     torch.testing.assert_close(dr, r.grad.bfloat16(), rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(dh, (torch.where(keep, r.grad, 0.0) / (1 - p)).bfloat16(),
                                rtol=2e-2, atol=2e-2)  # fmt: skip
