@@ -136,6 +136,8 @@ def convert(expr: str, src: DataType, dst: DataType) -> str:
         return expr
     if dst in COMPLEX:
         return f"fc_to_complex<{REGISTER_TYPE[real_part(dst)]}>({expr})"
+    if src in COMPLEX and dst is DataType.Bool:  # nonzero in either part, as torch
+        return f"fc_complex_nonzero({expr})"
     if src in COMPLEX:  # to a real dtype: the imaginary part is dropped, as torch does
         return convert(f"({expr}).re", real_part(src), dst)
     narrow = NARROW_FLOAT.get(MEMORY_TYPE[dst])

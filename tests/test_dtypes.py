@@ -173,7 +173,9 @@ def test_complex_kernels_compile(dt, td):
         fd.add_output(fd.ops.abs(a) + fd.ops.real(b) * fd.ops.imag(a))
         fd.add_output(fd.ops.where(w > 0, a, w))
         fd.add_output(a == b)
+        fd.add_output(fd.ops.cast(a, DataType.Bool))
     refs = fd.precompile([meta(64, 128, dtype=td)] * 2 + [meta(64, 128)], target="h100")
+    assert "fc_complex_nonzero" in refs[0].source
     assert len(refs) == 1 and "fc_complex" in refs[0].source
     for dim in (0, 1):
         with FusionDefinition() as fd:

@@ -58,6 +58,10 @@ template <typename T> FC_DEVICE bool operator!=(fc_complex<T> a, fc_complex<T> b
   return !(a == b);
 }
 
+template <typename T> FC_DEVICE bool fc_complex_nonzero(fc_complex<T> z) {
+  return z.re != T(0) || z.im != T(0);
+}
+
 FC_DEVICE float fc_abs(fc_complex<float> z) { return hypotf(z.re, z.im); }
 FC_DEVICE double fc_abs(fc_complex<double> z) { return hypot(z.re, z.im); }
 template <typename T> FC_DEVICE fc_complex<T> fc_conj(fc_complex<T> z) {

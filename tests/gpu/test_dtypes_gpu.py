@@ -68,6 +68,7 @@ def test_complex_pointwise_against_eager(td):
         fd.add_output(fd.ops.eq(a, fd.ops.where(r > 0, a, b)))
         fd.add_output(fd.ops.cast(a, DataType.ComplexDouble if td == torch.complex64
                                   else DataType.ComplexFloat))  # fmt: skip
+        fd.add_output(fd.ops.cast(fd.ops.mul(a, fd.ops.gt(r, 0.5)), DataType.Bool))
     before = launches()
     outs = fd.execute([x, y, w])
     assert launches() == before + 1
@@ -77,6 +78,7 @@ def test_complex_pointwise_against_eager(td):
     torch.testing.assert_close(outs[2], torch.where(w > 0, x, w.to(td)), rtol=0, atol=0)
     assert torch.equal(outs[3], x == torch.where(w > 0, x, y))
     torch.testing.assert_close(outs[4], x.to(outs[4].dtype), rtol=0, atol=0)
+    assert torch.equal(outs[5], (x * (w > 0.5)).to(torch.bool))
 
 
 @pytest.mark.parametrize("td", COMPLEX, ids=str)
