@@ -9,6 +9,10 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+# The largest cubin the store takes from a file it did not just write (the blob tier, a
+# bundle): real ones are kilobytes to a few megabytes.
+MAX_CUBIN_BYTES = 256 << 20
+
 
 class StoreWarning(UserWarning):
     """The store degraded (in-memory for the process, or for one entry) instead of failing."""

@@ -64,7 +64,7 @@ def _verify_kernel(store: SqlStore, key: str, repair: bool) -> tuple[list[BadEnt
     bad: list[BadEntry] = []
     fixed = 0
 
-    problem, local = store._blobs.inspect(key)
+    problem, local = store._blobs.inspect(key, row.size)
     if problem is None and local is not None and local[0] != row.sha256:
         problem, local = "differs from the database copy", None
     if problem:

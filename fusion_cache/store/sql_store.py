@@ -272,7 +272,7 @@ class SqlStore(Store):
             ).first()
         if row is None:
             return None
-        local = self._blobs.get(key)
+        local = self._blobs.get(key, row.size)
         if local is not None and local[0] == row.sha256 and len(local[1]) == row.size:
             return local[1]
         with self._read() as conn:
