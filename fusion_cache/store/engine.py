@@ -145,8 +145,11 @@ def _server_engine(loc: Location, timeout_s: float) -> Engine:
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn, _record) -> None:
             # Waiting for a row or advisory lock gives up after the timeout instead of hanging.
+            # The keepalives end the session of a vanished node (and free its kernel locks)
+            # in about 30 s (Note [Cluster single flight]); ignored over a Unix socket.
             with dbapi_conn.cursor() as cur:
-                cur.execute(f"SET lock_timeout = {lock_ms}")
+                cur.execute(f"SET lock_timeout = {lock_ms}; SET tcp_keepalives_idle = 15; "
+                            "SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3")
             dbapi_conn.commit()
 
     return engine

@@ -53,7 +53,7 @@ from .entries import (
     options_from_json,
     options_to_json,
 )
-from .locks import FileLock, kernel_lock_path
+from .locks import AdvisoryLock, FileLock, kernel_lock_path
 from .memory import MemoryStore
 from .models import fusion_kernels, fusions, kernels, plans
 from .store import Store, iter_chunks
@@ -371,8 +371,30 @@ class SqlStore(Store):
 
     @contextmanager
     def _kernel_lock(self, key: str, timeout_s: float) -> Iterator[bool | None]:
+        """The node's flock, then on PostgreSQL the cluster's advisory lock (Note [Cluster
+        single flight]); None where neither can be had."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._node_lock(key, timeout_s) as node_held:
+            if node_held is False or self._db.dialect.name != "postgresql":
+                yield node_held
+                return
+            lock = AdvisoryLock(self._db, key)
+            try:
+                held = lock.acquire(max(0.0, deadline - time.monotonic()))
+            except Exception as err:
+                self._warn_once("cluster kernel lock", err,
+                                then="compiling without it (another node may compile the same "
+                                     "kernel)")  # fmt: skip
+                held = node_held  # the node's lock alone
+            try:
+                yield held
+            finally:
+                lock.release()
+
+    @contextmanager
+    def _node_lock(self, key: str, timeout_s: float) -> Iterator[bool | None]:
         if not self._local_dir:
-            yield None  # no lock to take: compiles may overlap, results are the same
+            yield None  # no node-local directory
             return
         lock = FileLock(kernel_lock_path(self.cache_dir, key))
         try:
