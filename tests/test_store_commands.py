@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sqlite3
 
 import pytest
 
 from fusion_cache.store import KernelMeta, commands, default_store, reset_default_store
+from fusion_cache.store.keys import kernel_key
 
 
 @pytest.fixture(autouse=True)
@@ -25,14 +27,18 @@ def run(*argv: str) -> int:
     return args.func(args)
 
 
+DEF_KEY = hashlib.sha256(b"[]").hexdigest()  # the key of a definition with no records
+KERN_KEY = kernel_key("// src", ("-O3",), 90)
+
+
 def fill() -> int:
     store = default_store()
-    fid = store.fusion_id_for("def-key", "[]", "def fusion(fd):\n    t0 = fd.define_tensor()")
+    fid = store.fusion_id_for(DEF_KEY, "[]", "def fusion(fd):\n    t0 = fd.define_tensor()")
     store.put_plan(fid, "f32[?,?]c", "sm_90", '{"segments": 1}')
-    store.put_kernel("kern-key", b"\x7fELF" * 500, KernelMeta(
+    store.put_kernel(KERN_KEY, b"\x7fELF" * 500, KernelMeta(
         "pointwise_0", 90, "13.0", ("-O3",), "// src", "pointwise", '{"vec": 4}', 42.0))
-    store.link_kernel(fid, "kern-key")
-    store.get_kernel("kern-key")
+    store.link_kernel(fid, KERN_KEY)
+    store.get_kernel(KERN_KEY)
     return fid
 
 
@@ -42,7 +48,7 @@ def test_ls_and_show(capsys):
     fid = fill()
     assert run("ls") == 0
     out = capsys.readouterr().out
-    assert "def-key" in out and f"{fid:>5}" in out
+    assert DEF_KEY in out and f"{fid:>5}" in out
     commands.describe_fusion = lambda entry: f"IR of fusion {entry.id}"
     assert run("show", str(fid)) == 0
     out = capsys.readouterr().out
@@ -93,7 +99,7 @@ def test_export_import(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "other"))
     assert run("import", str(tmp_path / "b.zip")) == 0
     assert "imported 3 entries" in capsys.readouterr().out
-    assert default_store().get_kernel("kern-key") == b"\x7fELF" * 500
+    assert default_store().get_kernel(KERN_KEY) == b"\x7fELF" * 500
     (tmp_path / "junk").write_bytes(b"junk")
     assert run("import", str(tmp_path / "junk")) == 1
 

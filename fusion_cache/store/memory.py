@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .engine import MEMORY_URL
 from .entries import (
@@ -27,6 +28,9 @@ from .entries import (
     kernel_entry,
 )
 from .store import Store
+
+if TYPE_CHECKING:
+    from .bundle import BundleContents
 
 
 class MemoryStore(Store):
@@ -137,6 +141,19 @@ class MemoryStore(Store):
     def links(self) -> list[tuple[int, str]]:
         with self._lock:
             return sorted(self._links)
+
+    def import_entries(self, bundle: BundleContents) -> int:
+        cubins = {k.key: bundle.cubin(k) for k in bundle.kernels}  # checked before any change
+        with self._lock:
+            ids = {f.id: self.fusion_id_for(f.definition_key, f.records_json,
+                                            f.python_definition) for f in bundle.fusions}  # fmt: skip
+            for p in bundle.plans:
+                self.put_plan(ids[p.fusion_id], p.signature_key, p.target, p.plan_json)
+            for k in bundle.kernels:
+                self.put_kernel(k.key, cubins[k.key], k.meta)
+            for fid, key in bundle.links:
+                self.link_kernel(ids[fid], key)
+        return bundle.entries
 
     def verify(self, repair: bool = False) -> VerifyReport:
         with self._lock:

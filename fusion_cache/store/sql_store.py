@@ -23,7 +23,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
 
@@ -57,6 +57,9 @@ from .locks import AdvisoryLock, FileLock, kernel_lock_path
 from .memory import MemoryStore
 from .models import fusion_kernels, fusions, kernels, plans
 from .store import Store, iter_chunks
+
+if TYPE_CHECKING:
+    from .bundle import BundleContents
 
 log = logging.getLogger("fusion_cache.store")
 
@@ -368,6 +371,54 @@ class SqlStore(Store):
                 return [tuple(r) for r in conn.execute(query)]
 
         return sorted(set(self._guard("links", work, list)) | set(self._mem.links()))
+
+    # -- bundles (Note [Bundle trust] in bundle.py) ------------------------------------------
+
+    def import_entries(self, bundle: BundleContents) -> int:
+        from .bundle import BundleError, BundleImportError
+
+        try:
+            with write_transaction(self._db) as conn:
+                self._import_in(conn, bundle)
+        except BundleError:
+            raise
+        except Exception as err:
+            raise BundleImportError(f"the store at {self.url} failed while importing "
+                                    f"({type(err).__name__}: {err}); nothing was imported"
+                                    ) from err  # fmt: skip
+        return bundle.entries
+
+    def _import_in(self, conn, bundle: BundleContents) -> None:
+        lock_fusion_ids(conn)
+        known: dict[str, int] = {}
+        for chunk in iter_chunks([f.definition_key for f in bundle.fusions], 500):
+            find = select(fusions.c.definition_key, fusions.c.id)
+            known.update(conn.execute(find.where(fusions.c.definition_key.in_(chunk))).all())
+        next_id = conn.execute(select(func.coalesce(func.max(fusions.c.id) + 1, 0))).scalar()
+        now = time.time()
+        ids, new = {}, []
+        for f in bundle.fusions:
+            fid = known.get(f.definition_key)
+            if fid is None:
+                fid, next_id = next_id, next_id + 1
+                new.append(dict(id=fid, definition_key=f.definition_key, created_at=now,
+                                records_json=f.records_json,
+                                python_definition=f.python_definition))  # fmt: skip
+            ids[f.id] = fid
+        if new:
+            conn.execute(fusions.insert(), new)
+        for p in bundle.plans:
+            row = dict(fusion_id=ids[p.fusion_id], signature_key=p.signature_key,
+                       target=p.target, plan_json=p.plan_json, created_at=now)  # fmt: skip
+            upsert(conn, plans, row, ["fusion_id", "signature_key", "target"])
+        for k in bundle.kernels:
+            cubin = bundle.cubin(k)  # read once, checked; a bad one rolls everything back
+            insert_ignore(conn, kernels, _kernel_row(kernel_entry(k.key, cubin, k.meta, now),
+                                                     cubin))  # fmt: skip
+        links = sorted({(ids[fid], key) for fid, key in bundle.links})
+        for chunk in iter_chunks(links, 500):
+            insert_ignore(conn, fusion_kernels,
+                          [{"fusion_id": fid, "kernel_key": key} for fid, key in chunk])
 
     @contextmanager
     def _kernel_lock(self, key: str, timeout_s: float) -> Iterator[bool | None]:
