@@ -223,11 +223,17 @@ class BlobTier:
         except Exception as err:
             self._failed("put", err)
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str) -> bool:
+        """True when the key is gone from the tier afterwards (or the tier is off)."""
         try:
-            self._open().delete(key)
+            cache = self._open()
+            cache.delete(key)
+            return key not in cache
+        except _TierOff:
+            return True
         except Exception as err:
             self._failed("delete", err)
+            return False
 
     def inspect(self, key: str, size: int | None = None
                 ) -> tuple[str | None, tuple[str, bytes] | None]:  # fmt: skip

@@ -115,6 +115,9 @@ def cmd_stats(args) -> int:
 def cmd_verify(args) -> int:
     repair = getattr(args, "repair", False)
     report = default_store().verify(repair=repair)
+    if report.unusable is not None:
+        _out(f"cannot open the store: {report.unusable}")
+        return 1
     for bad in report.bad:
         _out(f"BAD  {bad.where:8} {bad.key or '-'}  {bad.reason}")
     _out(

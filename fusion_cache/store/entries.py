@@ -135,13 +135,17 @@ class BadEntry:
 
 @dataclass(frozen=True)
 class VerifyReport:
+    """checked: kernels looked at; repaired: repairs made and confirmed (never those only
+    tried); unusable: why the persistent store could not be opened (nothing was checked)."""
+
     checked: int
     bad: tuple[BadEntry, ...] = ()
     repaired: int = 0
+    unusable: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.bad
+        return not self.bad and self.unusable is None
 
 
 @dataclass(frozen=True)

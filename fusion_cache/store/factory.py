@@ -56,6 +56,8 @@ def describe_failure(err: BaseException, timeout_s: float) -> str:
     detail = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     if isinstance(err, NewerSchemaError):
         return f"newer schema: {err}"
+    if isinstance(err, NotADirectoryError) and "cache directory" in text:
+        return str(err)
     if "database is locked" in text or "lock timeout" in text or "held for more" in text:
         return f"locked for more than {timeout_s:g} s ({detail})"
     if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "disk is full" in text:

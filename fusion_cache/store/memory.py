@@ -163,7 +163,9 @@ class MemoryStore(Store):
                     bad.append(BadEntry(key, "memory", "sha256 mismatch"))
                     if repair:
                         del self._kernels[key]
-            return VerifyReport(len(self._kernels), tuple(bad), len(bad) if repair else 0)
+            # reason: a persistent store was asked for and could not be opened
+            return VerifyReport(len(self._kernels), tuple(bad), len(bad) if repair else 0,
+                                unusable=self.reason)
 
     def prune(
         self, max_age_days: float | None = None, max_bytes: int | None = None

@@ -99,6 +99,8 @@ class SqlStore(Store):
         Raises on any problem; open_store turns that into a MemoryStore."""
         local_dir = True
         try:
+            if loc.cache_dir.exists() and not loc.cache_dir.is_dir():
+                raise NotADirectoryError(f"the cache directory {loc.cache_dir} is not a directory")
             loc.cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             local_dir = False
