@@ -10,6 +10,7 @@ Note [SQLite transactions]
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,13 +53,28 @@ def env_cache_dir() -> Path:
     return Path(os.environ.get("FUSION_CACHE_DIR") or DEFAULT_DIR).expanduser()
 
 
+MAX_TIMEOUT_S = 86400.0
+
+
 def env_timeout() -> float:
-    """Busy timeout and lock wait in seconds: FUSION_CACHE_DB_TIMEOUT, default 30."""
-    try:
-        value = float(os.environ.get("FUSION_CACHE_DB_TIMEOUT") or DEFAULT_TIMEOUT_S)
-    except ValueError:
+    """Busy timeout and lock wait in seconds: FUSION_CACHE_DB_TIMEOUT, default 30. A value
+    that is not a number of seconds from 0 to a day raises ValueError naming the variable
+    (inf once meant an in-memory store, silently)."""
+    text = os.environ.get("FUSION_CACHE_DB_TIMEOUT", "")
+    if not text.strip():
         return DEFAULT_TIMEOUT_S
-    return value if value >= 0 else DEFAULT_TIMEOUT_S
+    return check_timeout(text, f"FUSION_CACHE_DB_TIMEOUT={text!r}")
+
+
+def check_timeout(value: object, name: str) -> float:
+    """value as seconds, or ValueError naming `name`."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_TIMEOUT_S:  # also refuses nan
+        raise ValueError(f"{name}: expected a number of seconds from 0 to {MAX_TIMEOUT_S:g}")
+    return seconds
 
 
 def normalize_url(url: str) -> str:
@@ -136,7 +152,8 @@ def _sqlite_engine(loc: Location, timeout_s: float) -> Engine:
 def _server_engine(loc: Location, timeout_s: float) -> Engine:
     connect_args = {}
     if loc.url.startswith("postgresql"):
-        connect_args["connect_timeout"] = max(1, int(timeout_s))
+        # whole seconds, and libpq waits at least 2; one connect attempt per open (migrate.py)
+        connect_args["connect_timeout"] = max(2, math.ceil(timeout_s))
     # pre_ping: a server restart between two operations costs a reconnect, not an error.
     engine = create_engine(loc.url, connect_args=connect_args, pool_pre_ping=True)
     if engine.dialect.name == "postgresql":

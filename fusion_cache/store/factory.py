@@ -10,7 +10,7 @@ import os
 import threading
 import warnings
 
-from .engine import display_url, env_timeout, resolve_location
+from .engine import check_timeout, display_url, env_timeout, resolve_location
 from .entries import NewerSchemaError, StoreWarning
 from .memory import MemoryStore
 from .sql_store import SqlStore
@@ -29,9 +29,11 @@ def open_store(
     ~/.cache/fusion_cache>/store.db; cubin blobs and locks live in that directory (for a
     PostgreSQL URL too, where a directory that cannot be created only turns them off).
     `memory://` asks for a MemoryStore. timeout_s (default
-    FUSION_CACHE_DB_TIMEOUT or 30) bounds every wait for a lock or a busy database.
+    FUSION_CACHE_DB_TIMEOUT or 30) bounds every wait for a lock or a busy database; a
+    nonsensical one raises ValueError naming the setting.
     """
-    timeout = env_timeout() if timeout_s is None else float(timeout_s)
+    # settings that make no sense are the caller's mistake, not store trouble: raise
+    timeout = env_timeout() if timeout_s is None else check_timeout(timeout_s, "timeout_s")
     shown = url or os.environ.get("FUSION_CACHE_DB_URL") or "the default store"
     try:
         loc = resolve_location(url, cache_dir)

@@ -127,12 +127,13 @@ def _upgrade_locked(engine: Engine, want: str) -> str:
 
 
 def _fast_revision(engine: Engine) -> str | None:
-    """The stored revision by one plain query; None when the table is missing or unreadable."""
-    try:
-        with engine.connect() as conn:
+    """The stored revision by one plain query; None when the table is missing or unreadable.
+    A database that cannot be reached raises here: trying again would wait a second timeout."""
+    with engine.connect() as conn:
+        try:
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).fetchall()
-    except SQLAlchemyError:
-        return None
+        except SQLAlchemyError:
+            return None
     return rows[0][0] if len(rows) == 1 else None
 
 
