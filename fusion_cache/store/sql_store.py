@@ -5,6 +5,16 @@ database work runs through `_guard`, which on an error warns once and falls back
 in-memory overlay. Overlay fusion ids start at OVERLAY_ID_BASE so they can never collide
 with the database's ids, and anything keyed by such an id stays in memory.
 
+Note [Store file watch]
+    A process keeps its SQLite file open, so a cache directory deleted (or a store.db
+    replaced, say by a restored backup) under it used to go unnoticed: the process wrote on
+    into an unlinked file. At most once a second, the first operation compares the file's
+    (device, inode) with the one opened; on a change it warns once and reopens a store at
+    the same path (creating it if it is gone). Kernels are keyed by content and go to the new
+    store; fusion ids are per store, so this process keeps the ids it handed out and takes
+    its new fusions, plans and links into the in-memory overlay (`_detached`): an id of the
+    old store never names a fusion of the new one.
+
 Note [Hit counting]
     get_kernel is the hot path (a warm process loads every kernel through it), so hits and
     last-use times are gathered in memory and written in one transaction every few seconds,
@@ -23,6 +33,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
@@ -45,6 +56,7 @@ from .entries import (
     KernelMeta,
     PlanEntry,
     PruneReport,
+    StoreError,
     StoreWarning,
     VerifyReport,
     check_kernel_args,
@@ -66,6 +78,7 @@ log = logging.getLogger("fusion_cache.store")
 OVERLAY_ID_BASE = 1 << 40
 HIT_FLUSH_S = 2.0
 HIT_FLUSH_COUNT = 512
+WATCH_S = 1.0  # how often the SQLite file's identity is checked (Note [Store file watch])
 
 T = TypeVar("T")
 
@@ -91,6 +104,11 @@ class SqlStore(Store):
         self._hits_lock = threading.Lock()
         self._last_flush = time.monotonic()
         self._closed = False
+        self._detached = False  # Note [Store file watch]
+        self._lost: StoreError | None = None  # the file is gone and reopening failed
+        self._watch_lock = threading.Lock()
+        self._identity = _file_identity(loc.db_path)
+        self._next_check = time.monotonic() + WATCH_S
         atexit.register(_flush_at_exit, weakref.ref(self))
 
     @classmethod
@@ -112,13 +130,7 @@ class SqlStore(Store):
                           f"({type(err).__name__}: {err}); the store at {display_url(loc.url)} "
                           "works without its cubin tier and compile locks", StoreWarning,
                           stacklevel=3)  # fmt: skip
-        engine = create_store_engine(loc, timeout_s)
-        try:
-            revision = migrate.upgrade(engine, loc, timeout_s)
-            probe_writable(engine)
-        except BaseException:
-            engine.dispose()
-            raise
+        engine, revision = _open_engine(loc, timeout_s)
         return cls(loc, engine, timeout_s, revision, local_dir)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -131,7 +143,43 @@ class SqlStore(Store):
             self._pid = os.getpid()
             with self._hits_lock:
                 self._hits.clear()
+        if self._identity is not None and time.monotonic() >= self._next_check:
+            self._check_file()
+        if self._lost is not None:
+            raise self._lost
         return self._engine
+
+    def _check_file(self) -> None:
+        """Note [Store file watch]: reopen if the SQLite file was deleted or replaced."""
+        with self._watch_lock:
+            if time.monotonic() < self._next_check:
+                return  # another thread just checked
+            self._next_check = time.monotonic() + WATCH_S
+            path = self.location.db_path
+            if self._lost is None:
+                now = _file_identity(path)
+                if now == self._identity:
+                    return
+                what = "was deleted" if now is None else "was replaced"
+                warnings.warn(
+                    f"fusion-cache store {self.url}: the database file {what} while this "
+                    f"process ran; reopening a store at {path}: new kernels go there, and "
+                    "this process keeps its new fusion ids in memory (ids are per store)",
+                    StoreWarning, stacklevel=5)  # fmt: skip
+                self._detached = True
+                with self._hits_lock:
+                    self._hits.clear()  # counts for the old file's rows
+                self._blobs.close()  # its directory may have gone too; reopened on use
+            try:
+                self.location.cache_dir.mkdir(parents=True, exist_ok=True)
+                engine, self.revision = _open_engine(self.location, self._timeout)
+            except Exception as err:  # every operation degrades until a retry works
+                self._lost = StoreError(f"the database file {path} is gone and could not be "
+                                        f"reopened ({type(err).__name__}: {err})")  # fmt: skip
+                return
+            old, self._engine, self._lost = self._engine, engine, None
+            self._identity = _file_identity(path)
+            old.dispose()
 
     def _guard(self, op: str, work: Callable[[], T], fallback: Callable[[], T]) -> T:
         try:
@@ -146,20 +194,27 @@ class SqlStore(Store):
             yield conn
 
     def _in_overlay(self, fusion_id: int) -> bool:
-        return fusion_id >= OVERLAY_ID_BASE
+        return fusion_id >= OVERLAY_ID_BASE or self._detached
 
     # -- level 1 ----------------------------------------------------------------------------
 
     def fusion_id_for(self, definition_key: str, records_json: str, python_definition: str) -> int:
         fid = self._ids.get(definition_key)
         if fid is None:
+            in_memory = lambda: self._mem.fusion_id_for(  # noqa: E731
+                definition_key, records_json, python_definition)
             fid = self._guard(
                 "fusion_id_for",
-                lambda: self._db_fusion_id(definition_key, records_json, python_definition),
-                lambda: self._mem.fusion_id_for(definition_key, records_json, python_definition),
+                lambda: in_memory() if self._detached_now() else self._db_fusion_id(
+                    definition_key, records_json, python_definition),
+                in_memory,
             )
             self._ids[definition_key] = fid
         return fid
+
+    def _detached_now(self) -> bool:
+        self._db  # noqa: B018  (runs the file check first)
+        return self._detached
 
     def _db_fusion_id(self, key: str, records_json: str, python_definition: str) -> int:
         find = select(fusions.c.id).where(fusions.c.definition_key == key)
@@ -200,6 +255,8 @@ class SqlStore(Store):
                 rows = conn.execute(select(fusions).order_by(fusions.c.id)).all()
             return [_fusion(r) for r in rows]
 
+        if self._detached_now():
+            return self._mem.fusions()
         return self._guard("fusions", work, list) + self._mem.fusions()
 
     # -- level 2 ----------------------------------------------------------------------------
@@ -372,7 +429,8 @@ class SqlStore(Store):
             with self._read() as conn:
                 return [tuple(r) for r in conn.execute(query)]
 
-        return sorted(set(self._guard("links", work, list)) | set(self._mem.links()))
+        found = [] if self._detached_now() else self._guard("links", work, list)
+        return sorted(set(found) | set(self._mem.links()))
 
     # -- bundles (Note [Bundle trust] in bundle.py) ------------------------------------------
 
@@ -601,6 +659,29 @@ class SqlStore(Store):
             self._engine.dispose()
         else:
             self._engine.dispose(close=False)
+
+
+def _open_engine(loc: Location, timeout_s: float) -> tuple[Engine, str]:
+    """An engine on a migrated store we can write (Note [Serialised migrations])."""
+    engine = create_store_engine(loc, timeout_s)
+    try:
+        revision = migrate.upgrade(engine, loc, timeout_s)
+        probe_writable(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine, revision
+
+
+def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of the SQLite file; None for a server store or a missing file."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _flush_at_exit(ref: weakref.ref) -> None:
