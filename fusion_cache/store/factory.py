@@ -11,8 +11,8 @@ import threading
 import warnings
 from pathlib import Path
 
-from .engine import check_timeout, display_url, env_timeout, resolve_location
 from .entries import NewerSchemaError, StoreWarning
+from .location import check_timeout, display_url, env_timeout, resolve_location
 from .memory import MemoryStore
 from .sql_store import SqlStore
 from .store import Store

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .engine import MEMORY_URL
 from .entries import (
     BadEntry,
     FusionEntry,
@@ -27,6 +26,7 @@ from .entries import (
     choose_prunable,
     kernel_entry,
 )
+from .location import MEMORY_URL
 from .store import Store
 
 if TYPE_CHECKING:
