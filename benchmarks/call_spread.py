@@ -14,6 +14,7 @@ import argparse
 import sys
 
 import torch
+from fusion_cache.runtime.executor import executor_for
 
 from benchmarks.cases import CASES
 from benchmarks.run import call_times_ms, seed_for
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: do_bench GB/s {[round(r) for r in rates]}")
         print(f"  one call, us (p10, p50, p90, max): {quantiles}; over 1.5x the median: "
               f"{slow} of {len(us)}")
-        print(f"  plan: {fd._executor().last_plan.spec.description}")
+        print(f"  plan: {executor_for(fd).last_plan.spec.description}")
     return 0
 
 

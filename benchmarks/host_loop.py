@@ -16,6 +16,7 @@ import sys
 import time
 
 import torch
+from fusion_cache.runtime.executor import executor_for
 
 from benchmarks.cases import CASES
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     round_us()  # compile, plan and warm up
     times = [round_us() for _ in range(args.rounds)]
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     print(f"{case.name} at {list(shape)}: {getattr(plan, 'description', '') or plan.spec.description}")
     print("us a call, per round: " + ", ".join(f"{t:.1f}" for t in times))
     if args.profile:

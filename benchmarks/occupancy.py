@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 import torch
+from fusion_cache.runtime.executor import executor_for
 
 from benchmarks.cases import CASES
 
@@ -25,7 +26,7 @@ def main(names: list[str]) -> None:
         case = by_name[name]
         fd = case.build()
         fd.execute(case.inputs("cuda"))
-        plan = fd._executor().last_plan
+        plan = executor_for(fd).last_plan
         for kernel, launch in zip(getattr(plan, "kernels", ()), getattr(plan, "spec", plan).kernels):
             print(f"{name:36s} {launch.name:20s} grid {launch.grid} block {launch.block} "
                   f"cluster {kernel.cluster_dims} regs {kernel.num_regs}: "

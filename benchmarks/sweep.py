@@ -76,7 +76,7 @@ def _forget_plans(fd: Any) -> None:
 
 def run_variant(case: Case, knobs: dict[str, Any], inputs: list, reference: list,
                 timer: Any) -> dict[str, Any]:  # fmt: skip
-    from fusion_cache.gpu_runtime import executor_for
+    from fusion_cache.runtime.executor import executor_for
     from schedulers.tuning import overriding
 
     record: dict[str, Any] = {"case": case.name, "knobs": knobs, "gbps": None, "correct": None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from fusion_cache.dtypes import DataType
+from fusion_cache.frontend.dtypes import DataType
 
 REGISTER_TYPE = {
     DataType.Double: "double", DataType.Float: "float", DataType.Half: "float",

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedulers.pointwise import PointwiseProgram
-
 from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE
+from .kernel_ir import PointwiseProgram
 from .prelude import prelude_source
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
 

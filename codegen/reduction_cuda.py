@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schedulers.reduction import ReductionProgram, needed
-
 from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE
+from .kernel_ir import ReductionProgram, needed
 from .prelude import prelude_source
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fusion_cache.dtypes import DataType
+from fusion_cache.frontend.dtypes import DataType
 
 from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert, literal, render_op
 

@@ -9,6 +9,7 @@ and is only used to report effective bandwidth).
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 KiB = 1024
@@ -231,3 +232,12 @@ def resolve_target(target: str | DeviceProfile | None) -> DeviceProfile:
     if isinstance(target, str):
         return profile_by_name(target)
     raise TypeError(f"target must be a profile name, a DeviceProfile or None, not {target!r}")
+
+
+# `fusion-cache warmup --target NAME` sets it for the script it runs
+TARGET_ENV = "FUSION_CACHE_TARGET"
+
+
+def default_target() -> str | None:
+    """The target `precompile(target=None)` uses: --target of warmup, else the current GPU."""
+    return os.environ.get(TARGET_ENV) or None

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fusion_cache.dtypes import DataType
-from fusion_cache.values import TensorInfo
+from fusion_cache.frontend.dtypes import DataType
+from fusion_cache.frontend.values import TensorInfo
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .reduction import (
@@ -56,10 +56,10 @@ def _dims(rec: Any, rank: int) -> set[int]:
 
 
 def lower_inner_outer(fd: Any) -> InnerOuterProgram:
-    from fusion_cache.records import Record, Ref
-    from fusion_cache.replay import replay_records
-    from fusion_cache.subfusion import FusionGraph, ScratchDefinition
-    from fusion_cache.values import Tensor
+    from fusion_cache.frontend.records import Record, Ref
+    from fusion_cache.frontend.replay import replay_records
+    from fusion_cache.frontend.values import Tensor
+    from fusion_cache.ir.subfusion import FusionGraph, ScratchDefinition
 
     records, infos = fd._records, fd._infos
     producer = {o.index: r for r in records for o in r.outputs}
@@ -154,7 +154,7 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
         acc_type,
         render_column_finish,
     )
-    from fusion_cache.gpu_runtime import runtime_shapes
+    from fusion_cache.ir.shape_eval import runtime_shapes
 
     row_values = [values[p] for p in program.input_positions]
     row_env = runtime_shapes(program.rows_fd, row_values)

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusion_cache.dtypes import DataType, is_complex, is_float, is_integral
-from fusion_cache.opdefs import OPS
-from fusion_cache.ops import promoted_dtype
-from fusion_cache.records import Record, Ref
-from fusion_cache.values import ScalarInfo, TensorInfo
+from codegen.kernel_ir import Access, PointwiseProgram, Stmt, Store
+from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_integral
+from fusion_cache.frontend.ops.table import OPS, promoted_dtype
+from fusion_cache.frontend.records import Record, Ref
+from fusion_cache.frontend.values import ScalarInfo, TensorInfo
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major, vector_ok
@@ -31,60 +31,6 @@ from .views import ReshapeFrame, describe_views, resolve_access
 
 NAME = "pointwise"
 VIEW_OPS = {"broadcast", "broadcast_in_dim", "expand", "permute", "squeeze"}
-
-
-@dataclass(frozen=True)
-class Access:
-    """One read of an input tensor through a dim map (input dim -> loop dim or None, or
-    inside reshapes, -> the innermost reshape source's dim)."""
-
-    input_pos: int  # position in execute's input list
-    state: int  # the tensor's state index
-    dim_map: tuple[int | None, ...]
-    dtype: DataType
-    frames: tuple[ReshapeFrame, ...] = ()  # the reshapes it is read through, innermost last
-
-    @property
-    def loop_map(self) -> tuple[int | None, ...]:
-        """The dims of the loop this access can vary along (a superset, with reshapes)."""
-        return self.frames[0].out_map if self.frames else self.dim_map
-
-
-@dataclass(frozen=True)
-class Stmt:
-    var: str
-    dtype: DataType  # the value's dtype (half/bf16 live in float registers)
-    op: str  # 'load', 'scalar', or an op name
-    operands: tuple = ()  # vars, or for 'load' the access index
-    compute: DataType | None = None  # the dtype operands are converted to
-    attrs: tuple = ()
-
-
-@dataclass(frozen=True)
-class Store:
-    var: str
-    state: int
-    dtype: DataType
-    alias_input: int | None  # input position written in place
-
-
-@dataclass(frozen=True)
-class PointwiseProgram:
-    loop_rank: int
-    accesses: tuple[Access, ...]
-    stmts: tuple[Stmt, ...]
-    stores: tuple[Store, ...]
-    scalar_inputs: tuple[tuple[int, DataType], ...]  # (input position, dtype) passed as params
-    host_scalars: tuple[tuple[int, DataType], ...]  # (state, dtype) computed from sizes
-    output_states: tuple[int, ...]
-    has_alias: bool = False
-    views: tuple[tuple[int, int], ...] = ()  # (reshape output state, its source state)
-
-    def describe(self) -> str:
-        return (
-            f"pointwise: loop rank {self.loop_rank}, {len(self.accesses)} input accesses, "
-            f"{len(self.stmts)} statements, {len(self.stores)} outputs"
-        )
 
 
 @dataclass

@@ -19,56 +19,20 @@ assignment cannot follow, so the segmenter cuts the fusion there.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from fusion_cache.dtypes import DataType, is_complex, is_float
-from fusion_cache.records import Record
-from fusion_cache.values import TensorInfo
+from codegen.kernel_ir import Reduction, ReductionProgram, Stmt, Store
+from fusion_cache.frontend.dtypes import DataType, is_complex, is_float
+from fusion_cache.frontend.records import Record
+from fusion_cache.frontend.values import TensorInfo
 
 from .base import SchedulerRefused
-from .pointwise import Access, Stmt, Store, _Lowering
+from .pointwise import _Lowering
 from .tuning import knob
 
 NAME = "reduction"
 REDUCTIONS = {"sum", "prod", "max", "min", "var", "var_mean", "welford"}
-
-
-@dataclass(frozen=True)
-class Reduction:
-    var: str  # the accumulator's name; for Welford the triple's
-    op: str  # 'sum', 'prod', 'max', 'min' or 'welford'
-    input: str
-    dtype: DataType  # accumulator dtype (register type of the result)
-    stage: int
-
-
-@dataclass(frozen=True)
-class ReductionProgram:
-    rank: int
-    reduced: tuple[int, ...]  # K: the reduced loop dims
-    accesses: tuple[Access, ...]
-    stmts: tuple[Stmt, ...]  # in dependence order; reductions appear as 'reduce' stmts
-    reductions: tuple[Reduction, ...]
-    stores: tuple[Store, ...]
-    store_rowlevel: tuple[bool, ...]
-    output_maps: tuple[tuple[int | None, ...], ...]
-    scalar_inputs: tuple[tuple[int, DataType], ...]
-    host_scalars: tuple[tuple[int, DataType], ...]
-    output_states: tuple[int, ...]
-    loop_state: int  # a reduction input: its shape is the loop space
-    element_vars: frozenset[str]  # vars that depend on K
-    stage_of: tuple[tuple[str, int], ...]  # var -> the stage after which it can be computed
-    views: tuple[tuple[int, int], ...] = ()  # (reshape output state, its source state)
-
-    @property
-    def stages(self) -> int:
-        return max((r.stage for r in self.reductions), default=0)
-
-    def describe(self) -> str:
-        ops = ",".join(r.op for r in self.reductions)
-        return (f"reduction: rank {self.rank}, reduced dims {list(self.reduced)}, {ops} in "
-                f"{self.stages} stage(s), {len(self.accesses)} accesses")  # fmt: skip
 
 
 class _ReductionLowering(_Lowering):
@@ -209,31 +173,6 @@ def lower_reduction(fd: Any) -> ReductionProgram:
         tuple(s.state for s in stores), low.loop_state, frozenset(element), tuple(stage.items()),
         tuple(low.views.items()),
     )  # fmt: skip
-
-
-def needed(program: ReductionProgram, targets: Sequence[str],
-           carried: frozenset[str] = frozenset()) -> tuple[list[Any], list[str]]:  # fmt: skip
-    """The element-level statements (in order) that `targets` depend on, and the carried
-    values (kept in registers by an earlier pass) they read instead of recomputing."""
-    by_var = {s.var: s for s in program.stmts}
-    want: set[str] = set()
-    leaves: set[str] = set()
-    stack = [t for t in targets if t in program.element_vars]
-    while stack:
-        v = stack.pop()
-        if v in want or v in leaves:
-            continue
-        if v in carried:
-            leaves.add(v)
-            continue
-        want.add(v)
-        st = by_var[v]
-        if st.op == "reduce":
-            continue
-        stack.extend(o for o in st.operands if isinstance(o, str) and o in program.element_vars)
-    order = [s.var for s in program.stmts]
-    return ([s for s in program.stmts if s.var in want and s.op != "reduce"],
-            sorted(leaves, key=order.index))  # fmt: skip
 
 
 # ---- planning -----------------------------------------------------------------------------

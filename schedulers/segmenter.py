@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fusion_cache.subfusion import FusionGraph, SubFusion, stand_ins
+from fusion_cache.ir.subfusion import FusionGraph, SubFusion, stand_ins
 
 from .base import SchedulerRefused
 from .registry import plan_for, schedule
@@ -82,7 +82,7 @@ class _Segmenter:
         return self.tried[key]
 
     def _try(self, sub: SubFusion) -> str | None:
-        from fusion_cache.gpu_runtime import runtime_shapes
+        from fusion_cache.ir.shape_eval import runtime_shapes
 
         values = [self.stand_in[v] for v in sub.inputs]
         try:  # a group whose stand-ins a size check rejects is no group to run

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from fusion_cache.view import analyze_view, apply_view_strides
+from fusion_cache.ir.view import analyze_view, apply_view_strides
 
 from .base import SchedulerRefused
 from .layout import access_strides

@@ -3,7 +3,7 @@ compile tests and the GPU correctness tests."""
 import torch
 
 from fusion_cache import DataType, FusionDefinition
-from fusion_cache.dtypes import from_torch
+from fusion_cache.frontend.dtypes import from_torch
 
 
 def _up(fd, x, dt):

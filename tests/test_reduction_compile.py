@@ -7,6 +7,7 @@ import torch
 from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, sum_max_min, var_mean
 
 from fusion_cache import DataType, FusionDefinition
+from fusion_cache.runtime.executor import executor_for
 from schedulers.device import profile_by_name
 from schedulers.tuning import overriding
 
@@ -40,7 +41,7 @@ def test_reduction_kernels_compile(name, pattern, rank, inputs, dtype, target):
     fd = define(pattern[0], dtype, rank)
     refs = fd.precompile(inputs(dtype), target=target)
     assert refs and all(r.arch == (80 if target == "a100" else 90) for r in refs)
-    assert fd._executor().scheduler == "reduction"
+    assert executor_for(fd).scheduler == "reduction"
 
 
 @pytest.mark.parametrize("target, dependent", [("h100", True), ("a100", False)])
@@ -50,7 +51,7 @@ def test_finish_kernels_start_while_the_partials_run_on_hopper(target, dependent
     fd = define(reduce_op("sum", [0])[0], torch.float32, 2)
     with overriding({"outer.cluster": 0}):
         refs = fd.precompile([meta(65536, 1024)], target=target)
-    kernels = fd._executor().last_plan.spec.kernels
+    kernels = executor_for(fd).last_plan.spec.kernels
     assert [k.dependent for k in kernels] == [False, dependent]
     assert "fc_wait_prior_grid();" in refs[1].source
 
@@ -78,7 +79,7 @@ def test_refusal_names_reasons():
     refs = fd.precompile([meta(8, 8)], target="h100")
     # the reduction scheduler refuses two loop spaces and says so; row sums with column
     # sums of the same rows are the inner-outer scheduler's
-    ex = fd._executor()
+    ex = executor_for(fd)
     assert any("reductions over different" in str(r) for r in ex.refusals)
     assert ex.scheduler == "inner_outer"
     # Note [Finish in the row kernel]: on an H100 the column sums end in the row kernel
@@ -93,7 +94,7 @@ def test_one_stages_reductions_combine_together(dtype):
     # and one cluster exchange, each slot with its own op
     fd = define(sum_max_min([-1])[0], dtype, 2)
     fd.precompile([meta(3, 65537, dtype=dtype)], target="h100")
-    source = fd._executor().last_plan.spec.kernels[0].source
+    source = executor_for(fd).last_plan.spec.kernels[0].source
     acc = "double" if dtype == torch.float64 else "float"
     assert (f"fc_op_multi<{acc}, fc_op_sum<{acc}>, fc_op_max<{acc}>, fc_op_min<{acc}>>"
             in source)  # fmt: skip
@@ -110,7 +111,7 @@ def test_rows_too_long_for_a_clusters_registers_still_take_8_blocks(n, dtype):
     fd = define(layer_norm()[0], dtype, 2)
     fd.precompile([meta(40, n, dtype=dtype), meta(n, dtype=dtype), meta(n, dtype=dtype)],
                   target="h100")  # fmt: skip
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     blocks = 16 if dtype == torch.bfloat16 and n == 262144 else 8
     assert f"clusters of {blocks}" in spec.description
     assert f"#define FC_CLUSTER {blocks}" in spec.kernels[0].source
@@ -125,14 +126,14 @@ def test_long_rows_take_clusters_where_the_gpu_has_them(rows, n, cluster):
     # few long rows that one block each would leave half the SMs idle (64 on 132) take two
     fd = define(softmax()[0], torch.float32, 2)
     fd.precompile([meta(rows, n)], target="h100")
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     kernel = plan.spec.kernels[0]
     assert ("__cluster_dims__" in kernel.source) == (cluster is not None)
     if cluster:
         assert f"clusters of {cluster}" in plan.spec.description
         assert kernel.grid[0] % cluster == 0
     fd.precompile([meta(64, n)], target="a100")
-    assert "__cluster_dims__" not in fd._executor().last_plan.spec.kernels[0].source
+    assert "__cluster_dims__" not in executor_for(fd).last_plan.spec.kernels[0].source
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -143,9 +144,9 @@ def test_sums_of_long_rows_take_clusters_of_8(n, dtype):
     fd = define(reduce_op("sum", [-1])[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype)], target="h100")
     clustered = n >= 16384 and (dtype == torch.float32 or n <= 65536)
-    assert ("clusters of 8" in fd._executor().last_plan.spec.description) is clustered
+    assert ("clusters of 8" in executor_for(fd).last_plan.spec.description) is clustered
     fd.precompile([meta(64, n, dtype=dtype)], target="a100")
-    assert "clusters" not in fd._executor().last_plan.spec.description
+    assert "clusters" not in executor_for(fd).last_plan.spec.description
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
@@ -155,7 +156,7 @@ def test_16_bit_welford_rows_8_blocks_keep_take_a_cluster(n, cluster, dtype):
     # registers take it (two passes of sums), longer rows a block a row read once
     fd = define(var_mean([-1])[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype)], target="h100")
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     assert ("clusters of 8" in spec.description) is (cluster == 8), spec.description
     assert ("uncached" in spec.description) is (n == 262144), spec.description
 
@@ -166,7 +167,7 @@ def test_softmax_over_the_widest_clusters_loads_the_next_row_ahead(dtype):
     # next row into shared memory while this one runs; layer norm's (weights) do not
     fd = define(softmax()[0], dtype, 2)
     fd.precompile([meta(64, 262144, dtype=dtype)], target="h100")
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     wide = dtype == torch.bfloat16
     assert ("clusters of 16, pipelined" in spec.description) is wide, spec.description
     assert ("fc_cp_async16(&fc_stage[" in spec.kernels[0].source) is wide
@@ -175,7 +176,7 @@ def test_softmax_over_the_widest_clusters_loads_the_next_row_ahead(dtype):
                   target="h100")  # fmt: skip
     # layer norm's (weights) only where its bf16 row stays in shared memory (Note [Rows in
     # shared memory]), read there in each pass
-    description = fd._executor().last_plan.spec.description
+    description = executor_for(fd).last_plan.spec.description
     assert ("pipelined, 1 row input in shared memory" in description) is wide, description
 
 
@@ -189,7 +190,7 @@ def test_outer_split_combines_in_a_cluster_on_sm90(name, dtype):
     for target, kernels in (("h100", 1), ("a100", 2)):
         fd = define(pattern[0], dtype, 2)
         refs = fd.precompile([meta(1000, 300, dtype=dtype)], target=target)
-        spec = fd._executor().last_plan.spec
+        spec = executor_for(fd).last_plan.spec
         assert len(refs) == len(spec.kernels) == kernels, spec.description
         assert ("in a cluster" in spec.description) == (target == "h100")
         if target == "h100":
@@ -211,7 +212,7 @@ def test_weighted_sums_of_long_rows_take_16_blocks_with_weights_in_shared_memory
     # (non-portable) are never planned for the A100
     fd = define(rms_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="h100")
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     if dtype == torch.bfloat16 and n == 262144:  # Note [Rows in shared memory]: the row instead
         kept = "clusters of 16, barrier exchange, pipelined, deferred row end, 1 row input in shared memory"
         assert kept in spec.description, spec.description
@@ -219,23 +220,23 @@ def test_weighted_sums_of_long_rows_take_16_blocks_with_weights_in_shared_memory
         assert "clusters of 16, weights in shared memory" in spec.description, spec.description
     assert "#define FC_CLUSTER 16" in spec.kernels[0].source
     fd.precompile([meta(1, n, dtype=dtype), meta(n, dtype=dtype)], target="h100")
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     assert "clusters of 8" in spec.description, spec.description
     assert ("uncached" in spec.description) is (n == 262144), spec.description
     fd = define(layer_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype), meta(n, dtype=dtype)],
                   target="h100")  # fmt: skip
-    description = fd._executor().last_plan.spec.description
+    description = executor_for(fd).last_plan.spec.description
     wide = dtype == torch.bfloat16 and n == 262144  # Note [Cluster rows]'s 16-bit rule
     assert ("clusters of 16" in description) is wide, description
     if wide:  # Note [Rows in shared memory]: two exchanges a row, through mbarriers, and
         # the weights loaded once into registers, not into shared memory beside the row
         assert "weights in registers" in description, description
         assert "barrier exchange" not in description, description
-        assert "fc_cluster_reduce_async" in fd._executor().last_plan.spec.kernels[0].source
+        assert "fc_cluster_reduce_async" in executor_for(fd).last_plan.spec.kernels[0].source
     fd = define(rms_norm()[0], dtype, 2)
     fd.precompile([meta(64, n, dtype=dtype), meta(n, dtype=dtype)], target="a100")
-    assert "clusters" not in fd._executor().last_plan.spec.description
+    assert "clusters" not in executor_for(fd).last_plan.spec.description
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -245,7 +246,7 @@ def test_outer_rows_in_range_sum_without_bounds_branches(dtype):
     # 300 leave both)
     fd = define(reduce_op("sum", [0])[0], dtype, 2)
     fd.precompile([meta(1000, 300, dtype=dtype)], target="h100")
-    source = fd._executor().last_plan.spec.kernels[0].source
+    source = executor_for(fd).last_plan.spec.kernels[0].source
     fast = "if (k0 + (FC_UNROLL - 1) * kstep < N && cb + FC_VEC <= cols) {"
     assert source.count(fast) == 1
     tail = source[source.index(fast):]
@@ -261,15 +262,15 @@ def test_weights_every_row_reads_load_with_an_evict_last_policy(target, kept):
     fd = define(layer_norm()[0], torch.float32, 2)
     n = 262144
     fd.precompile([meta(64, n), meta(n), meta(n)], target=target)
-    source = fd._executor().last_plan.spec.kernels[0].source
+    source = executor_for(fd).last_plan.spec.kernels[0].source
     body = source.split('extern "C"', 1)[1]
     assert ("fc_load_vec_if<FC_VEC, 4>(a1 + " in body) is kept  # the weight
     assert ("fc_load_vec_if<FC_VEC, 4>(a2 + " in body) is kept  # the bias
     assert "fc_load_vec_if<FC_VEC, 0>(a0 + " in body  # the row
     with overriding({"load.weights": 0}):
-        fd._executor().plans.clear()
+        executor_for(fd).plans.clear()
         fd.precompile([meta(64, n), meta(n), meta(n)], target=target)
-    assert "FC_VEC, 4>" not in fd._executor().last_plan.spec.kernels[0].source.split('extern "C"', 1)[1]
+    assert "FC_VEC, 4>" not in executor_for(fd).last_plan.spec.kernels[0].source.split('extern "C"', 1)[1]
 
 
 def test_deferred_row_end_needs_one_exchange():
@@ -280,22 +281,22 @@ def test_deferred_row_end_needs_one_exchange():
     with overriding({"inner.defer": True}):
         fd = define(rms_norm()[0], bf16, 2)
         assert fd.precompile([meta(40, 262144, dtype=bf16), meta(262144, dtype=bf16)], target="h100")
-        assert "deferred row end" in fd._executor().last_plan.spec.description
+        assert "deferred row end" in executor_for(fd).last_plan.spec.description
         fd = define(layer_norm()[0], bf16, 2)
         fd.precompile([meta(40, 262144, dtype=bf16), meta(262144, dtype=bf16),
                        meta(262144, dtype=bf16)], target="h100")  # fmt: skip
-        description = fd._executor().last_plan.spec.description
+        description = executor_for(fd).last_plan.spec.description
         assert "in shared memory" in description and "deferred" not in description, description
 
 
 def test_only_plain_plans_take_the_lean_launch_path():
     # fresh outputs and plain launches: the cache hit's lean path; workspaces, or a kernel
     # launched cooperative or dependent, need the general one, which passes those flags
-    from fusion_cache.gpu_runtime import LaunchPlan
+    from fusion_cache.runtime.plans import LaunchPlan
 
     fd = define(reduce_op("sum", [1])[0], torch.float32, 2)
     fd.precompile([meta(64, 1000)], target="h100")
-    plain = fd._executor().last_plan
+    plain = executor_for(fd).last_plan
     assert plain.lean
     for flag in ("dependent", "cooperative"):
         kernels = tuple(dataclasses.replace(k, **{flag: True}) for k in plain.spec.kernels)
@@ -304,4 +305,4 @@ def test_only_plain_plans_take_the_lean_launch_path():
     fd = define(reduce_op("sum", [0])[0], torch.float32, 2)
     with overriding({"outer.cluster": 0}):
         fd.precompile([meta(65536, 1024)], target="h100")
-    assert not fd._executor().last_plan.lean  # partials and a dependent finish
+    assert not executor_for(fd).last_plan.lean  # partials and a dependent finish

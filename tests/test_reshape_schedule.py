@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from fusion_cache import DataType, FusionDefinition
-from fusion_cache.dtypes import to_torch
-from fusion_cache.gpu_runtime import LaunchPlan, runtime_shapes
-from fusion_cache.opdefs import OPS
-from fusion_cache.shape_eval import evaluate_shapes
+from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.ops.table import OPS
+from fusion_cache.ir.shape_eval import evaluate_shapes, runtime_shapes
+from fusion_cache.runtime.executor import executor_for
+from fusion_cache.runtime.plans import LaunchPlan
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.device import resolve_target
 from schedulers.layout import access_strides
@@ -32,7 +33,7 @@ def rand(*shape, seed=0, dtype=torch.float32):
 def one_kernel_plan(fd, inputs, target="h100"):
     """Precompile; the whole fusion must be one scheduler's plan (not segments)."""
     refs = fd.precompile(inputs, target=target)
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     assert isinstance(plan, LaunchPlan), f"segmented: {getattr(plan, 'description', plan)}"
     assert refs and all(r.arch == TARGETS[target] for r in refs)
     return plan.spec
@@ -63,7 +64,7 @@ def run_stmts(program, load, reduce_dims=None):
 def emulate_pointwise(fd, values):
     """The outputs the last pointwise plan computes, its loads taken from the kernel's
     arguments (per tensor: pointer then collapsed strides; then sizes and numel)."""
-    ex = fd._executor()
+    ex = executor_for(fd)
     program, spec = ex.program, ex.last_plan.spec
     (kernel,) = spec.kernels
     args = kernel.args
@@ -85,7 +86,7 @@ def emulate_pointwise(fd, values):
 def emulate_reduction(fd, values):
     """The outputs of the reduction program over the whole loop, each load strided as
     `resolve_access` says (rows keep their reduced dims as size 1 until stored)."""
-    ex = fd._executor()
+    ex = executor_for(fd)
     program = ex.program
     env_shapes = runtime_shapes(ex.fd, values)
     loop = tuple(env_shapes[program.loop_state])
@@ -115,7 +116,7 @@ def close(got, want, tol=1e-5):
 
 
 def scheduled_by(fd, name):
-    ex = fd._executor()
+    ex = executor_for(fd)
     assert ex.scheduler == name, ex.refusals
     return ex
 
@@ -192,7 +193,7 @@ def test_no_reshape_plans_describe_no_view():
         fd.add_output(fd.ops.exp(x) * 2.0)
     spec = one_kernel_plan(fd, [rand(8, 64)])
     assert "reshape" not in spec.description
-    assert all(a.frames == () for a in fd._executor().program.accesses)
+    assert all(a.frames == () for a in executor_for(fd).program.accesses)
 
 
 # ---- pointwise: other ways to give sizes, static reshapes, layouts --------------------------
@@ -287,7 +288,7 @@ def test_broadcast_inside_a_reshape():
 
 def plan_refusal(fd, inputs, target="h100"):
     """The SchedulerRefused the taking scheduler's planner raises for these inputs."""
-    ex = fd._executor()
+    ex = executor_for(fd)
     env = runtime_shapes(ex.fd, inputs)
     with pytest.raises(SchedulerRefused) as info:
         plan_for(ex.scheduler, ex.program, inputs, env, resolve_target(target))
@@ -305,7 +306,7 @@ def test_reshape_that_is_no_view_is_refused_and_segmented():
     # a broadcast dim merged with a real one is not one stride
     assert "reshape (T" in why and "[4, 6] to [24]" in why and "not a view" in why
     refs = fd.precompile([x, b], target="h100")  # the segmenter cuts before the reshape
-    assert refs and hasattr(fd._executor().last_plan, "segments")
+    assert refs and hasattr(executor_for(fd).last_plan, "segments")
     close(fd.execute([x, b]), [torch.exp(b.expand(4, 6).reshape(-1)) + x.reshape(-1)])
 
 
@@ -324,7 +325,7 @@ def test_zero_size_reshape_needs_no_kernel():
     fd = vector_reshape()
     x = rand(0, 4, 8)
     assert fd.precompile([x, rand(4, 0, 8), 4, 0, 8], target="h100") == []
-    assert fd._executor().last_plan.spec.description.startswith("empty; reshape T")
+    assert executor_for(fd).last_plan.spec.description.startswith("empty; reshape T")
 
 
 # ---- reductions -----------------------------------------------------------------------------
@@ -412,11 +413,11 @@ def test_reshape_after_a_reduction_is_refused_then_segmented():
         groups = fd.define_scalar(dtype=DataType.Int)
         grouped = fd.ops.reshape(fd.ops.sum(x, [1]), [groups, -1])
         fd.add_output(fd.ops.max(grouped, [1]))
-    reasons = {r.scheduler: r.reason for r in fd._executor().refusals}
+    reasons = {r.scheduler: r.reason for r in executor_for(fd).refusals}
     assert "reshape (T" in reasons["reduction"] and "after a reduction" in reasons["reduction"]
     x = rand(48, 100, seed=20)
     refs = fd.precompile([x, 6], target="h100")
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     assert len(refs) == 2 and [s.scheduler for s in plan.segments] == ["reduction"] * 2
     close(fd.execute([x, 6]), [x.sum(1).reshape(6, -1).amax(1)], tol=1e-4)
 
@@ -482,7 +483,7 @@ def test_sizes_from_a_vector_input_are_refused():
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.reshape(x, fd.define_vector(2)) * 2.0)
-    reasons = {r.scheduler: r.reason for r in fd._executor().refusals}
+    reasons = {r.scheduler: r.reason for r in executor_for(fd).refusals}
     assert reasons["pointwise"] == "reshape (T2) takes its sizes from the vector input V1"
     x = rand(4, 6, seed=22)
     close(fd.execute([x, [3, 8]]), [x.reshape(3, 8) * 2.0])
@@ -513,7 +514,7 @@ def test_shape_evaluator_shapes_reshape_without_torch():
 
 def test_plan_key_holds_vector_input_values():
     # a vector input may size tensors, so two different vectors must not share a plan
-    from fusion_cache.gpu_runtime import input_key
+    from fusion_cache.runtime.plans import input_key
 
     x = torch.empty(4, 6)
     assert input_key([x, [4, 6]]) != input_key([x, [3, 8]])

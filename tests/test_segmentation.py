@@ -25,7 +25,8 @@ from segment_patterns import (
 )
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
-from fusion_cache.segmented import run_segments
+from fusion_cache.runtime.executor import executor_for
+from fusion_cache.runtime.segmented import run_segments
 
 
 def rand(*shape, seed=0, dtype=torch.float32):
@@ -38,7 +39,7 @@ def body(fd) -> str:
 
 
 def run_segmented(fd, inputs):
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     return run_segments(fd, plan, inputs)
 
 
@@ -144,17 +145,17 @@ def test_layer_norm_backward_reads_its_inputs_once(dtype):
     # dx's row reductions and dw, db's column sums in one row kernel (column partials)
     # and one finish kernel for both: no segments
     assert fd.segment(inputs, target="h100") == []
-    assert fd._executor().scheduler == "inner_outer"
+    assert executor_for(fd).scheduler == "inner_outer"
     names = [r.name for r in fd.precompile(inputs, target="h100")]
     # the finish inside the row kernel after a grid barrier (Note [Finish in the row kernel]),
     # launched cooperatively; GPUs before sm_90 run a finish kernel
     assert names == ["fc_inner_reduction"]
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     assert spec.kernels[0].cooperative and "finished in the row kernel" in spec.description
     assert "fc_cast<" in spec.kernels[0].source and "ld.acquire.gpu" in spec.kernels[0].source
     names = [r.name for r in fd.precompile(inputs, target="a100")]
     assert names == ["fc_inner_reduction", "fc_column_finish"]
-    assert not fd._executor().last_plan.spec.kernels[0].cooperative
+    assert not executor_for(fd).last_plan.spec.kernels[0].cooperative
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     check(fd.execute(inputs), layer_norm_backward_eager(*inputs), tol)
 
@@ -166,7 +167,7 @@ def test_layer_norm_backward_with_long_rows_is_a_row_and_a_column_kernel_without
     # partials; the segmenter splits it into a row kernel and a column kernel that
     # recomputes x-hat rather than reading it back
     segments = fd.segment(inputs, target="a100")
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     assert len(segments) == 2
     assert [s.scheduler for s in plan.segments] == ["reduction", "reduction"]
     check(run_segmented(fd, inputs), layer_norm_backward_eager(*inputs), 1e-4)
@@ -185,7 +186,7 @@ def test_three_column_sums_fit_static_shared_memory(rows, cols, dtype, target):
     tables = [r.source.count("__shared__ float part_float[FC_TY][FC_TX * FC_VEC];") for r in refs]
     assert max(tables) <= 1  # segmented plans sum the columns in a kernel of their own
     if target == "h100" and dtype != torch.float32:  # one kernel: rows and all three sums
-        assert "3 column sums" in fd._executor().last_plan.spec.description
+        assert "3 column sums" in executor_for(fd).last_plan.spec.description
 
 
 @pytest.mark.parametrize("norm,dtype", [("layer", torch.float32), ("layer", torch.bfloat16),
@@ -202,7 +203,7 @@ def test_norm_backward_long_rows_keep_partials_in_a_cluster(norm, dtype):
     assert fd.segment(inputs, target="h100") == []
     kernel = fd.precompile(inputs, target="h100")[0]
     assert kernel.name == "fc_inner_reduction"
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     source = spec.kernels[0].source
     assert "clusters of 16" in spec.description, spec.description
     assert "__cluster_dims__(FC_CLUSTER, 1, 1)" in source and "#define FC_CLUSTER 16" in source
@@ -229,7 +230,7 @@ def test_16_bit_rows_with_one_partial_over_16_blocks_read_shared_memory(norm):
     # layer norm's two partials leave too few registers for that and keep the row there
     fd, inputs, _ = _norm_backward(norm, 64, 65536, torch.bfloat16)
     fd.precompile(inputs, target="h100")
-    description = fd._executor().last_plan.spec.description
+    description = executor_for(fd).last_plan.spec.description
     assert "clusters of 16" in description, description
     assert ("2 row inputs in shared memory" in description) is (norm == "rms"), description
 
@@ -240,9 +241,9 @@ def test_layer_norm_backward_rows_of_65536_share_a_cluster_on_hopper():
     fd = layer_norm_backward(torch.float32)
     inputs = layer_norm_backward_inputs(4, 65536, torch.float32, seed=11)
     assert fd.segment(inputs, target="h100") == []
-    assert fd._executor().scheduler == "inner_outer"
+    assert executor_for(fd).scheduler == "inner_outer"
     fd.precompile(inputs, target="h100")
-    assert "clusters of" in fd._executor().last_plan.spec.description
+    assert "clusters of" in executor_for(fd).last_plan.spec.description
     assert len(fd.segment(inputs, target="a100")) == 2
 
 
@@ -270,7 +271,7 @@ def test_segments_dump_names_segments_and_schedulers(monkeypatch, capsys):
 def test_intermediates_die_after_their_last_reader():
     fd = chain_with_boundaries(4)
     fd.segment([rand(4, 4, seed=15)], target="h100")
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     produced = [set(s.sub.outputs) for s in plan.segments]
     for k, seg in enumerate(plan.segments[1:], start=1):
         # what the previous segment made is dropped as soon as this one has read it
@@ -280,12 +281,12 @@ def test_intermediates_die_after_their_last_reader():
 
 def test_argument_manager_frees_values(monkeypatch):
     """Count live intermediates while the chain runs: at most two at a time."""
-    import fusion_cache.segmented as segmented
+    import fusion_cache.runtime.segmented as segmented
 
     fd = chain_with_boundaries(4)
     x = rand(4, 4, seed=16)
     fd.segment([x], target="h100")
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     live = []
     real_execute = FusionDefinition.execute
 
@@ -306,7 +307,7 @@ def test_a_row_value_returned_at_full_size_is_written_by_a_pointwise_segment():
     fd = row_sum_spread(5, 12)
     x = rand(5, 12, seed=17)
     segments = fd.segment([x], target="h100")
-    assert [s.scheduler for s in fd._executor().last_plan.segments] == ["reduction", "pointwise"]
+    assert [s.scheduler for s in executor_for(fd).last_plan.segments] == ["reduction", "pointwise"]
     assert len(segments) == 2
     check(run_segmented(fd, [x]), row_sum_spread_eager(x))
 
@@ -327,7 +328,7 @@ def test_batch_norm_training_is_one_kernel_with_running_stats_in_place():
     assert fd.segment(inputs, target="h100") == []
     refs = fd.precompile(inputs, target="h100")
     assert [r.name for r in refs] == ["fc_inner_reduction"]
-    assert "two reduced dims" in fd._executor().last_plan.spec.description
+    assert "two reduced dims" in executor_for(fd).last_plan.spec.description
     rm, rv = inputs[3].clone(), inputs[4].clone()
     want = torch.native_batch_norm(inputs[0], inputs[1], inputs[2], rm, rv, True, 0.1, 1e-5)
     got = fd.execute(inputs)  # the reference evaluator here: the same function
@@ -352,7 +353,7 @@ def test_the_store_records_a_segmented_plan():
     (entry,) = FusionCache.get().store.plans_for(fd.id())
     plan = json.loads(entry.plan_json)
     assert plan["scheduler"] == "segmented" and entry.target == "sm_90"
-    assert plan["segments"] == [s.definition.id() for s in fd._executor().last_plan.segments]
+    assert plan["segments"] == [s.definition.id() for s in executor_for(fd).last_plan.segments]
     assert "does not fit the loop" in plan["refused"]
 
 
@@ -363,13 +364,13 @@ def test_few_blocks_of_partials_finish_in_column_strips():
     # partials per resident block, and its finish keeps tiles of 32 columns
     fd, inputs, eager = _norm_backward("layer", 40, 262144, torch.bfloat16)
     fd.precompile(inputs, target="h100")
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     finish = spec.kernels[1]
     assert finish.block == (256, 1, 1) and finish.grid == (262144 // 1024, 2, 1), spec.description
     assert finish.args[-1] <= 32 and "fc_vec<A, V>" in finish.source
     fd = layer_norm_backward(torch.float32)
     small = layer_norm_backward_inputs(4096, 256, torch.float32, seed=11)
     fd.precompile(small, target="a100")
-    finish = fd._executor().last_plan.spec.kernels[1]
+    finish = executor_for(fd).last_plan.spec.kernels[1]
     assert finish.args[-1] > 32 and finish.block[0] == 32 and "FC_ROWS" in finish.source
     check(fd.execute(small), layer_norm_backward_eager(*small), 1e-4)

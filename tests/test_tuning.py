@@ -9,6 +9,7 @@ from fusion_patterns import define, layer_norm, softmax
 from segment_patterns import layer_norm_backward, layer_norm_backward_inputs
 
 from benchmarks.sweep import _precompile, combinations, load_plan
+from fusion_cache.runtime.executor import executor_for
 from schedulers.tuning import KNOBS, knob, overriding
 
 SWEEPS = sorted((Path(__file__).parent.parent / "benchmarks" / "sweeps").glob("*.json"))
@@ -34,13 +35,13 @@ def test_knobs_reach_the_generated_kernel():
     x = torch.empty(64, 4096, device="meta")
     with overriding({"inner.pipeline": True, "inner.tx": 256}):
         fd.precompile([x], target="h100")
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     assert spec.kernels[0].block[0] == 256 and "pipelined" in spec.description
     assert "fc_cp_async16(&" in spec.kernels[0].source and spec.kernels[0].shared_mem > 0
-    fd._executor().plans.clear()
+    executor_for(fd).plans.clear()
     with overriding({"inner.pipeline": False}):
         fd.precompile([x], target="h100")
-    assert "fc_cp_async16(&" not in fd._executor().last_plan.spec.kernels[0].source
+    assert "fc_cp_async16(&" not in executor_for(fd).last_plan.spec.kernels[0].source
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -51,7 +52,7 @@ def test_weights_in_registers_load_once_before_the_row_loop(dtype):
     inputs = layer_norm_backward_inputs(4096, 4096, dtype)
     fd = layer_norm_backward(dtype)
     fd.precompile(inputs, target="h100")
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     assert ("pipelined" in spec.description) is (dtype == torch.bfloat16)
     if dtype == torch.bfloat16:  # the mean and rstd of the next row load ahead as well
         assert "a0_next = p_row_ok ? a0[p_a0_row]" in spec.kernels[0].source
@@ -60,7 +61,7 @@ def test_weights_in_registers_load_once_before_the_row_loop(dtype):
         fd = layer_norm_backward(dtype)
         with overriding(knobs):
             fd.precompile(inputs, target="h100")
-        spec = fd._executor().last_plan.spec
+        spec = executor_for(fd).last_plan.spec
         source = spec.kernels[0].source
         assert ("weights in registers" in spec.description) is hoisted, knobs
         assert ("a2_w[it] = fc_load_vec_if" in source) is hoisted, knobs
@@ -73,7 +74,7 @@ def _layer_norm_plan(dtype, rows, n):
     fd = define(layer_norm()[0], dtype, 2)
     fd.precompile([torch.empty(rows, n, dtype=dtype, device="meta"),
                    *(torch.empty(n, dtype=dtype, device="meta") for _ in range(2))], target="h100")
-    return fd._executor().last_plan.spec
+    return executor_for(fd).last_plan.spec
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from fusion_cache.view import (
+from fusion_cache.ir.view import (
     Broadcast,
     Keep,
     Merge,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..dtypes import DataType
+from fusion_cache.frontend.dtypes import DataType
+
 from .lowering import (
     Args,
     LoweringContext,

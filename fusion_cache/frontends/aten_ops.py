@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dtypes import DataType, is_float, is_integral
+from fusion_cache.frontend.dtypes import DataType, is_float, is_integral
+
 from .lowering import (
     Args,
     LoweringContext,

@@ -27,7 +27,8 @@ from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
-from ..debug import dump_enabled
+from fusion_cache.frontend.options import dump_enabled
+
 from .fx_region import FusedRegion, build_region, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError

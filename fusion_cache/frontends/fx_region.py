@@ -15,8 +15,10 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from ..definition import FusionDefinition
-from ..dtypes import DataType, from_torch
+from fusion_cache.frontend.definition import FusionDefinition
+from fusion_cache.frontend.dtypes import DataType, from_torch
+
+from .aten_table import lower_op
 from .fx_support import op_name
 from .lowering import (
     LoweringContext,
@@ -24,7 +26,6 @@ from .lowering import (
     bind_schema,
     is_handle,
     is_tensor,
-    lower_op,
 )
 
 

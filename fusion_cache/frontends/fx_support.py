@@ -12,8 +12,9 @@ import torch
 from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ..dtypes import from_torch
-from .lowering import has_lowering
+from fusion_cache.frontend.dtypes import from_torch
+
+from .aten_table import has_lowering
 
 # ops that only change how a tensor is viewed: they do not make a region worth launching
 VIEW_OPS = frozenset(

@@ -1,7 +1,7 @@
 """The aten-op lowering shared by the TorchScript and torch.compile frontends.
 
 Both frontends hand an op's qualified name ("aten::add") and its arguments, bound to the op's
-schema, to `lower_op`, which emits `fd.ops` calls on one open FusionDefinition. The table of
+schema, to `lower_op` (aten_table.py), which emits `fd.ops` calls on one open FusionDefinition. The table of
 lowerings lives in `aten_ops.py` (primitives) and `aten_composite.py` (softmax, norms, gelu
 and their backward formulas); this module holds what they share.
 
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..dtypes import DataType, from_torch
-from ..values import Scalar, Tensor, _Handle
+from fusion_cache.frontend.dtypes import DataType, from_torch
+from fusion_cache.frontend.values import Scalar, Tensor, _Handle
 
 if TYPE_CHECKING:
-    from ..definition import FusionDefinition
+    from fusion_cache.frontend.definition import FusionDefinition
 
 
 class LoweringError(ValueError):
@@ -183,21 +183,3 @@ def lowers(*names: str) -> Callable[[Lowering], Lowering]:
         return fn
 
     return register
-
-
-def has_lowering(name: str) -> bool:
-    _load_tables()
-    return name in LOWERINGS
-
-
-def lower_op(ctx: LoweringContext, name: str, args: Args) -> Any:
-    """Emit the fusion ops for one aten op; returns a handle, a Python value or a tuple."""
-    _load_tables()
-    fn = LOWERINGS.get(name)
-    if fn is None:
-        raise UnsupportedOpError(f"{name} has no lowering to fusion ops")
-    return fn(ctx, args)
-
-
-def _load_tables() -> None:
-    from . import aten_composite, aten_ops  # noqa: F401  (they register themselves)

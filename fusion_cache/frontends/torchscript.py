@@ -13,15 +13,16 @@ from typing import Any
 
 import torch
 
-from ..definition import FusionDefinition
-from ..dtypes import DataType, from_torch
+from fusion_cache.frontend.definition import FusionDefinition
+from fusion_cache.frontend.dtypes import DataType, from_torch
+
+from .aten_table import lower_op
 from .lowering import (
     Args,
     LoweringContext,
     LoweringError,
     UnsupportedOpError,
     is_handle,
-    lower_op,
 )
 
 _PASSTHROUGH_PRIMS = ("prim::ListConstruct", "prim::TupleConstruct")

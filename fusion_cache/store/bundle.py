@@ -20,7 +20,6 @@ Note [Bundle trust]
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .entries import MAX_CUBIN_BYTES, KernelMeta
 from .keys import kernel_key
+from .upcalls import records_codec
 
 if TYPE_CHECKING:
     from .store import Store
@@ -378,27 +378,16 @@ def _unique(items: list, key: Callable, name: str, what: str, where: str) -> set
     return seen
 
 
-# -- the frontend's view of records ------------------------------------------------------------
-
-
-@functools.cache
-def _frontend() -> tuple[Callable, Callable, Callable, frozenset[str]]:
-    """The record codec, the definition key and the names fd.ops answers to, from the frontend
-    (imported here, on first use: the store stands below the frontend and must not import it
-    when it loads)."""
-    from ..ops import Operators
-    from ..records import records_from_json, records_to_json
-    from ..trie import definition_key
-
-    ops = frozenset(n for n in dir(Operators)
-                    if not n.startswith("_") and callable(getattr(Operators, n)))  # fmt: skip
-    return records_from_json, records_to_json, definition_key, ops
+# -- the frontend's view of records (Note [Store upcalls]) --------------------------------------
 
 
 def _check_records(f: BundleFusion, where: str) -> None:
     """The fusion's records are records of known kinds and ops, in canonical form, and its
     key is their hash: otherwise FusionDefinition(id) would replay something else."""
-    records_from_json, records_to_json, definition_key, ops = _frontend()
+    try:  # Note [Store upcalls]
+        records_from_json, records_to_json, definition_key, ops = records_codec()
+    except LookupError as err:
+        raise BundleError(f"{where}: cannot check the bundle's fusions ({err})") from None
     try:
         records = records_from_json(f.records_json)
     except Exception as err:  # any shape of malformed JSON: KeyError, TypeError, ...

@@ -735,7 +735,10 @@ class SqlStore(Store):
                 "plans": sa.select(sa.func.count()).select_from(M.plans),
                 "kernels": sa.select(sa.func.count()).select_from(M.kernels),
                 "kernel_bytes": sa.select(sa.func.sum(M.kernels.c.size)),
-                "links": sa.select(sa.func.count()).select_from(M.fusion_kernels),
+                # a link outlives its kernel's prune: count those that still lead somewhere
+                "links": sa.select(sa.func.count()).select_from(M.fusion_kernels).where(
+                    M.fusion_kernels.c.kernel_key.in_(sa.select(M.kernels.c.key))
+                ),
                 "hits": sa.select(sa.func.sum(M.kernels.c.hits)),
             }
             with self._read() as conn:

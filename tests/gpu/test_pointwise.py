@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
-from fusion_cache.dtypes import from_torch
+from fusion_cache.frontend.dtypes import from_torch
+from fusion_cache.runtime.executor import executor_for
 
 pytestmark = pytest.mark.gpu
 
@@ -219,7 +220,7 @@ def test_tuning_knobs_keep_results(knobs, shape, gen):
             fd.ops.cast(b, DataType.Float), [True, False])
         fd.add_output(fd.ops.cast(fd.ops.tanh(x) * x, DataType.BFloat16))
     a, b = rand(shape, torch.bfloat16, gen), rand(shape[1:], torch.bfloat16, gen)
-    fd._executor().plans.clear()
+    executor_for(fd).plans.clear()
     with overriding(knobs):
         out = fd.execute([a, b])[0]
     x = a.float() + b.float()

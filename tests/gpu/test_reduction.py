@@ -5,6 +5,7 @@ import torch
 from fusion_patterns import define, layer_norm, reduce_op, rms_norm, softmax, sum_max_min, var_mean
 
 from fusion_cache import FusionCache
+from fusion_cache.runtime.executor import executor_for
 from schedulers.device import current_profile
 
 pytestmark = pytest.mark.gpu
@@ -35,7 +36,7 @@ def check(got, want, dtype, scale=1.0):
 
 
 def ran_kernel(fd):
-    return fd._executor().scheduler == "reduction"
+    return executor_for(fd).scheduler == "reduction"
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -92,7 +93,7 @@ def test_outer_split_combines(n, dtype, cluster, gen):
     want = ref(x.double())
     for g, w in zip(got, want):
         check(g, w, dtype, scale=4)
-    clustered = "in a cluster" in fd._executor().last_plan.spec.description
+    clustered = "in a cluster" in executor_for(fd).last_plan.spec.description
     if not cluster:
         assert not clustered
     elif n == 1000 and torch.cuda.get_device_capability()[0] >= 9:
@@ -197,7 +198,7 @@ def test_rows_split_over_clusters(pattern, rows, n, dtype, gen):
     sixteen = current_profile(0).max_cluster > 8
     wide = sixteen and (n == 262144 and dtype == torch.bfloat16 and pattern != "rms_norm" or (
         pattern == "rms_norm" and rows > 1))
-    description = fd._executor().last_plan.spec.description
+    description = executor_for(fd).last_plan.spec.description
     assert f"clusters of {16 if wide else 8}" in description, description
     # Note [Rows in shared memory]: 16-bit rows of 262144 with weights, read from there
     staged = wide and pattern != "softmax" and n == 262144 and dtype == torch.bfloat16
@@ -221,10 +222,10 @@ def test_forward_rows_end_deferred(rows, dtype, gen):
     build, ref = rms_norm()
     fd = define(build, dtype, 2)
     x, w = 3 + rand((rows, 262144), dtype, gen), rand((262144,), dtype, gen)
-    fd._executor().plans.clear()
+    executor_for(fd).plans.clear()
     with overriding({"inner.defer": True}):
         got = fd.execute([x, w])[0]
-    description = fd._executor().last_plan.spec.description
+    description = executor_for(fd).last_plan.spec.description
     if current_profile(0).max_cluster > 8:
         assert "deferred row end" in description and "weights in registers" in description, description
     check(got, ref(x, w), dtype, scale=4)
@@ -268,7 +269,7 @@ def test_tuning_knobs_keep_results(pattern, shape, dtype, knobs, gen):
     rows, n = shape
     x = 3 + rand((rows, n), dtype, gen)
     inputs = [x, rand((n,), dtype, gen), rand((n,), dtype, gen)] if pattern == "layer_norm" else [x]
-    fd._executor().plans.clear()
+    executor_for(fd).plans.clear()
     with overriding(knobs):
         got = fd.execute(inputs)
     want = ref(*[t.double() for t in inputs])
@@ -295,10 +296,10 @@ def test_clusters_the_driver_cannot_place_are_planned_again_within_8(gen, monkey
     fd = define(build, torch.float32, 2)
     x, w = rand((19, 65536), torch.float32, gen), rand((65536,), torch.float32, gen)
     check(fd.execute([x, w])[0], ref(x, w), torch.float32, scale=4)
-    description = fd._executor().last_plan.spec.description
+    description = executor_for(fd).last_plan.spec.description
     assert "clusters of 8" in description, description
     monkeypatch.undo()
     fd = define(build, torch.float32, 2)
     x = rand((21, 65536), torch.float32, gen)
     check(fd.execute([x, w])[0], ref(x, w), torch.float32, scale=4)
-    assert "clusters of 16" in fd._executor().last_plan.spec.description
+    assert "clusters of 16" in executor_for(fd).last_plan.spec.description

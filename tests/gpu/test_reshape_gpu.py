@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
-from fusion_cache.gpu_runtime import FusionUnsupportedError, LaunchPlan
+from fusion_cache.runtime.executor import FusionUnsupportedError, executor_for
+from fusion_cache.runtime.plans import LaunchPlan
 
 pytestmark = pytest.mark.gpu
 
@@ -86,7 +87,7 @@ def test_symbolic_reshape_patterns(dtype):
         check(fd.execute(inputs), vector_eager(*inputs), TOL[dtype])
         assert delta(before, "plan_cache_misses", "kernel_launches", "reference_runs") == {
             "plan_cache_misses": 1, "kernel_launches": 1, "reference_runs": 0}, name
-        plan = fd._executor().last_plan
+        plan = executor_for(fd).last_plan
         assert isinstance(plan, LaunchPlan) and plan.spec.scheduler == "pointwise"
         descriptions[name] = plan.spec.description.split("; ", 1)[1]
         # the same sizes again: the plan is found, nothing is analysed again
@@ -196,7 +197,7 @@ def test_heads_sum(dtype, batch, heads, dim):
     before = counters()
     want = x.float().reshape(batch, heads, -1).sum(-1).to(dtype)
     check(fd.execute([x, heads]), [want], SUM_TOL[dtype])
-    assert fd._executor().scheduler == "reduction"
+    assert executor_for(fd).scheduler == "reduction"
     assert delta(before, "kernel_launches", "reference_runs", "plan_cache_misses") == {
         "kernel_launches": 1, "reference_runs": 0, "plan_cache_misses": 1}
     before = counters()
@@ -230,7 +231,7 @@ def test_outer_sum_after_a_merge_split():
     x = rand(4096, 96, seed=8)
     before = counters()
     check(fd.execute([x, 8192]), [x.reshape(8192, -1).sum(0)], 1e-3)
-    assert fd._executor().scheduler == "reduction"
+    assert executor_for(fd).scheduler == "reduction"
     assert delta(before, "reference_runs")["reference_runs"] == 0
 
 
@@ -240,7 +241,7 @@ def test_reshape_after_a_reduction_runs_as_segments():
         groups = fd.define_scalar(dtype=DataType.Int)
         grouped = fd.ops.reshape(fd.ops.sum(x, [1]), [groups, -1])
         fd.add_output(fd.ops.max(grouped, [1]))
-    assert any("reshape" in r.reason for r in fd._executor().refusals if r.scheduler == "reduction")
+    assert any("reshape" in r.reason for r in executor_for(fd).refusals if r.scheduler == "reduction")
     x = rand(96, 1000, seed=9)
     before = counters()
     check(fd.execute([x, 12]), [x.sum(1).reshape(12, -1).amax(1)], 1e-4)

@@ -23,6 +23,7 @@ from segment_patterns import (
 )
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
+from fusion_cache.runtime.executor import executor_for
 
 pytestmark = pytest.mark.gpu
 
@@ -88,12 +89,12 @@ def test_layer_norm_backward(dtype, rows, cols):
     assert after["reference_runs"] == before["reference_runs"]
     # a row kernel and a finish kernel, or one cooperative kernel finishing the column
     # sums itself (Note [Finish in the row kernel])
-    spec = fd._executor().last_plan.spec
+    spec = executor_for(fd).last_plan.spec
     launches = 1 if spec.kernels[0].cooperative else 2
     assert after["kernel_launches"] - before["kernel_launches"] == launches, spec.description
     # column sums over many rows accumulate in a different order than torch's
     check(got, layer_norm_backward_eager(*inputs), dtype)
-    assert fd._executor().scheduler == "inner_outer"
+    assert executor_for(fd).scheduler == "inner_outer"
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
 
 
@@ -119,9 +120,9 @@ def test_rms_norm_backward(dtype, rows, cols):
     got = fd.execute(inputs)
     assert counters()["reference_runs"] == before["reference_runs"]
     check(got, rms_norm_backward_eager(*inputs), dtype)
-    assert fd._executor().scheduler == "inner_outer"
+    assert executor_for(fd).scheduler == "inner_outer"
     if cols >= 131072:  # or kept in shared memory (Note [Rows in shared memory])
-        description = fd._executor().last_plan.spec.description
+        description = executor_for(fd).last_plan.spec.description
         assert "read each pass" in description or "in shared memory" in description, description
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
 
@@ -151,10 +152,10 @@ def test_long_rows_stay_in_shared_memory(norm, dtype, rows, cols, staged, defer)
     build, make, eager = NORM_BACKWARD[norm]
     fd = build(dtype)
     inputs = make(rows, cols, dtype, device="cuda", seed=31)
-    fd._executor().plans.clear()  # planned again under the knob
+    executor_for(fd).plans.clear()  # planned again under the knob
     with overriding({"inner.defer": defer}):
         got = fd.execute(inputs)
-    description = fd._executor().last_plan.spec.description
+    description = executor_for(fd).last_plan.spec.description
     kept = f"{staged} row input{'s' if staged > 1 else ''} in shared memory"
     assert "pipelined" in description and kept in description, description
     if cols == 262144:
@@ -171,7 +172,7 @@ def test_column_partials_take_one_resident_wave(dtype, rows, cols):
     fd = layer_norm_backward(dtype)
     inputs = layer_norm_backward_inputs(rows, cols, dtype, device="cuda", seed=21)
     check(fd.execute(inputs), layer_norm_backward_eager(*inputs), dtype)
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     if not hasattr(plan, "spec") or "clusters of" not in plan.spec.description:
         pytest.skip(f"not one clustered kernel with partials here: {plan.description}")
     launch = plan.spec.kernels[0]
@@ -190,7 +191,7 @@ def test_column_sums_finish_in_the_row_kernel_on_every_stream(norm):
     fd = build(torch.bfloat16)
     batches = [make(512, 4096, torch.bfloat16, device="cuda", seed=40 + i) for i in range(4)]
     first = fd.execute(batches[0])
-    plan = fd._executor().last_plan
+    plan = executor_for(fd).last_plan
     if not plan.spec.kernels[0].cooperative:
         pytest.skip(f"no finish in the row kernel on this GPU: {plan.spec.description}")
     assert len(plan.spec.kernels) == 1, plan.spec.description
@@ -216,7 +217,7 @@ def test_column_sums_finished_in_the_row_kernel_replay_in_a_cuda_graph():
     fd = layer_norm_backward(torch.bfloat16)
     static = layer_norm_backward_inputs(256, 1024, torch.bfloat16, device="cuda", seed=50)
     fd.execute(static)  # compile and plan outside the capture
-    assert fd._executor().last_plan.spec.kernels[0].cooperative
+    assert executor_for(fd).last_plan.spec.kernels[0].cooperative
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
@@ -240,7 +241,7 @@ def _layer_norm_backward_where_the_driver_says(monkeypatch, resident, rows, cols
     fd = layer_norm_backward(torch.bfloat16)
     inputs = layer_norm_backward_inputs(rows, cols, torch.bfloat16, device="cuda", seed=seed)
     check(fd.execute(inputs), layer_norm_backward_eager(*inputs), torch.bfloat16)
-    return fd._executor().last_plan
+    return executor_for(fd).last_plan
 
 
 def test_column_sums_take_a_second_kernel_where_blocks_cannot_all_be_resident(monkeypatch):

@@ -1,0 +1,60 @@
+"""The runtime's side of Note [Runtime interface] (fusion_cache/frontend/engine.py): what a
+FusionDefinition's execute, precompile, segment and inspection calls run."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fusion_cache.frontend.definition import FusionDefinitionError
+from fusion_cache.ir.fusion_ir import build_fusion, format_fusion
+
+from .execute import run_fusion
+from .executor import executor_for
+from .precompile import precompile
+from .segment_query import segment_definition
+from .segmented import describe_plan
+
+if TYPE_CHECKING:
+    from fusion_cache.frontend.definition import FusionDefinition
+
+
+class RuntimeEngine:
+    def execute(self, fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list:
+        return run_fusion(fd, inputs, device=device)
+
+    def precompile(self, fd: FusionDefinition, inputs: Sequence[Any], target: Any) -> list:
+        return precompile(fd, inputs, target)
+
+    def segment(self, fd: FusionDefinition, inputs: Sequence[Any], target: Any) -> tuple:
+        return segment_definition(fd, inputs, target)
+
+    def fusion_ir(self, fd: FusionDefinition) -> str:
+        return format_fusion(build_fusion(fd))
+
+    def last_cuda_code(self, fd: FusionDefinition) -> str:
+        plan = executor_for(fd).last_plan
+        if hasattr(plan, "segments"):  # one kernel (or more) per segment
+            return "\n".join(s.definition.last_cuda_code() for s in plan.segments
+                             if s.scheduler is not None)  # fmt: skip
+        if plan is None or not plan.refs:
+            raise FusionDefinitionError("no kernel has run for this fusion yet")
+        return "\n".join(ref.source for ref in plan.refs)
+
+    def last_scheduled_fusion_ir(self, fd: FusionDefinition) -> str:
+        ex = executor_for(fd)
+        lines = [self.fusion_ir(fd)]
+        if ex.program is not None:
+            lines.append(f"scheduler: {ex.scheduler}; {ex.program.describe()}")
+        for r in ex.refusals:
+            lines.append(f"refused by {r}")
+        if hasattr(ex.last_plan, "segments"):
+            lines.append(describe_plan(fd, ex.last_plan))
+        elif ex.last_plan is not None:
+            spec = ex.last_plan.spec
+            lines.append(f"plan: {spec.description}")
+            for k in spec.kernels:
+                lines.append(f"kernel {k.name}: grid {k.grid} block {k.block} smem {k.shared_mem}")
+        return "\n".join(lines)
+
+
+ENGINE = RuntimeEngine()

@@ -1,0 +1,284 @@
+"""The GPU path of execute(): per fusion an executor holds the scheduled program and a
+cache of launch plans keyed by the inputs' dtypes, sizes, strides and alignment.
+
+Note [Plan cache]: a plan is everything a run needs that depends on the inputs but not on
+their data: output shapes, scratch buffers, and the kernels with their argument templates.
+Validation depends only on the same key, so a hit skips it: it costs a key, a dict lookup,
+output allocation and the launches.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.options import dump_options, fallback_disabled
+from fusion_cache.frontend.trie import FusionCache
+from fusion_cache.ir.shape_eval import runtime_shapes
+from schedulers.base import ArgRef, SchedulerRefused
+from schedulers.registry import plan_for, schedule
+
+from .kernel_cache import cubin_for, load_function
+from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
+from .reference import run_reference
+
+if TYPE_CHECKING:
+    from fusion_cache.frontend.definition import FusionDefinition
+
+
+class FusionUnsupportedError(RuntimeError):
+    """No scheduler took the fusion (or its kernel failed) and fallback is disabled."""
+
+
+class FallbackDisabledError(FusionUnsupportedError):
+    """Raised where a fusion would have fallen back, naming it; the runs around it (its own
+    first run, a segmented fusion holding it) pass it on unchanged."""
+
+
+class FusionExecutor:
+    def __init__(self, fd: FusionDefinition) -> None:
+        from fusion_cache.ir.decompose import expand_composites
+
+        self.fd = expand_composites(fd)  # what the schedulers see: primitives only
+        self.fid = fd._fid
+        self.dumps = dump_options()
+        self.scheduler, self.program, self.refusals = schedule(self.fd)
+        self.plans: dict[tuple, LaunchPlan] = {}
+        self.lock = threading.Lock()
+        self.last_plan: LaunchPlan | None = None
+        self.warned = False
+        if "fusion_ir" in self.dumps:
+            print(fd.fusion_ir())
+        if "scheduler" in self.dumps:
+            taken = self.scheduler or "none (reference evaluator)"
+            print(f"fusion {self.fid}: scheduler {taken}; refusals: "
+                  f"{[str(r) for r in self.refusals] or 'none'}")  # fmt: skip
+
+    def make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
+        """A LaunchPlan when one scheduler takes the fusion for these inputs, else a
+        SegmentedPlan (Note [Greedy segmentation])."""
+        host = host_inputs_of(values) if load else ()
+        env = runtime_shapes(self.fd, values)
+        if self.program is None:
+            return self.segmented(values, env, profile, "; ".join(str(r) for r in self.refusals))
+        try:
+            spec = plan_for(self.scheduler, self.program, values, env, profile)
+        except SchedulerRefused as why:
+            return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
+        kernels, refs, slots = [], [], []
+        device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
+        for launch in spec.kernels:
+            if "cuda_kernel" in self.dumps:
+                print(launch.source)
+            params = json.dumps({"grid": launch.grid, "block": launch.block, "plan": spec.description})
+            cubin, ref = cubin_for(launch.source, launch.name, profile.arch, fusion_id=self.fid,
+                                   scheduler=spec.scheduler, params_json=params)  # fmt: skip
+            kernel = load_function(cubin, ref, device) if load else None
+            if kernel is not None and _cluster_does_not_fit(kernel, launch, profile):
+                # Note [Cluster fallback]: clusters of 16 are planned where the GPU was
+                # measured to run them, but this process may get fewer SMs (MPS, a green
+                # context) or a kernel too big for 16 SMs of a GPC. The driver says none
+                # fits: plan again within the portable size rather than fail at launch
+                return self.make_plan(values, replace(profile, max_cluster=8), load)
+            if kernel is not None and not kernels and spec.wave:
+                # Note [One wave of partials]: the planner estimated the resident clusters;
+                # the driver knows them for this kernel on this GPU. Before the other kernels
+                # load: the same kernels, another grid
+                resident = kernel.max_resident(launch.block, launch.shared_mem)
+                if resident and resident != spec.wave:
+                    return self.make_plan(values, replace(profile, measured_wave=resident), load)
+            if kernel is not None and launch.cooperative and not _all_resident(kernel, launch):
+                # Note [Finish in the row kernel]: a cooperative launch needs every block
+                # resident at once; where the driver says they are not, a second kernel
+                return self.make_plan(values, replace(profile, fused_finish=False), load)
+            refs.append(ref)
+            kernels.append(kernel)
+            slots.append([(i, a) for i, a in enumerate(launch.args) if isinstance(a, ArgRef)])
+            if "launch_param" in self.dumps:
+                print(f"fusion {self.fid}: {launch.name} grid {launch.grid} block {launch.block} "
+                      f"smem {launch.shared_mem} ({spec.description})")  # fmt: skip
+        if spec.kernels:
+            self.record(values, profile, {"scheduler": spec.scheduler, "plan": spec.description,
+                                          "kernels": [r.to_json() for r in refs]})  # fmt: skip
+        fresh = tuple((o.shape, to_torch(o.dtype)) for o in spec.outputs if o.alias_input is None)
+        return LaunchPlan(spec, kernels, refs, slots, torch.device("cuda", device), fresh, host)
+
+    def segmented(self, values: Sequence[Any], env: dict, profile: Any, why: str) -> Any:
+        from schedulers.segmenter import segment
+
+        from .segmented import build_plan, describe_plan
+
+        try:
+            drafts = segment(self.fd, values, env, profile)
+        except SchedulerRefused as err:
+            raise FusionUnsupportedError(f"no scheduler takes it ({why}) and it cannot be "
+                                         f"segmented: {err}") from None  # fmt: skip
+        if len(drafts) < 2:
+            raise FusionUnsupportedError(f"no scheduler takes it ({why})")
+        plan = build_plan(self.fd, drafts)
+        if "segments" in self.dumps:
+            print(describe_plan(self.fd, plan))
+        # recorded like a kernel plan, so `fusion-cache show` tells which fusions run it
+        self.record(values, profile, {"scheduler": "segmented", "plan": plan.description,
+                                      "segments": [s.definition.id() for s in plan.segments],
+                                      "refused": why})  # fmt: skip
+        return plan
+
+    def record(self, values: Sequence[Any], profile: Any, plan: dict) -> None:
+        """Keep a plan's summary in the store under these inputs' signature and target."""
+        sig = json.dumps([repr(k) for k in input_key(values)])
+        FusionCache.get().store.put_plan(self.fid, sig, f"sm_{profile.arch}", json.dumps(plan))
+
+    def plan(self, values: Sequence[Any], key: tuple) -> Any:
+        with self.lock:
+            plan = self.plans.get(key)
+            if plan is None:
+                from schedulers.device import current_profile
+
+                FusionCache.get()._count("plan_cache_misses")
+                device = next(v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda)
+                try:
+                    plan = self.make_plan(values, current_profile(device), load=True)
+                except FusionUnsupportedError as why:
+                    plan = ReferencePlan(str(why))  # remembered: no re-analysis per call
+                self.plans[key] = plan
+            return plan
+
+    def launch(self, plan: Any, values: Sequence[Any]) -> list[torch.Tensor]:
+        if plan.__class__ is not LaunchPlan:
+            return self._launch_other(plan, values)
+        if plan.host_inputs:
+            # non_blocking: the driver stages a pageable source at once, so the value is
+            # taken now, and the stream is not synchronized as a blocking copy would
+            values = list(values)
+            for i in plan.host_inputs:
+                values[i] = values[i].to(plan.device, non_blocking=True)
+        self.last_plan = plan
+        spec = plan.spec
+        if self.dumps or not plan.lean:
+            return self._launch_general(plan, values)
+        # the plain case, kept lean: it is the whole host cost of a cache hit
+        device = plan.device
+        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in plan.fresh]
+        for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
+            args = fill_args(launch.args, slots, values, outs, ())
+            kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem)
+        self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
+        return outs
+
+    def _launch_other(self, plan: Any, values: Sequence[Any]) -> list[Any]:
+        if isinstance(plan, ReferencePlan):
+            return _fallback(self.fd, self, values, plan.reason)
+        from .segmented import run_segments
+
+        self.last_plan = plan
+        self.fd._cache.counters["segmented_runs"] += 1
+        return run_segments(self.fd, plan, values, dump="segments" in self.dumps)
+
+    def _launch_general(self, plan: LaunchPlan, values: Sequence[Any]) -> list[torch.Tensor]:
+        """Aliased outputs, scratch buffers and the dump knobs."""
+        spec = plan.spec
+        device = plan.device
+        outs = [torch.empty(o.shape, dtype=to_torch(o.dtype), device=device)
+                if o.alias_input is None else values[o.alias_input] for o in spec.outputs]  # fmt: skip
+        # scratch is written in full before it is read: no need to clear it
+        work = [torch.empty(n, dtype=to_torch(dt), device=device) for n, dt in spec.workspaces]
+        if any(launch.cooperative for launch in spec.kernels):
+            work.append(plan.barrier())
+        if "print_args" in self.dumps:
+            print(f"fusion {self.fid} inputs:", [(tuple(v.shape), v.stride(), v.dtype)
+                  if isinstance(v, torch.Tensor) else v for v in values])  # fmt: skip
+        timing = "eff_bandwidth" in self.dumps
+        if timing:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
+            args = fill_args(launch.args, slots, values, outs, work)
+            kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem,
+                          cooperative=launch.cooperative, dependent=launch.dependent)  # fmt: skip
+        self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
+        if timing:
+            torch.cuda.synchronize()
+            secs = time.perf_counter() - start
+            moved = sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+            moved += sum(o.numel() * o.element_size() for o in outs)
+            print(f"fusion {self.fid}: {moved / secs / 1e9:.1f} GB/s ({secs * 1e6:.1f} us)")
+        return [o for o, s in zip(outs, spec.outputs) if s.alias_input is None]
+
+
+def executor_for(fd: FusionDefinition) -> FusionExecutor:
+    executors = fd._cache.executors
+    ex = executors.get(fd._fid)
+    if ex is None:
+        with fd._cache._lock:
+            ex = executors.get(fd._fid)
+            if ex is None:
+                ex = FusionExecutor(fd)
+                executors[fd._fid] = ex
+    return ex
+
+
+def try_cached_launch(fd: FusionDefinition, inputs: Sequence[Any]) -> list | None:
+    """The hot path: a plan for exactly these dtypes/sizes/strides exists, so the inputs were
+    validated before; launch at once. None when there is no such plan."""
+    ex = fd._cache.executors.get(fd._fid)
+    if ex is None or not ex.plans:
+        return None
+    plan = ex.plans.get(input_key(inputs))
+    if plan is None:
+        return None
+    fd._cache.counters["plan_cache_hits"] += 1
+    return ex.launch(plan, inputs)
+
+
+def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], why: str) -> list:
+    if fallback_disabled():
+        raise FallbackDisabledError(f"fusion {fd._fid}: {why} (fallback is disabled)")
+    if not ex.warned:
+        ex.warned = True
+        warnings.warn(f"fusion_cache: fusion {fd._fid} runs on the reference evaluator: {why}",
+                      stacklevel=4)  # fmt: skip
+    FusionCache.get()._count("reference_runs")
+    return run_reference(fd, values)
+
+
+def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
+    ex = executor_for(fd)
+    try:
+        plan = ex.plan(values, input_key(values))
+        return ex.launch(plan, values)
+    except FallbackDisabledError:
+        raise  # named where it happened, perhaps in a segment
+    except FusionUnsupportedError as err:
+        return _fallback(fd, ex, values, str(err))
+    except (ValueError, TypeError):
+        raise
+    except Exception as err:  # codegen, NVRTC or driver failures degrade to the reference
+        if fallback_disabled():
+            raise
+        return _fallback(fd, ex, values, f"kernel failed: {type(err).__name__}: {err}")
+
+
+def _all_resident(kernel: Any, launch: Any) -> bool:
+    """Whether the GPU holds every block (cluster) of `launch` at once."""
+    width, height = kernel.cluster_dims
+    groups = launch.grid[0] * launch.grid[1] * launch.grid[2] // (width * height)
+    return kernel.max_resident(launch.block, launch.shared_mem) >= groups
+
+
+def _cluster_does_not_fit(kernel: Any, launch: Any, profile: Any) -> bool:
+    """A kernel with clusters wider than the portable 8 blocks that the driver cannot place
+    even once on this GPU (Note [Cluster fallback])."""
+    width, height = kernel.cluster_dims
+    if profile.max_cluster <= 8 or width * height <= 8:
+        return False
+    return kernel.max_resident(launch.block, launch.shared_mem) == 0
+
+

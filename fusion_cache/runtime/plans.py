@@ -1,0 +1,109 @@
+"""Launch plans: what a run of one fusion needs for inputs of one signature, and that
+signature (Note [Plan cache] in executor.py)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from schedulers.base import ArgRef, LaunchSpec
+
+from .kernel_cache import KernelRef
+
+
+@dataclass(frozen=True)
+class ReferencePlan:
+    """Inputs of this signature run on the reference evaluator, for `reason`."""
+
+    reason: str
+
+
+@dataclass
+class LaunchPlan:
+    spec: LaunchSpec
+    kernels: list  # LoadedKernel per launch (None when planned ahead without a GPU)
+    refs: list[KernelRef]
+    slots: list[list[tuple[int, ArgRef]]]  # per launch: (arg slot, what fills it)
+    device: Any = None  # the torch.device outputs go to
+    fresh: tuple = ()  # (shape, torch dtype) of each output to allocate, in order
+    host_inputs: tuple = ()  # Note [CPU scalar tensors]: inputs copied to `device` per call
+    # Note [Finish in the row kernel]: a cooperative kernel's barrier counters, per stream
+    barriers: dict = field(default_factory=dict)
+    captured: list = field(default_factory=list)  # those of CUDA graphs, kept for replays
+    # fresh outputs and plain launches only: the cache hit's lean path runs it (launch)
+    lean: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        self.lean = not spec.workspaces and all(o.alias_input is None for o in spec.outputs) and not any(
+            k.cooperative or k.dependent for k in spec.kernels)  # fmt: skip
+
+    def barrier(self) -> torch.Tensor:
+        """The zeroed counters of a grid barrier for the current stream: launches on one
+        stream run one after another and each leaves them zeroed; streams get their own.
+        A launch captured into a CUDA graph gets counters of its own, which live as long
+        as the plan: its replays may run beside launches on any stream."""
+        if torch.cuda.is_current_stream_capturing():
+            self.captured.append(torch.zeros(2, dtype=torch.int32, device=self.device))
+            return self.captured[-1]
+        from codegen.launch import current_raw_stream
+
+        stream = current_raw_stream(self.device.index)
+        counters = self.barriers.get(stream)
+        if counters is None:
+            counters = self.barriers[stream] = torch.zeros(2, dtype=torch.int32, device=self.device)
+        return counters
+
+
+def _alignment(ptr: int) -> int:
+    return 16 if ptr % 16 == 0 else (ptr & -ptr if ptr else 16)
+
+
+def input_key(values: Sequence[Any]) -> tuple:
+    key = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            ptr = v.data_ptr()
+            align = 16 if ptr & 15 == 0 else _alignment(ptr)
+            key.append((v.dtype, v.shape, v.stride(), align, v.get_device()))
+        elif type(v) is int:
+            key.append(v)  # ints may size tensors
+        elif isinstance(v, (list, tuple)):
+            key.append(tuple(v))  # a vector input: its values may size tensors too
+        else:
+            key.append(type(v))
+    return tuple(key)
+
+
+def fill_args(template: tuple, slots: list, values: Sequence[Any], outs: list,
+               work: Sequence[torch.Tensor]) -> list:  # fmt: skip
+    """A launch's arguments: the plan's template with this run's pointers and scalars."""
+    args = list(template)
+    for slot, ref in slots:
+        kind = ref.kind
+        if kind == "input":
+            args[slot] = values[ref.index].data_ptr()
+        elif kind == "output":
+            args[slot] = outs[ref.index].data_ptr()
+        elif kind == "workspace":
+            args[slot] = work[ref.index].data_ptr()
+        else:
+            args[slot] = values[ref.index]
+    return args
+
+
+def host_inputs_of(values: Sequence[Any]) -> tuple[int, ...]:
+    """Note [CPU scalar tensors]: a 0-dim CPU tensor (define_tensor(is_cpu=True)) may come with
+    CUDA inputs, as in nvFuser; a kernel cannot read host memory, so each call copies it to
+    the GPU first (a few bytes, stream-ordered). Any other CPU tensor beside CUDA ones is an
+    error that names it."""
+    host = []
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor) and not v.is_cuda:
+            if v.dim() != 0:
+                raise ValueError(f"input {i} is a {v.dim()}-dim tensor on {v.device} while other inputs "
+                                 "are on the GPU; only 0-dim CPU tensors (scalars) may stay on the CPU")  # fmt: skip
+            host.append(i)
+    return tuple(host)

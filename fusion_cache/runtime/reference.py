@@ -1,0 +1,60 @@
+"""The reference evaluator's run: a fusion computed with torch ops (the interpreter in
+fusion_cache/ir/interpret), outputs laid out as execute returns them. It runs CPU inputs and
+serves as the fallback when no kernel can be made."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.ir.interpret import Env, evaluate
+
+if TYPE_CHECKING:
+    from fusion_cache.frontend.definition import FusionDefinition
+
+
+def run_reference(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
+    env = evaluate(fd._records, fd._infos, fd.input_refs(), values)
+    return collect_outputs(fd, env, values)
+
+
+def collect_outputs(fd: FusionDefinition, env: Env, values: Sequence[Any]) -> list[Any]:
+    """Apply aliases and output stride orders; return the non-aliased outputs in order."""
+    input_storages = {
+        v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor) and v.numel()
+    }
+    results = []
+    for r in fd.output_records():
+        value = env[r.args[0].index]
+        alias = r.kw("alias_input")
+        if alias is not None:
+            env[alias.index].copy_(value)
+            continue
+        if not isinstance(value, torch.Tensor):
+            results.append(torch.tensor(value, dtype=to_torch(fd._infos[r.args[0].index].dtype)))
+            continue
+        order = r.kw("stride_order")
+        if order:
+            results.append(_with_stride_order(value, order))
+        elif value.numel() and value.untyped_storage().data_ptr() in input_storages:
+            results.append(value.clone(memory_format=torch.contiguous_format))
+        else:
+            results.append(value.contiguous())
+    return results
+
+
+def _with_stride_order(value: torch.Tensor, order: Sequence[int]) -> torch.Tensor:
+    n = value.dim()
+    strides = [0] * n
+    acc = 1
+    for d in sorted(range(n), key=lambda d: order[d]):
+        strides[d] = acc
+        acc *= max(value.shape[d], 1)
+    out = torch.empty_strided(value.shape, strides, dtype=value.dtype, device=value.device)
+    out.copy_(value)
+    return out
+
+
+

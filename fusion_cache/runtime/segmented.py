@@ -1,0 +1,89 @@
+"""Running a segmented fusion: the original definition as the argument manager.
+
+Each segment is a definition of its own (its own fusion id, executor, plan cache and
+kernels); see Note [Segment index space]. A run keeps a map from the original's state
+indices to values, feeds each segment what it reads, files what it returns, and drops
+every intermediate as soon as no later segment or output needs it, so peak memory is the
+live set at one boundary, not the sum of all intermediates.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fusion_cache.frontend.definition import FusionDefinition
+    from fusion_cache.ir.subfusion import SubFusion
+
+
+@dataclass(frozen=True)
+class Segment:
+    definition: FusionDefinition
+    sub: SubFusion
+    scheduler: str | None  # None: no scheduler takes it (the reference evaluator runs it)
+    drop_after: tuple[int, ...]  # original states no later segment or output reads
+
+
+@dataclass(frozen=True)
+class SegmentedPlan:
+    segments: tuple[Segment, ...]
+    input_states: tuple[int, ...]  # the original's inputs, in execute order
+    output_states: tuple[int, ...]  # the original's returned (not in-place) outputs
+    description: str
+
+
+def build_plan(fd: FusionDefinition, drafts: Sequence[Any]) -> SegmentedPlan:
+    """Register each draft as a definition and work out when each value dies."""
+    outputs = tuple(r.args[0].index for r in fd.output_records() if r.kw("alias_input") is None)
+    last_use: dict[int, int] = {}
+    for k, d in enumerate(drafts):
+        for v in d.sub.inputs:
+            last_use[v] = k
+    inputs = {r.index for r in fd.input_refs()}
+    drops: list[list[int]] = [[] for _ in drafts]
+    for v, k in last_use.items():
+        if v not in inputs and v not in outputs:
+            drops[k].append(v)
+    segments = []
+    for k, d in enumerate(drafts):
+        # values computed but read by no later segment and not returned die at once too
+        dead = [v for v in d.sub.outputs if v not in last_use and v not in outputs]
+        segments.append(Segment(d.sub.build(), d.sub, d.scheduler, tuple(drops[k] + dead)))
+    text = ", ".join(f"{s.scheduler or 'reference'}[fusion {s.definition.id()}]" for s in segments)
+    return SegmentedPlan(tuple(segments), tuple(r.index for r in fd.input_refs()), outputs,
+                         f"{len(segments)} segments: {text}")  # fmt: skip
+
+
+def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any],
+                 dump: bool = False) -> list[Any]:  # fmt: skip
+    env = dict(zip(plan.input_states, inputs))
+    for k, seg in enumerate(plan.segments):
+        args = [env[v] for v in seg.sub.inputs]
+        outs = seg.definition.execute(args)
+        for v, value in zip(seg.sub.outputs, outs):
+            env[v] = value
+        for v in seg.drop_after:
+            env.pop(v, None)
+        if dump:
+            print(describe_segment(k, seg))
+    inputs_set = set(plan.input_states)
+    # an input returned as an output is copied, as a kernel would
+    return [env[v].clone() if v in inputs_set else env[v] for v in plan.output_states]
+
+
+def describe_segment(k: int, seg: Segment) -> str:
+    ex = seg.definition._cache.executors.get(seg.definition._fid)
+    last = ex.last_plan if ex is not None else None
+    launches = last.spec.kernels if last is not None and hasattr(last, "spec") else ()
+    kernels = [f"{k.name} grid {k.grid} block {k.block}" for k in launches]
+    ran = "; ".join(kernels) if kernels else "reference evaluator"
+    maps = ", ".join(f"{a}->{b}" for a, b in seg.sub.index_map.items())
+    return (f"  segment {k}: fusion {seg.definition.id()} ({seg.scheduler or 'no scheduler'}) "
+            f"maps {maps}: {ran}")  # fmt: skip
+
+
+def describe_plan(fd: FusionDefinition, plan: SegmentedPlan) -> str:
+    lines = [f"fusion {fd._fid}: {plan.description}"]
+    lines += [describe_segment(k, s) for k, s in enumerate(plan.segments)]
+    return "\n".join(lines)
