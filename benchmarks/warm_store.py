@@ -82,10 +82,10 @@ def child_fill(n: int, target: str | None, out: str) -> None:
         fd = define(i)
         if gpu:
             fd.execute(inputs(i, "cuda"))
-            keys = [r.key for r in fd._executor().last_plan.refs]
         else:
-            keys = [r.key for r in fd.precompile(inputs(i, "cpu"), target=target)]
+            fd.precompile(inputs(i, "cpu"), target=target)
         store = FusionCache.get().store
+        keys = [k.key for k in store.kernels(fd.id())]  # the kernels its plan linked
         entry = store.fusion_by_id(fd.id())
         plan = store.plans_for(fd.id())[0]
         fusions.append({"key": entry.definition_key, "records": entry.records_json,
