@@ -8,13 +8,12 @@ import os
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from test_store_stress import BARE, ROOT
 
 from fusion_cache.store import KernelMeta, open_store
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = hashlib.shake_256(b"blob").digest(40_000)
 
 
@@ -96,13 +95,8 @@ def test_a_blob_larger_than_recorded_is_a_miss(store):
     assert store.verify().ok
 
 
-DEV_ZERO = r'''
-import os, sqlite3, sys, types
-root = sys.argv[1]
-sys.path.insert(0, root)
-pkg = types.ModuleType("fusion_cache")
-pkg.__path__ = [os.path.join(root, "fusion_cache")]
-sys.modules.setdefault("fusion_cache", pkg)
+DEV_ZERO = BARE + r'''
+import sqlite3
 from fusion_cache.store import KernelMeta, open_store
 store = open_store()
 data = b"x" * 5000

@@ -17,17 +17,12 @@ from pathlib import Path
 
 import pytest
 from test_store_postgres import pg_url  # noqa: F401  (fixture: a fresh schema)
-from test_store_stress import ROOT, worker_env
+from test_store_stress import BARE, ROOT, worker_env
 
 pytestmark = pytest.mark.postgres
 
-WORKER = r'''
-import hashlib, json, os, random, sys, time, types
-root = os.environ["FC_TEST_ROOT"]
-sys.path.insert(0, root)
-pkg = types.ModuleType("fusion_cache")
-pkg.__path__ = [os.path.join(root, "fusion_cache")]
-sys.modules.setdefault("fusion_cache", pkg)
+WORKER = BARE + r'''
+import hashlib, json, random, time
 from codegen.nvrtc import compile_cubin, default_options
 from fusion_cache.store import KernelMeta, open_store
 

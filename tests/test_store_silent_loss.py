@@ -15,12 +15,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from test_store_stress import BARE, ROOT
 
 from fusion_cache.store import KernelMeta, MemoryStore, SqlStore, open_store
 from fusion_cache.store.engine import DEFAULT_TIMEOUT_S, env_timeout
 from fusion_cache.store.sql_store import OVERLAY_ID_BASE
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def meta(name: str = "k") -> KernelMeta:
@@ -157,13 +156,8 @@ def test_replaced_store_file_is_noticed(fresh_store, tmp_path):
 
 # -- read-only WAL leftovers ------------------------------------------------------------------
 
-LEFTOVERS = r'''
-import os, sys, tempfile, types
-root = sys.argv[1]
-sys.path.insert(0, root)
-pkg = types.ModuleType("fusion_cache")
-pkg.__path__ = [os.path.join(root, "fusion_cache")]
-sys.modules.setdefault("fusion_cache", pkg)
+LEFTOVERS = BARE + r'''
+import tempfile
 import warnings
 warnings.simplefilter("always")
 from fusion_cache.store import open_store
@@ -177,13 +171,7 @@ for w in caught:
     print("WARNING", w.message)
 '''
 
-KILLED_WRITER = r'''
-import os, sys, types
-root = sys.argv[1]
-sys.path.insert(0, root)
-pkg = types.ModuleType("fusion_cache")
-pkg.__path__ = [os.path.join(root, "fusion_cache")]
-sys.modules.setdefault("fusion_cache", pkg)
+KILLED_WRITER = BARE + r'''
 from fusion_cache.store import KernelMeta, open_store
 store = open_store()
 store.put_kernel("k", b"cubin", KernelMeta("k", 90, "13.0", (), ""))

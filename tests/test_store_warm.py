@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_store_stress import BARE, ROOT
 
 from fusion_cache.store import KernelMeta, SqlStore, open_store
 from fusion_cache.store.keys import kernel_key
 
-ROOT = Path(__file__).resolve().parents[1]
 DEF = hashlib.sha256(b"[]").hexdigest()
 META = KernelMeta("k", 90, "13.0", ("-O3",), "// src")
 KEY = kernel_key(META.source, META.options, META.arch)
@@ -30,13 +30,8 @@ def fill(cache_dir: Path) -> None:
         store.link_kernel(fid, KEY)
 
 
-WARM = r'''
-import json, os, sys, types
-root = sys.argv[1]
-sys.path.insert(0, root)
-pkg = types.ModuleType("fusion_cache")
-pkg.__path__ = [os.path.join(root, "fusion_cache")]
-sys.modules.setdefault("fusion_cache", pkg)
+WARM = BARE + r'''
+import json
 from fusion_cache.store import open_store
 args = json.loads(sys.argv[2])
 store = open_store()
