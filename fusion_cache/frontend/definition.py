@@ -13,6 +13,7 @@ from .layout import is_default_stride_order
 from .ops import Operators
 from .printer import python_definition
 from .records import END, Record, Ref
+from .run_options import PLAIN, ExecuteOptions
 from .trie import FusionCache, TrieNode
 from .values import HANDLE_TYPES, ScalarInfo, Tensor, TensorInfo, VectorInfo, _Handle
 
@@ -59,7 +60,10 @@ class FusionDefinition:
         self.ops = Operators(self)
         self.segments: list[FusionDefinition] = []
         self.segment_index_space_maps: dict = {}
-        self._last_run: Any = None
+        self._last_report: Any = None  # RunReport of the last execute that asked for one
+        self._profiled = False
+        self.last_input_reproducers: list | None = None
+        self._user_schedule = _user_schedule_of(type(self))
         if isinstance(id, Fusion):
             id._fd = self
         elif id is not None:
@@ -108,7 +112,9 @@ class FusionDefinition:
     def _ensure_defined(self) -> None:
         if self._state == _CLOSED:
             return
-        if self._state == _NEW and type(self).definition is not FusionDefinition.definition:
+        if self._state in (_NEW, _FAILED) and type(self) is not FusionDefinition:
+            # a subclass defines itself on first use; one whose definition() failed tries
+            # again, and one without definition() says so, as nvFuser does
             with self:
                 self.definition()
             return
@@ -119,7 +125,7 @@ class FusionDefinition:
 
     def definition(self) -> None:
         """Subclasses override this to define their fusion."""
-        raise NotImplementedError
+        raise NotImplementedError("definition() should be implemented by child class!")
 
     def _replay(self, records: Sequence[Record]) -> None:
         from .replay import replay_records
@@ -302,13 +308,72 @@ class FusionDefinition:
 
     def execute(self, inputs: Sequence[Any], *, device: Any = None,
                 override_user_schedule: bool = False, capture_debug_output: bool = False,
-                print_repro: bool = False, profile: bool = False,
-                _enable_options: Sequence[str] = (), _disable_options: Sequence[str] = (),
-                ) -> list[torch.Tensor]:  # fmt: skip
-        """Run the fusion on `inputs` (tensors and Python scalars, in definition order)."""
+                print_repro: bool = False, profile: bool = False, save_repro_inputs: bool = False,
+                _enable_options: Sequence[str] | None = (),
+                _disable_options: Sequence[str] | None = ()) -> list[torch.Tensor]:  # fmt: skip
+        """Run the fusion on `inputs` (tensors and Python scalars, in definition order).
+
+        device: the CUDA device (index, 'cuda:N' or torch.device) to run on; needed only when
+        no input tensor says it. capture_debug_output: keep what the run prints (the
+        FUSION_CACHE_DUMP knobs) for `debug_output()`. profile: time each kernel with CUDA
+        events for `profile()`. print_repro: print `repro_script_for(inputs)`.
+        save_repro_inputs: keep the inputs' layouts for `last_repro_script()`.
+        override_user_schedule: run a definition whose class defines `schedule()` (which is
+        refused otherwise) with the automatic schedule. _enable_options/_disable_options:
+        nvFuser's option names (Note [Run options] in run_options.py)."""
         if self._state != _CLOSED:
             self._ensure_defined()
-        return engine().execute(self, inputs, device)
+        if not (device is not None or capture_debug_output or profile or _enable_options
+                or _disable_options or save_repro_inputs or print_repro or self._user_schedule):
+            self._last_report = None
+            self._profiled = False
+            return engine().execute(self, inputs, PLAIN)
+        if self._user_schedule and not override_user_schedule:
+            raise FusionDefinitionError(
+                f"{type(self).__name__} defines {self._user_schedule}(): fusion-cache schedules "
+                "every fusion itself and runs no user schedule; remove it, or pass "
+                "execute(..., override_user_schedule=True) to run the automatic schedule"
+            )
+        if save_repro_inputs:
+            from .repro import InputReproducer
+
+            self.last_input_reproducers = [InputReproducer(v) for v in inputs]
+        if print_repro:
+            print(self.repro_script_for(inputs))
+        options = ExecuteOptions.build(device, capture_debug_output, profile, _enable_options,
+                                       _disable_options)  # fmt: skip
+        self._profiled = options.profile
+        self._last_report = options.report
+        return engine().execute(self, inputs, options)
+
+    def debug_output(self) -> str | None:
+        """What the last execute printed, if it passed capture_debug_output=True; else None."""
+        report = self._last_report
+        return None if report is None else report.debug_output
+
+    def profile(self) -> Any:
+        """The FusionProfile of the last execute, which must have passed profile=True: per
+        kernel its name, scheduler, time from CUDA events, bytes moved and bandwidth."""
+        if not self._profiled or self._last_report is None or self._last_report.profile is None:
+            raise ValueError(
+                "The execute() method was not previously called with profiling enabled!"
+            )
+        return self._last_report.profile
+
+    def repro_script_for(self, inputs: Sequence[Any] | None = None) -> str:
+        """A runnable script: this definition, and inputs of the same shapes, strides,
+        dtypes and devices as `inputs` (random values in their range)."""
+        from .repro import repro_script
+
+        self._ensure_defined()
+        return repro_script(self, inputs)
+
+    def last_repro_script(self) -> str:
+        if self.last_input_reproducers is None:
+            raise FusionDefinitionError(
+                "last_repro_script() needs a previous execute(inputs, save_repro_inputs=True)"
+            )
+        return self.repro_script_for(self.last_input_reproducers)
 
     # ---- ahead of time and debugging -------------------------------------------------------
 
@@ -341,6 +406,14 @@ class FusionDefinition:
     def last_scheduled_fusion_ir(self, tensor_transforms: bool = False, **kwargs: Any) -> str:
         self._ensure_defined()
         return engine().last_scheduled_fusion_ir(self)
+
+
+def _user_schedule_of(cls: type) -> str | None:
+    """The name of a user schedule a FusionDefinition subclass defines, if any."""
+    for name in ("schedule", "multidevice_schedule"):
+        if callable(getattr(cls, name, None)):
+            return name
+    return None
 
 
 def _is_input_record(r: Record) -> bool:

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 
 class RuntimeEngine:
-    def execute(self, fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list:
-        return run_fusion(fd, inputs, device=device)
+    def execute(self, fd: FusionDefinition, inputs: Sequence[Any], options: Any) -> list:
+        return run_fusion(fd, inputs, options)
 
     def precompile(self, fd: FusionDefinition, inputs: Sequence[Any], target: Any) -> list:
         return precompile(fd, inputs, target)

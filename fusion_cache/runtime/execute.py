@@ -6,9 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fusion_cache.frontend.options import dump_options
+from fusion_cache.frontend.run_options import PLAIN, ExecuteOptions
 from fusion_cache.frontend.trie import FusionCache
 from fusion_cache.frontend.validate import validate_inputs
 
+from . import run_context
 from .executor import try_cached_launch
 from .reference import run_reference
 
@@ -20,9 +23,14 @@ def _on_gpu(values: Sequence[Any]) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)
 
 
-def run_fusion(fd: FusionDefinition, inputs: Sequence[Any], device: Any = None) -> list[Any]:
-    if device is not None:
-        return _run_on(fd, inputs, device)
+def run_fusion(fd: FusionDefinition, inputs: Sequence[Any],
+               options: ExecuteOptions = PLAIN) -> list[Any]:  # fmt: skip
+    if options is not PLAIN:
+        if not options.plain:
+            with run_context.run_with(options, fd._fid):
+                return _run_on(fd, inputs, options.device)
+        if options.device is not None:
+            return _run_on(fd, inputs, options.device)
     if fd._cache.executors and isinstance(inputs, (list, tuple)):
         outs = try_cached_launch(fd, inputs)
         if outs is not None:
@@ -33,13 +41,29 @@ def run_fusion(fd: FusionDefinition, inputs: Sequence[Any], device: Any = None) 
 
         return run_on_gpu(fd, values)
     FusionCache.get()._count("reference_runs")
+    if run_context.ACTIVE and (ctx := run_context.current()) is not None:
+        ctx.reference_runs += 1
+    dumps = dump_options()
+    if dumps:
+        _dump_reference_run(fd, values, dumps)
     return run_reference(fd, values)
+
+
+def _dump_reference_run(fd: FusionDefinition, values: Sequence[Any], dumps: frozenset) -> None:
+    """The dump knobs that mean something for a run without kernels."""
+    if "scheduler" in dumps:
+        print(f"fusion {fd._fid}: reference evaluator (no CUDA input)")
+    if "print_args" in dumps:
+        print(f"fusion {fd._fid} inputs:", [(tuple(v.shape), v.stride(), v.dtype)
+              if isinstance(v, torch.Tensor) else v for v in values])  # fmt: skip
 
 
 def _run_on(fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list[Any]:
     """execute(device=...): the tensors read must already be on `device` (0-dim CPU tensors,
     scalars, may stay on the CPU), as nvFuser asks; outputs of a fusion that reads no tensor
     there (only scalars) are placed on it."""
+    if device is None:
+        return run_fusion(fd, inputs)
     try:
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
     except (RuntimeError, TypeError) as err:

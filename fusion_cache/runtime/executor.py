@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fusion_cache.frontend.dtypes import to_torch
-from fusion_cache.frontend.options import dump_options, fallback_disabled
+from fusion_cache.frontend.options import dump_options
 from fusion_cache.frontend.trie import FusionCache
 from fusion_cache.ir.shape_eval import runtime_shapes
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
+from . import run_context
 from .kernel_cache import cubin_for, load_function
 from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
 from .reference import run_reference
@@ -157,7 +158,7 @@ class FusionExecutor:
                 values[i] = values[i].to(plan.device, non_blocking=True)
         self.last_plan = plan
         spec = plan.spec
-        if self.dumps or not plan.lean:
+        if self.dumps or not plan.lean or run_context.ACTIVE:
             return self._launch_general(plan, values)
         # the plain case, kept lean: it is the whole host cost of a cache hit
         device = plan.device
@@ -194,10 +195,18 @@ class FusionExecutor:
         if timing:
             torch.cuda.synchronize()
             start = time.perf_counter()
+        ctx = run_context.current() if run_context.ACTIVE else None
+        profiling = ctx is not None and ctx.options.profile
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
             args = fill_args(launch.args, slots, values, outs, work)
+            if profiling:
+                read, written = _bytes_of(slots, values, outs, work)
+                start, end = ctx.record_launch(launch, spec.scheduler, device.index, read, written)
+                start.record()
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem,
                           cooperative=launch.cooperative, dependent=launch.dependent)  # fmt: skip
+            if profiling:
+                end.record()
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
         if timing:
             torch.cuda.synchronize()
@@ -233,14 +242,30 @@ def try_cached_launch(fd: FusionDefinition, inputs: Sequence[Any]) -> list | Non
     return ex.launch(plan, inputs)
 
 
+def _bytes_of(slots: list, values: Sequence[Any], outs: list, work: list) -> tuple[int, int]:
+    """Bytes a launch's tensor arguments span: (inputs and scratch read, outputs written)."""
+    read = written = 0
+    for _, ref in slots:
+        if ref.kind == "input":
+            v = values[ref.index]
+            read += v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
+        elif ref.kind == "output":
+            written += outs[ref.index].numel() * outs[ref.index].element_size()
+        elif ref.kind == "workspace":
+            read += work[ref.index].numel() * work[ref.index].element_size()
+    return read, written
+
+
 def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], why: str) -> list:
-    if fallback_disabled():
+    if run_context.no_fallback():
         raise FusionUnsupportedError(f"fusion {fd._fid}: {why} (fallback is disabled)")
     if not ex.warned:
         ex.warned = True
         warnings.warn(f"fusion_cache: fusion {fd._fid} runs on the reference evaluator: {why}",
                       stacklevel=4)  # fmt: skip
     FusionCache.get()._count("reference_runs")
+    if run_context.ACTIVE and (ctx := run_context.current()) is not None:
+        ctx.reference_runs += 1
     return run_reference(fd, values)
 
 
@@ -254,7 +279,7 @@ def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     except (ValueError, TypeError):
         raise
     except Exception as err:  # codegen, NVRTC or driver failures degrade to the reference
-        if fallback_disabled():
+        if run_context.no_fallback():
             raise
         return _fallback(fd, ex, values, f"kernel failed: {type(err).__name__}: {err}")
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import run_context
+
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
     from fusion_cache.ir.subfusion import SubFusion
@@ -57,8 +59,11 @@ def build_plan(fd: FusionDefinition, drafts: Sequence[Any]) -> SegmentedPlan:
 
 def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any],
                  dump: bool = False) -> list[Any]:  # fmt: skip
+    ctx = run_context.current() if run_context.ACTIVE else None
     env = dict(zip(plan.input_states, inputs))
     for k, seg in enumerate(plan.segments):
+        if ctx is not None:
+            ctx.segment = k  # a profile tells which segment each kernel ran for
         args = [env[v] for v in seg.sub.inputs]
         outs = seg.definition.execute(args)
         for v, value in zip(seg.sub.outputs, outs):
