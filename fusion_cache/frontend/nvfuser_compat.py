@@ -95,6 +95,12 @@ def _device_properties() -> dict | None:
     }
 
 
+def _lazy_device_properties(name: str) -> Any:
+    if name == "DEVICE_PROPERTIES":
+        return _device_properties()
+    raise AttributeError(f"module 'nvfuser.pytorch_utils' has no attribute {name!r}")
+
+
 # ---- the modules ----------------------------------------------------------------------------
 
 
@@ -135,7 +141,7 @@ def _build_modules() -> dict[str, types.ModuleType]:
         "torch_dtype_to_nvfuser_dtype": torch_dtype_to_nvfuser_dtype,
         "python_scalar_to_nvfuser_dtype": python_scalar_to_nvfuser_dtype,
         "DataType": names["DataType"],
-        "DEVICE_PROPERTIES": _device_properties(),
+        "__getattr__": _lazy_device_properties,  # CUDA is not touched until it is read
     })  # fmt: skip
     version_mod = _module("nvfuser.nvfuser_version", "nvFuser's version type.", {
         "NvfuserVersion": NvfuserVersion, "__version__": nvfuser_version(),

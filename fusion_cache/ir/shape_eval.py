@@ -104,6 +104,9 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
         return tuple(1 if flag else next(it) for flag in r.kw("is_broadcast_dim"))
     if name in ("broadcast_in_dim", "expand"):
         target = sizes(r.kw("shape"))
+        if any(t < -1 for t in target):
+            raise ValueError(f"{name} ({r.outputs[0]}): shape {target} has a negative size "
+                             "(-1 keeps the input's size)")  # fmt: skip
         if name == "expand":
             bdims = list(range(len(target)))
         else:
@@ -123,7 +126,10 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
                 raise ValueError(f"squeeze: dim {d} has size {x[d]} at run time, not 1")
         return tuple(e for i, e in enumerate(x) if i not in dims)
     if name == "full":
-        return tuple(sizes(r.kw("shape")))
+        shape = tuple(sizes(r.kw("shape")))
+        if any(n < 0 for n in shape):
+            raise ValueError(f"full ({r.outputs[0]}): shape {list(shape)} has a negative size")
+        return shape
     if name == "reshape":
         return reshape_shape(f"reshape ({r.outputs[0]})", out_info.ndim, x, sizes(r.kw("new_shape")))
     raise ShapeUnknown(name)

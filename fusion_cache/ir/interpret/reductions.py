@@ -34,6 +34,12 @@ def _reduction(run: Interpreter, r: Record) -> list:
 def _stats(run: Interpreter, r: Record) -> list:
     x = run.get(r.args[0])
     dims = sorted({d % x.dim() for d in r.kw("dims")})
+    if not dims and r.name != "welford":
+        # over no dims each element is its own mean: the shape stays (as sum(dims=[]) keeps
+        # it) and the variance is 0 / (1 - correction), as nvFuser computes it; torch would
+        # read [] as every dim
+        var = (x - x) * (x - x) / (1 - r.kw("correction"))
+        return [var] if r.name == "var" else [var, x.clone()]
     if r.name == "var":
         return [torch.var(x, dims, correction=r.kw("correction"), keepdim=r.kw("keepdim"))]
     if r.name == "var_mean":
