@@ -50,6 +50,8 @@ class Store:
     state: int
     dtype: DataType
     alias_input: int | None  # input position written in place
+    # the memory order a fresh output is written in (Note [Output layouts]); (): row-major
+    stride_order: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_inte
 from fusion_cache.frontend.ops.table import OPS, promoted_dtype
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import ScalarInfo, TensorInfo
+from fusion_cache.ir.output_layout import output_stride_orders, strides_for
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major, vector_ok
@@ -226,14 +227,12 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
     low = _Lowering(fd, producers, input_pos)
     loop = tuple(range(rank))
     stores = []
-    for r in outs:
+    for r, order in zip(outs, output_stride_orders(fd)):
         idx = r.args[0].index
-        if r.kw("stride_order"):
-            raise SchedulerRefused(f"output {r.args[0]} asks for stride order {r.kw('stride_order')}")
         var = low.tensor(idx, loop)
         alias = r.kw("alias_input")
         stores.append(Store(var, idx, fd._infos[idx].dtype,
-                            None if alias is None else input_pos[alias.index]))  # fmt: skip
+                            None if alias is None else input_pos[alias.index], order))  # fmt: skip
     return PointwiseProgram(
         loop_rank=rank,
         accesses=tuple(low.accesses),
@@ -277,10 +276,17 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
                 raise SchedulerRefused(f"output {st.state} has shape {out_shape}, its alias {list(t.shape)}")
             strides.append([t.stride(d) if t.shape[d] != 1 else 0 for d in range(rank)])
             ptrs.append(t.data_ptr())
+            outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
+        elif st.stride_order:
+            # Note [Output layouts]: stored through the order's strides, in the kernel
+            dense = strides_for(out_shape, st.stride_order)
+            strides.append([0 if n == 1 else x for n, x in zip(out_shape, dense)])
+            ptrs.append(0)
+            outputs.append(OutputSpec(out_shape, st.dtype, None, tuple(dense)))
         else:
             strides.append(row_major(out_shape))
             ptrs.append(0)  # fresh allocations are aligned
-        outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
+            outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
     numel = math.prod(out_shape)
     notes = describe_views(program.views, env)
     if numel == 0:

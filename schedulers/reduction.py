@@ -26,6 +26,7 @@ from codegen.kernel_ir import Reduction, ReductionProgram, Stmt, Store
 from fusion_cache.frontend.dtypes import DataType, is_complex, is_float
 from fusion_cache.frontend.records import Record
 from fusion_cache.frontend.values import TensorInfo
+from fusion_cache.ir.output_layout import output_stride_orders, strides_for
 
 from .base import SchedulerRefused
 from .pointwise import _Lowering
@@ -118,13 +119,11 @@ def lower_reduction(fd: Any) -> ReductionProgram:
     low = _ReductionLowering(fd, producers, input_pos, rank, reduced)
     kept = [d for d in range(rank) if d not in reduced]
     stores, maps = [], []
-    for r in fd.output_records():
+    for r, order in zip(fd.output_records(), output_stride_orders(fd)):
         idx = r.args[0].index
         info = fd._infos[idx]
         if not isinstance(info, TensorInfo) or is_complex(info.dtype):
             raise SchedulerRefused(f"output {r.args[0]} is not a real tensor")
-        if r.kw("stride_order"):
-            raise SchedulerRefused(f"output {r.args[0]} asks for a stride order")
         if info.ndim == rank:
             omap = tuple(None if (d in reduced and info.shape[d] == 1) else d for d in range(rank))
         elif info.ndim == len(kept):
@@ -133,7 +132,8 @@ def lower_reduction(fd: Any) -> ReductionProgram:
             raise SchedulerRefused(f"output {r.args[0]} of rank {info.ndim} fits neither the loop nor a row")
         var = low.tensor(idx, omap)
         alias = r.kw("alias_input")
-        stores.append(Store(var, idx, info.dtype, None if alias is None else input_pos[alias.index]))
+        stores.append(Store(var, idx, info.dtype, None if alias is None else input_pos[alias.index],
+                            order))  # fmt: skip
         maps.append(omap)
     # which values depend on K, and after which stage each can be computed
     element: set[str] = set()
@@ -179,13 +179,16 @@ def lower_reduction(fd: Any) -> ReductionProgram:
 
 
 class _Shape:
-    """Shape and strides of a tensor that does not exist yet (a fresh output)."""
+    """Shape and strides of a tensor that does not exist yet (a fresh output), row-major or
+    in a stride order (Note [Output layouts])."""
 
-    def __init__(self, shape: Sequence[int]) -> None:
+    def __init__(self, shape: Sequence[int], order: Sequence[int] = ()) -> None:
         from .layout import row_major
 
         self.shape = tuple(shape)
-        self._strides = row_major(shape)
+        self.dense = tuple(strides_for(shape, order)) if order else None
+        self._strides = row_major(shape) if not order else [
+            0 if n == 1 else x for n, x in zip(shape, self.dense)]
 
     def stride(self, d: int) -> int:
         return self._strides[d]
@@ -431,9 +434,10 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
             outputs.append(OutputSpec(shape, st.dtype, st.alias_input))
             tensors.append(target)
         else:
+            fresh = _Shape(shape, st.stride_order)
             if k not in accumulate:
-                outputs.append(OutputSpec(shape, st.dtype, None))
-            tensors.append(_Shape(shape))
+                outputs.append(OutputSpec(shape, st.dtype, None, fresh.dense))
+            tensors.append(fresh)
         maps.append(program.output_maps[k])
     strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
     _check_fit(program, tensors, maps, loop)

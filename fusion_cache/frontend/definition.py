@@ -239,6 +239,13 @@ class FusionDefinition:
     # ---- outputs --------------------------------------------------------------------------
 
     def add_output(self, output: Any, alias_input: Any = None, stride_order: Any = None) -> None:
+        """Mark `output` as a result. `alias_input=t`: write it into input `t` in place
+        instead (nothing is returned for it). `stride_order=[...]` (also the second
+        positional argument, as in nvFuser): return it laid out in that memory order."""
+        if isinstance(alias_input, (list, tuple)):  # add_output(t, [2, 0, 1])
+            if stride_order is not None:
+                raise TypeError("add_output: stride_order given twice")
+            alias_input, stride_order = None, alias_input
         if not isinstance(output, _Handle):
             raise TypeError(f"add_output: output must be a Tensor or Scalar of this definition, got {output!r}")
         ref = self.ops._ref(output, "add_output", "output", "TS")
@@ -250,8 +257,15 @@ class FusionDefinition:
         order = tuple(stride_order) if stride_order else ()
         if order:
             rank = self._infos[ref.index].ndim if ref.kind == "T" else 0
-            if sorted(order) != list(range(rank)):
-                raise ValueError(f"add_output: stride_order {list(order)} is not a permutation of {rank} dims")
+            if len(order) != rank:
+                raise ValueError("add_output: stride_order needs to be either empty or the same "
+                                 f"length of Tensor `output` (got {list(order)}, rank {rank})")  # fmt: skip
+            if any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < rank for v in order):
+                raise ValueError(f"add_output: stride_order elements need to be within [0, {rank}) "
+                                 f"(got {list(order)})")  # fmt: skip
+            if len(set(order)) != rank:
+                raise ValueError(f"add_output: duplicated elements in stride_order detected! "
+                                 f"(got {list(order)})")  # fmt: skip
             if is_default_stride_order(order):
                 order = ()
         kwargs = (("alias_input", alias), ("stride_order", order))

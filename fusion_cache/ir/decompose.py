@@ -17,7 +17,7 @@ from fusion_cache.frontend.records import Record
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
 
-COMPOSITES = {"batch_norm"}
+COMPOSITES = {"batch_norm", "stride_order"}
 
 
 def has_composites(fd: FusionDefinition) -> bool:
@@ -34,10 +34,19 @@ def expand_composites(fd: FusionDefinition) -> FusionDefinition:
     from .subfusion import ScratchDefinition
 
     late_outputs: list = []  # in-place statistics updates, added after the user's outputs
+    ordered: dict[int, tuple] = {}  # stride_order results (new state index) -> their order
 
     def rewrite(new: Any, r: Record, args: list, kwargs: dict) -> Any:
         if r.kind == "op" and r.name == "batch_norm" and kwargs["training"] is True:
             return _batch_norm(new, args, kwargs["channels_last"], late_outputs)
+        if r.kind == "op" and r.name == "stride_order":
+            # Note [Output layouts]: the same values; the order travels to the output
+            made = new.ops.set(args[0])
+            ordered[made.index] = tuple(kwargs["stride_order"])
+            return made
+        if r.kind == "output" and not kwargs["stride_order"] and args[0].index in ordered:
+            new.add_output(args[0], kwargs["alias_input"], stride_order=ordered[args[0].index])
+            return ()
         if r.kind == "end":
             for value, target in late_outputs:
                 new.add_output(value, alias_input=target)

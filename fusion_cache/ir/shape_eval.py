@@ -162,5 +162,6 @@ def runtime_shapes(fd: FusionDefinition, values: Sequence[Any]) -> dict:
     except ShapeUnknown:  # an op the shape evaluator lacks: torch's meta kernels shape it
         from .interpret import evaluate
 
-        env = evaluate(fd._records, fd._infos, fd.input_refs(), [_meta(v) for v in values])
+        env = evaluate(fd._records, fd._infos, fd.input_refs(), [_meta(v) for v in values],
+                       torch.device("meta"))  # fmt: skip
         return {k: tuple(v.shape) if isinstance(v, torch.Tensor) else v for k, v in env.items()}

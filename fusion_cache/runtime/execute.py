@@ -1,6 +1,7 @@
 """execute(): inputs -> checked values -> the GPU path (kernels) or the reference evaluator."""
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,10 @@ def _on_gpu(values: Sequence[Any]) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)
 
 
+def _reads_no_tensor(values: Sequence[Any]) -> bool:
+    return not any(isinstance(v, torch.Tensor) for v in values)
+
+
 def run_fusion(fd: FusionDefinition, inputs: Sequence[Any],
                options: ExecuteOptions = PLAIN) -> list[Any]:  # fmt: skip
     if options is not PLAIN:
@@ -36,7 +41,9 @@ def run_fusion(fd: FusionDefinition, inputs: Sequence[Any],
         if outs is not None:
             return outs
     values = validate_inputs(fd, inputs)
-    if _on_gpu(values):
+    if _on_gpu(values) or (_reads_no_tensor(values) and torch.cuda.is_available()):
+        # a fusion that reads no tensor (iota, full, random numbers) runs on the current
+        # CUDA device and returns CUDA tensors, as nvFuser does
         from .executor import run_on_gpu
 
         return run_on_gpu(fd, values)
@@ -76,5 +83,6 @@ def _run_on(fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list[An
         if isinstance(v, torch.Tensor) and v.device != dev and not (v.device.type == "cpu" and v.dim() == 0):
             raise ValueError(f"execute: input {i} is on {v.device}, but device={device!r} asks for "
                              f"{dev}; move the input there or leave device out")  # fmt: skip
-    outs = run_fusion(fd, inputs)
+    with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+        outs = run_fusion(fd, inputs)  # a fusion that reads no tensor goes to `dev`
     return [o.to(dev) if isinstance(o, torch.Tensor) and o.device != dev else o for o in outs]

@@ -69,7 +69,8 @@ class FusionExecutor:
         except SchedulerRefused as why:
             return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
         kernels, refs, slots = [], [], []
-        device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
+        device = home_device(values) if load else next(
+            (v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
         for launch in spec.kernels:
             if "cuda_kernel" in self.dumps:
                 print(launch.source)
@@ -103,7 +104,8 @@ class FusionExecutor:
         if spec.kernels:
             self.record(values, profile, {"scheduler": spec.scheduler, "plan": spec.description,
                                           "kernels": [r.to_json() for r in refs]})  # fmt: skip
-        fresh = tuple((o.shape, to_torch(o.dtype)) for o in spec.outputs if o.alias_input is None)
+        fresh = tuple((o.shape, to_torch(o.dtype), o.strides) for o in spec.outputs
+                      if o.alias_input is None)  # fmt: skip
         return LaunchPlan(spec, kernels, refs, slots, torch.device("cuda", device), fresh, host)
 
     def segmented(self, values: Sequence[Any], env: dict, profile: Any, why: str) -> Any:
@@ -139,9 +141,8 @@ class FusionExecutor:
                 from schedulers.device import current_profile
 
                 FusionCache.get()._count("plan_cache_misses")
-                device = next(v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda)
                 try:
-                    plan = self.make_plan(values, current_profile(device), load=True)
+                    plan = self.make_plan(values, current_profile(home_device(values)), load=True)
                 except FusionUnsupportedError as why:
                     plan = ReferencePlan(str(why))  # remembered: no re-analysis per call
                 self.plans[key] = plan
@@ -162,7 +163,9 @@ class FusionExecutor:
             return self._launch_general(plan, values)
         # the plain case, kept lean: it is the whole host cost of a cache hit
         device = plan.device
-        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in plan.fresh]
+        outs = [torch.empty(shape, dtype=dtype, device=device) if strides is None else
+                torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                for shape, dtype, strides in plan.fresh]  # fmt: skip
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
             args = fill_args(launch.args, slots, values, outs, ())
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem)
@@ -182,8 +185,8 @@ class FusionExecutor:
         """Aliased outputs, scratch buffers and the dump knobs."""
         spec = plan.spec
         device = plan.device
-        outs = [torch.empty(o.shape, dtype=to_torch(o.dtype), device=device)
-                if o.alias_input is None else values[o.alias_input] for o in spec.outputs]  # fmt: skip
+        outs = [_allocate(o, device) if o.alias_input is None else values[o.alias_input]
+                for o in spec.outputs]  # fmt: skip
         # scratch is written in full before it is read: no need to clear it
         work = [torch.empty(n, dtype=to_torch(dt), device=device) for n, dt in spec.workspaces]
         if any(launch.cooperative for launch in spec.kernels):
@@ -215,6 +218,13 @@ class FusionExecutor:
             moved += sum(o.numel() * o.element_size() for o in outs)
             print(f"fusion {self.fid}: {moved / secs / 1e9:.1f} GB/s ({secs * 1e6:.1f} us)")
         return [o for o, s in zip(outs, spec.outputs) if s.alias_input is None]
+
+
+def _allocate(o: Any, device: Any) -> torch.Tensor:
+    """A fresh output, in its stride order where it has one (Note [Output layouts])."""
+    if o.strides is None:
+        return torch.empty(o.shape, dtype=to_torch(o.dtype), device=device)
+    return torch.empty_strided(o.shape, o.strides, dtype=to_torch(o.dtype), device=device)
 
 
 def executor_for(fd: FusionDefinition) -> FusionExecutor:
@@ -266,13 +276,25 @@ def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], w
     FusionCache.get()._count("reference_runs")
     if run_context.ACTIVE and (ctx := run_context.current()) is not None:
         ctx.reference_runs += 1
-    return run_reference(fd, values)
+    return run_reference(fd, values, torch.device("cuda", home_device(values)))
+
+
+def home_device(values: Sequence[Any]) -> int:
+    """The CUDA device a run goes to: its first CUDA input's, else (no tensor input, as for
+    iota or full alone) the current device, as nvFuser does."""
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.is_cuda:
+            return v.device.index
+    return torch.cuda.current_device()
 
 
 def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     ex = executor_for(fd)
     try:
-        plan = ex.plan(values, input_key(values))
+        key = input_key(values)
+        if not any(isinstance(v, torch.Tensor) for v in values):
+            key += (("device", torch.cuda.current_device()),)  # nothing else says where
+        plan = ex.plan(values, key)
         return ex.launch(plan, values)
     except FusionUnsupportedError as err:
         return _fallback(fd, ex, values, str(err))

@@ -1,4 +1,5 @@
-"""View and shape ops: broadcast, broadcast_in_dim, expand, reshape, permute, squeeze, size, shape."""
+"""View, layout and shape ops: broadcast, broadcast_in_dim, expand, reshape, permute, squeeze,
+stride_order, size, shape."""
 from __future__ import annotations
 
 from .. import shapes
@@ -143,6 +144,28 @@ class ShapeOps(OpsBase):
             return [TensorInfo(info.dtype, tuple(e for i, e in enumerate(info.shape) if i not in norm))]
 
         return self._apply(Record("op", op, (ref,), (("dims", sq),), self._out("T")), infer)
+
+    def stride_order(self, arg, stride_order):
+        """The same values, laid out in memory in `stride_order` (stride_order[i] is dim i's
+        rank by stride, 0 innermost) where the result is a fusion output; no copy of its own
+        elsewhere (Note [Output layouts] in fusion_cache/ir/output_layout.py)."""
+        op = "stride_order"
+        ref = self._tensor(arg, op)
+        if not isinstance(stride_order, (list, tuple)):
+            raise TypeError(f"{op}: stride_order must be a list of ints, got {stride_order!r}")
+        order = tuple(stride_order)
+
+        def infer() -> list:
+            info = self._info(ref)
+            if len(order) != info.ndim:
+                raise ValueError("Operator stride_order expects `stride_order` argument to have "
+                                 f"the same length as input! (got {list(order)} for rank "
+                                 f"{info.ndim})")  # fmt: skip
+            shapes.normalize_dims(order, info.ndim, op, "stride_order")  # a permutation
+            return [TensorInfo(info.dtype, info.shape)]
+
+        record = Record("op", op, (ref,), (("stride_order", order),), self._out("T"))
+        return self._apply(record, infer)
 
     def size(self, arg, dim):
         op = "size"
