@@ -169,7 +169,7 @@ class FusionDefinition:
     # ---- inputs ---------------------------------------------------------------------------
 
     def define_tensor(self, *args: Any, **kwargs: Any) -> Tensor:
-        from .tensor_forms import canonical_tensor
+        from .tensor_forms import canonical_tensor, logical_contiguity
 
         shape, contiguity, dtype, is_cpu, stride_order = canonical_tensor(args, kwargs)
         record = Record(
@@ -178,7 +178,8 @@ class FusionDefinition:
                     ("is_cpu", is_cpu), ("stride_order", stride_order)),  # fmt: skip
             outputs=self._next_refs("T"),
         )
-        info = TensorInfo(dtype, shape, contiguity, stride_order, is_cpu, is_input=True)
+        info = TensorInfo(dtype, shape, logical_contiguity(contiguity, stride_order), stride_order,
+                          is_cpu, is_input=True)  # fmt: skip
         return self._apply(record, lambda: [info])
 
     def from_pytorch(self, tensor: torch.Tensor, static_sizes: bool = False) -> Tensor:
