@@ -127,3 +127,61 @@ def test_reduction_of_an_expanded_input():
                                   stride_order=[1, 0])  # fmt: skip
             fd.add_output(fd.ops.sum(t0, dims=[0], keepdim=keepdim))
         torch.testing.assert_close(fd.execute([x])[0], x.sum(0, keepdim=keepdim))
+
+
+def test_outputs_written_into_an_input_return_that_input():
+    # nvFuser's test_returning_aliased_outputs and test_alias_output_to_input
+    x = torch.randn(1, 2, 3, 4)
+    expect = torch.where(x > 0, x, 0.0)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=DataType.Float)
+        t4 = fd.ops.where(fd.ops.gt(t0, 0.0), t0, 0.0)
+        fd.add_output(t4)
+        fd.add_output(t4, t0)  # written into t0, and not returned for this record
+        fd.add_output(t4)
+        fd.add_output(t0)
+    outs = fd.execute([x])
+    assert len(outs) == 3
+    assert all(o.data_ptr() == x.data_ptr() for o in outs)
+    torch.testing.assert_close(x, expect)
+
+    y = torch.ones(4, 4)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(y)
+        t1 = fd.ops.add(t0, 1.0)
+        fd.add_output(t1, alias_input=t0)
+        fd.add_output(fd.ops.add(t1, 2.0))
+    (out,) = fd.execute([y])
+    assert torch.equal(out, torch.full((4, 4), 4.0)) and torch.equal(y, torch.full((4, 4), 2.0))
+
+
+def test_views_of_inputs_are_views():
+    # nvFuser's test_mark_alias_pass: a reshape of an input is returned as a view of it
+    x = torch.rand(2, 3, 4)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([2, 3, 4], contiguity=[True, True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.reshape(t, [2, 12]))
+        fd.add_output(fd.ops.permute(t, [2, 0, 1]))
+        fd.add_output(fd.ops.slice(t, [0, 1, 0], [2, 3, 4]))
+        fd.add_output(fd.ops.broadcast_in_dim(t, [5, 2, 3, 4], [1, 2, 3]))
+        fd.add_output(t)
+    outs = fd.execute([x])
+    expects = [x.reshape(2, 12), x.permute(2, 0, 1), x[:, 1:, :], x.expand(5, 2, 3, 4), x]
+    for out, want in zip(outs, expects):
+        assert out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert torch.equal(out, want)
+    # a reshape torch cannot view is computed, as nvFuser does
+    y = torch.randn(4, 3).t()
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(sizes=y.shape, strides=y.stride(), dtype=DataType.Float)
+        fd.add_output(fd.ops.reshape(t, [12]))
+    (out,) = fd.execute([y])
+    assert torch.equal(out, y.reshape(12))
+    # a computed output beside a view: the computed one is fresh, the view is a view
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.exp(t))
+        fd.add_output(fd.ops.squeeze(fd.ops.broadcast(t, [True, False, False, False]), [0]))
+    e, v = fd.execute([x])
+    assert e.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert v.data_ptr() == x.data_ptr() and torch.equal(v, x)

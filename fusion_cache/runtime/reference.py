@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.ir.aliases import has_aliases, view_outputs
 from fusion_cache.ir.interpret import Env, evaluate
 from fusion_cache.ir.output_layout import output_stride_orders, strides_for
 
@@ -43,6 +44,8 @@ def collect_outputs(fd: FusionDefinition, env: Env, values: Sequence[Any]) -> li
             results.append(value.clone(memory_format=torch.contiguous_format))
         else:
             results.append(value.contiguous())
+    if has_aliases(fd):
+        results = view_outputs(fd, values, results)  # Note [Outputs that alias inputs]
     return results
 
 

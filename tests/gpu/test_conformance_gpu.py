@@ -134,3 +134,39 @@ def test_disable_fallback_option_raises_where_the_reference_would_run(monkeypatc
         fd.execute([x])
     with pytest.raises(Exception, match="fallback is disabled"):
         fd.execute([x], _disable_options=["fallback"])
+
+
+def test_views_and_aliases_on_the_gpu():
+    x = torch.rand(2, 3, 4, device="cuda")
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.reshape(t, [2, 12]))
+        fd.add_output(fd.ops.permute(t, [2, 0, 1]))
+    before = stats()
+    a, b = fd.execute([x])
+    assert stats()["kernel_launches"] == before["kernel_launches"]  # views: no kernel
+    assert a.data_ptr() == b.data_ptr() == x.data_ptr()
+    y = torch.randn(1, 2, 3, 4, device="cuda")
+    expect = torch.where(y > 0, y, 0.0)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(y)
+        t4 = fd.ops.where(fd.ops.gt(t0, 0.0), t0, 0.0)
+        fd.add_output(t4)
+        fd.add_output(t4, t0)
+        fd.add_output(t0)
+    outs = fd.execute([y])
+    assert len(outs) == 2 and all(o.data_ptr() == y.data_ptr() for o in outs)
+    torch.testing.assert_close(y, expect)
+
+
+def test_expanded_input_is_read_without_a_copy():
+    x = torch.randn(1, 4096, device="cuda").expand(2048, 4096)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        fd.add_output(fd.ops.sum(fd.ops.mul(t0, 2.0), [0]))
+        fd.add_output(fd.ops.exp(t0))
+    before = stats()
+    total, e = fd.execute([x])
+    assert ran_kernels_only(before)
+    torch.testing.assert_close(total, (x * 2).sum(0), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(e, x.exp())
