@@ -18,8 +18,14 @@ from .trie import FusionCache, TrieNode
 from .values import HANDLE_TYPES, ScalarInfo, Tensor, TensorInfo, VectorInfo, _Handle
 
 
-class FusionDefinitionError(ValueError):
-    """Misuse of a definition's lifecycle (ops after closing, executing an undefined fusion)."""
+class FusionDefinitionError(ValueError, RuntimeError):
+    """Misuse of a definition's lifecycle (ops after closing, executing an undefined fusion).
+    Also a RuntimeError: nvFuser raises that, and clients catch it."""
+
+
+class UndefinedFusionError(FusionDefinitionError, NotImplementedError):
+    """Executing or inspecting a FusionDefinition that was never defined; nvFuser raises
+    NotImplementedError there (its definition() is not implemented)."""
 
 
 _OPEN, _CLOSED, _NEW, _FAILED = "open", "closed", "new", "failed"
@@ -64,6 +70,7 @@ class FusionDefinition:
         self._profiled = False
         self.last_input_reproducers: list | None = None
         self._user_schedule = _user_schedule_of(type(self))
+        self._counted = True  # a user's fusion (FusionCache.num_fusions), not a segment's
         if isinstance(id, Fusion):
             id._fd = self
         elif id is not None:
@@ -94,7 +101,8 @@ class FusionDefinition:
     def _finalize_definition(self) -> None:
         node = self._cache.step(self._cursor, END)
         records = tuple(self._records)
-        self._fid = self._cache.finalize(node, records, lambda: python_definition(records, None))
+        self._fid = self._cache.finalize(node, records, lambda: python_definition(records, None),
+                                         counted=self._counted)  # fmt: skip
         self._state = _CLOSED
         from .options import dump_enabled
 
@@ -105,7 +113,8 @@ class FusionDefinition:
         if self._state != _OPEN:
             what = "closed" if self._state == _CLOSED else "not open"
             raise FusionDefinitionError(
-                f"this FusionDefinition is {what}: add definitions and ops inside "
+                ("Attempting to add to a completed definition! " if what == "closed" else "")
+                + f"This FusionDefinition is {what}: add definitions and ops inside "
                 "`with FusionDefinition() as fd:` (or in definition())"
             )
 
@@ -118,9 +127,10 @@ class FusionDefinition:
             with self:
                 self.definition()
             return
-        raise FusionDefinitionError(
-            "this FusionDefinition has no complete definition yet: define it in a "
-            "`with` block, implement definition(), or bind an id with FusionDefinition(fid)"
+        raise UndefinedFusionError(
+            "Invalid fusion definition! This FusionDefinition has no complete definition yet: "
+            "define it in a `with` block, implement definition(), or bind an id with "
+            "FusionDefinition(fid)"
         )
 
     def definition(self) -> None:
@@ -292,6 +302,17 @@ class FusionDefinition:
     def inputs(self) -> list[int]:
         return [r.index for r in self.input_refs()]
 
+    def extents(self) -> list[int]:
+        """Ids for the extents of the input tensors, one a dim in input order, numbered
+        after the definition's states: with inputs() they index a run's arguments and
+        their sizes, as in nvFuser (`inputs() + extents()` ~ `args + sizes`)."""
+        base = len(self._infos)
+        ids = []
+        for ref in self.input_refs():
+            if ref.kind == "T":
+                ids.extend(range(base + len(ids), base + len(ids) + self._infos[ref.index].ndim))
+        return ids
+
     def output_records(self) -> list[Record]:
         return [r for r in self._records if r.kind == "output"]
 
@@ -421,6 +442,30 @@ class FusionDefinition:
     def last_scheduled_fusion_ir(self, tensor_transforms: bool = False, **kwargs: Any) -> str:
         self._ensure_defined()
         return engine().last_scheduled_fusion_ir(self)
+
+    def scheduled_fusion_ir_for(self, inputs: Sequence[Any], tensor_transforms: bool = False,
+                                target: Any = None, **kwargs: Any) -> str:  # fmt: skip
+        """The scheduled Fusion IR (scheduler, plan, kernels) for these inputs, planned and
+        compiled without running (meta or CPU tensors may stand in for CUDA ones; `target`
+        a GPU profile such as 'h100', default the current GPU, else h100)."""
+        if target is None and not torch.cuda.is_available():
+            target = "h100"
+        self.precompile(inputs, target)
+        return engine().last_scheduled_fusion_ir(self)
+
+    def validate(self, inputs: Sequence[Any], reference_outputs: Sequence[Any] | None = None,
+                 **kwargs: Any) -> None:  # fmt: skip
+        """Execute on `inputs` and check the outputs against `reference_outputs` (default: the
+        reference evaluator on CPU copies), with tolerances by dtype, widened by the
+        square root of the largest reduction's size; raises AssertionError on a mismatch."""
+        from .tolerances import check_outputs
+
+        clones = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
+        outputs = self.execute(inputs, **kwargs)
+        if reference_outputs is None:
+            cpu = [v.cpu() if isinstance(v, torch.Tensor) else v for v in clones]
+            reference_outputs = self.execute(cpu)
+        check_outputs(self, list(outputs), list(reference_outputs), inputs)
 
 
 def _user_schedule_of(cls: type) -> str | None:
