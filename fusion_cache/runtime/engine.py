@@ -49,7 +49,8 @@ class RuntimeEngine:
                                         "scheduled_fusion_ir_for(inputs)")  # fmt: skip
         lines = [self.fusion_ir(fd)]
         if ex.program is not None:
-            lines.append(f"scheduler: {ex.scheduler}; {ex.program.describe()}")
+            what = ex.program.describe().removeprefix(f"{ex.scheduler}: ")  # named once
+            lines.append(f"scheduler: {ex.scheduler}; {what}")
         for r in ex.refusals:
             lines.append(f"refused by {r}")
         if hasattr(ex.last_plan, "segments"):
