@@ -289,7 +289,10 @@ def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], w
     FusionCache.get()._count("reference_runs")
     if run_context.ACTIVE and (ctx := run_context.current()) is not None:
         ctx.reference_runs += 1
-    return run_reference(fd, values, torch.device("cuda", home_device(values)))
+    reads_tensors = any(isinstance(v, torch.Tensor) for v in values)
+    device = None if reads_tensors or not torch.cuda.is_available() else torch.device(
+        "cuda", torch.cuda.current_device())  # no tensor input: the current device
+    return run_reference(fd, values, device)
 
 
 def home_device(values: Sequence[Any]) -> int:
