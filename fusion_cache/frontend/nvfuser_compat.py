@@ -144,7 +144,8 @@ def _build_modules() -> dict[str, types.ModuleType]:
         "__getattr__": _lazy_device_properties,  # CUDA is not touched until it is read
     })  # fmt: skip
     version_mod = _module("nvfuser.nvfuser_version", "nvFuser's version type.", {
-        "NvfuserVersion": NvfuserVersion, "__version__": nvfuser_version(),
+        "NvfuserVersion": NvfuserVersion, "Version": NvfuserVersion,
+        "__version__": nvfuser_version(),
     })  # fmt: skip
     root = _module("nvfuser", "fusion-cache, installed as nvfuser (install_as_nvfuser).", {
         **names, "_C": c_mod, "pytorch_utils": utils, "nvfuser_version": version_mod,
