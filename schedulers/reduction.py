@@ -441,6 +441,9 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         maps.append(program.output_maps[k])
     strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
     _check_fit(program, tensors, maps, loop)
+    if not accumulate and any(loop[d] == 0 for d in range(rank) if d not in K):
+        # no rows: every output is empty (element-level ones span the loop too)
+        return LaunchSpec(NAME, tuple(outputs), (), (), "empty")
     kept_dims = [d for d in range(rank) if d not in K]
     k_sizes, k_strides = collapse(loop, strides, K)
     if len(k_sizes) > 2:
@@ -455,7 +458,9 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     for n in i_sizes:
         rows *= n
     if rows == 0 or N == 0:
-        raise SchedulerRefused("empty reduction")  # the reference handles identities for now
+        # rows over nothing: the executor plans the fusion with the reductions replaced by
+        # their identities (Note [Empty reductions] in fusion_cache/ir/empty_reductions.py)
+        raise SchedulerRefused("empty reduction")
     n_acc = len(program.accesses)
     elem = [i for i, a in enumerate(program.accesses) if ks[i] != 0]
     ptrs = [values[a.input_pos].data_ptr() for a in program.accesses] + [0] * len(program.stores)

@@ -355,3 +355,25 @@ def test_zero_size_tensors_everywhere():
         ls, total, r = fd.execute([x])
         assert ls.shape == x.shape and r.shape == x.shape
         torch.testing.assert_close(total, x.sum(0))
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (16, 0), (0, 0)])
+def test_empty_reductions_plan_without_the_reference(shape):
+    """Note [Empty reductions]: rows over nothing are their identities; no segment of the
+    plan is left to the reference evaluator (planned for the h100 profile, not run)."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        m = fd.ops.max(t0, [1], keepdim=True)
+        s = fd.ops.sub(t0, m)
+        lse = fd.ops.log(fd.ops.sum(fd.ops.exp(s), [1], keepdim=True))
+        fd.add_output(fd.ops.sub(s, lse))
+        fd.add_output(fd.ops.max(t0, [1]))
+    fd.precompile([torch.empty(shape, device="meta")], target="h100")
+    plan = FusionCache.get().executors[fd.id()].last_plan
+    text = getattr(plan, "description", "") or plan.spec.description
+    assert "reference" not in text, text
+    x = torch.randn(shape)
+    log_softmax, top = fd.execute([x])
+    assert log_softmax.shape == shape and top.shape == (shape[0],)
+    if shape[0]:
+        assert torch.equal(top, torch.full((shape[0],), -torch.inf))

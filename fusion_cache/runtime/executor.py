@@ -22,6 +22,7 @@ from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.options import dump_options
 from fusion_cache.frontend.trie import FusionCache
 from fusion_cache.ir.aliases import alias_plan, view_outputs
+from fusion_cache.ir.empty_reductions import empty_reductions, without_empty_reductions
 from fusion_cache.ir.shape_eval import runtime_shapes
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
@@ -71,12 +72,25 @@ class FusionExecutor:
         SegmentedPlan (Note [Greedy segmentation])."""
         host = host_inputs_of(values) if load else ()
         env = runtime_shapes(self.fd, values)
+        if empty_reductions(self.fd, env):  # Note [Empty reductions]
+            rewritten = without_empty_reductions(self.fd, env)
+            renv = runtime_shapes(rewritten, values)
+            spec = _plan_single(rewritten, values, renv, profile)
+            if spec is not None:
+                return self._load_plan(spec, values, profile, load, host)
+            return self.segmented(values, renv, profile, "empty reductions as identities",
+                                  rewritten)  # fmt: skip
         if self.program is None:
             return self.segmented(values, env, profile, "; ".join(str(r) for r in self.refusals))
         try:
             spec = plan_for(self.scheduler, self.program, values, env, profile)
         except SchedulerRefused as why:
             return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
+        return self._load_plan(spec, values, profile, load, host)
+
+    def _load_plan(self, spec: Any, values: Sequence[Any], profile: Any, load: bool,
+                   host: tuple) -> Any:  # fmt: skip
+        """Compile (or find) and load a spec's kernels: the LaunchPlan."""
         kernels, refs, slots = [], [], []
         device = home_device(values) if load else next(
             (v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
@@ -117,21 +131,25 @@ class FusionExecutor:
                       if o.alias_input is None)  # fmt: skip
         return LaunchPlan(spec, kernels, refs, slots, torch.device("cuda", device), fresh, host)
 
-    def segmented(self, values: Sequence[Any], env: dict, profile: Any, why: str) -> Any:
+    def segmented(self, values: Sequence[Any], env: dict, profile: Any, why: str,
+                  fd: Any = None) -> Any:  # fmt: skip
+        """`fd`: what to segment, default the fusion (a rewrite of it must keep its inputs
+        and returned outputs in order)."""
         from schedulers.segmenter import segment
 
         from .segmented import build_plan, describe_plan
 
+        fd = self.fd if fd is None else fd
         try:
-            drafts = segment(self.fd, values, env, profile)
+            drafts = segment(fd, values, env, profile)
         except SchedulerRefused as err:
             raise FusionUnsupportedError(f"no scheduler takes it ({why}) and it cannot be "
                                          f"segmented: {err}") from None  # fmt: skip
         if len(drafts) < 2:
             raise FusionUnsupportedError(f"no scheduler takes it ({why})")
-        plan = build_plan(self.fd, drafts)
+        plan = build_plan(fd, drafts)
         if "segments" in self.dumps:
-            print(describe_plan(self.fd, plan))
+            print(describe_plan(fd, plan))
         # recorded like a kernel plan, so `fusion-cache show` tells which fusions run it
         self.record(values, profile, {"scheduler": "segmented", "plan": plan.description,
                                       "segments": [s.definition.id() for s in plan.segments],
@@ -263,6 +281,17 @@ def try_cached_launch(fd: FusionDefinition, inputs: Sequence[Any]) -> list | Non
         return None
     fd._cache.counters["plan_cache_hits"] += 1
     return ex.launch(plan, inputs)
+
+
+def _plan_single(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> Any:
+    """The spec of one scheduler for `fd` (a rewrite made for these sizes), or None."""
+    name, program, _ = schedule(fd)
+    if program is None:
+        return None
+    try:
+        return plan_for(name, program, values, env, profile)
+    except SchedulerRefused:
+        return None
 
 
 def _bytes_of(slots: list, values: Sequence[Any], outs: list, work: list) -> tuple[int, int]:

@@ -26,6 +26,13 @@ def _reduction(run: Interpreter, r: Record) -> list:
         for d in reversed(dims):
             y = torch.prod(y, d, keepdim=keepdim)
         return [y]
+    if any(x.shape[d] == 0 for d in dims):  # Note [Empty reductions]: the identity
+        from fusion_cache.ir.empty_reductions import identity
+
+        shape = [1 if d in dims else n for d, n in enumerate(x.shape)]
+        full = torch.full(shape, identity(r.name, run.infos[r.outputs[0].index].dtype),
+                          dtype=out_dtype, device=x.device)  # fmt: skip
+        return [full if keepdim else full.squeeze(dims)]
     fn = torch.amax if r.name == "max" else torch.amin
     return [fn(x, dims, keepdim=keepdim).to(out_dtype)]
 
