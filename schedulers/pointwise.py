@@ -133,6 +133,8 @@ class _Lowering:
             fill = self.scalar(rec.kw("fill_value"))
             dt = rec.kw("dtype")
             return self.emit(dt, "cast", (fill,), compute=dt)
+        if name == "iota":
+            return self.iota(rec, out_map, index)
         raise SchedulerRefused(f"{name} ({rec.outputs[0]}) is not a pointwise op")
 
     def elementwise(self, rec: Record, out_map: tuple) -> str:
@@ -158,6 +160,19 @@ class _Lowering:
         if is_integral(compute) and is_float(out_info.dtype):
             compute = out_info.dtype  # sin(int), truediv(int, int): math happens in the float
         return self.emit(out_info.dtype, rec.name, tuple(operands), compute=compute)
+
+    def iota(self, rec: Record, out_map: tuple, index: int | None) -> str:
+        """start + i * step, i the element's index along the iota's dim (Note [Index
+        accesses]): an access of no tensor, whose offset the plan's strides make the index."""
+        if self.frame:
+            raise SchedulerRefused(f"iota ({rec.outputs[0]}) read through a reshape")
+        state = rec.outputs[0].index
+        dt = self.info(state).dtype
+        self.accesses.append(Access(-1, state, tuple(out_map), DataType.Int, (), "iota"))
+        i = self.emit(DataType.Int, "load", (len(self.accesses) - 1,))
+        _, start, step = rec.args
+        scaled = self.emit(dt, "mul", (i, self.scalar(step)), compute=dt)
+        return self.emit(dt, "add", (scaled, self.scalar(start)), compute=dt)
 
     def reshaped(self, rec: Record, out_map: tuple) -> str:
         """The reshape's output read through `out_map`: its source, lowered in its own dims
@@ -246,6 +261,22 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
     )
 
 
+class _IndexSpace:
+    """What an index access (Note [Index accesses]) reads: its dim's extent, stride 1."""
+
+    def __init__(self, extent: int) -> None:
+        self.shape = (extent,)
+
+    def stride(self, d: int) -> int:
+        return 1
+
+
+def _accessed(values: Sequence[Any], access: Access, env: dict) -> Any:
+    if access.virtual:
+        return _IndexSpace(int(env[access.state][0]))
+    return values[access.input_pos]
+
+
 def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
                    profile: Any) -> LaunchSpec:  # fmt: skip
     """The launch for these inputs: collapse the loop, choose vector width, index type and
@@ -265,9 +296,9 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         raise SchedulerRefused(f"outputs have different shapes {sorted(shapes_out)}")
     out_shape = shapes_out.pop()
     rank = len(out_shape)
-    seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
+    seen = [resolve_access(_accessed(values, a, env), a, env) for a in program.accesses]
     strides = [access_strides(t, m, rank) for t, m in seen]
-    ptrs = [values[a.input_pos].data_ptr() for a in program.accesses]
+    ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() for a in program.accesses]
     outputs = []
     for st in program.stores:
         if st.alias_input is not None:
@@ -293,12 +324,15 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         return LaunchSpec(NAME, tuple(outputs), (), (), "empty" + notes)
     sizes, strides = collapse(list(out_shape), strides)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
-    vec = vector_width([dt for dt, s in zip(dtypes, strides) if s[-1] != 0])
+    virtual = [a.virtual for a in program.accesses] + [""] * len(program.stores)
+    vec = vector_width([dt for dt, s, v in zip(dtypes, strides, virtual) if s[-1] != 0 and not v])
     while vec > 1 and sizes[-1] % vec:
         vec //= 2
     modes = []
-    for dt, s, ptr in zip(dtypes, strides, ptrs):
-        if s[-1] == 0:
+    for dt, s, ptr, v in zip(dtypes, strides, ptrs, virtual):
+        if v:
+            modes.append("strided")  # Note [Index accesses]: the offset is the value
+        elif s[-1] == 0:
             modes.append("bcast")
         elif vector_ok(ptr, dt, vec, s[-1], s[:-1]):
             modes.append("vec")
@@ -325,7 +359,8 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     args: list = []
     for k, s in enumerate(strides):
         if k < n_acc:
-            args.append(ArgRef("input", program.accesses[k].input_pos))
+            if not program.accesses[k].virtual:
+                args.append(ArgRef("input", program.accesses[k].input_pos))
         else:
             args.append(ArgRef("output", k - n_acc))
         args.extend(s)

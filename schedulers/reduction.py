@@ -46,6 +46,8 @@ class _ReductionLowering(_Lowering):
         self.loop_state: int = -1
 
     def op(self, rec: Record, out_map: tuple, index: int | None = None) -> str:
+        if rec.name == "iota":  # index accesses are the pointwise kernel's alone
+            raise SchedulerRefused(f"iota ({rec.outputs[0]}) in a reduction kernel")
         if rec.name not in REDUCTIONS:
             return super().op(rec, out_map, index)
         if self.frame:

@@ -125,6 +125,8 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
             if x[d] != 1:
                 raise ValueError(f"squeeze: dim {d} has size {x[d]} at run time, not 1")
         return tuple(e for i, e in enumerate(x) if i not in dims)
+    if name == "iota":
+        return (int(get(r.args[0])),)
     if name == "full":
         shape = tuple(sizes(r.kw("shape")))
         if any(n < 0 for n in shape):

@@ -74,12 +74,43 @@ def test_fusion_without_tensor_inputs_runs_on_the_current_device():
     assert fd2.execute([out])[0].is_cuda
 
 
-def test_iota_without_tensor_inputs_is_on_cuda(monkeypatch):
-    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK")  # iota has no kernel yet: the reference
+def test_iota_without_tensor_inputs_is_on_cuda():
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.iota(fd.define_scalar(5, DataType.Int), 2, 3, DataType.Int))
-    (out,) = fd.execute([])
-    assert out.is_cuda and out.tolist() == [2, 5, 8, 11, 14]
+        fd.add_output(fd.ops.iota(fd.define_scalar(4, DataType.Int), 0.5, 0.25, DataType.Float))
+    before = stats()
+    a, b = fd.execute([])
+    assert ran_kernels_only(before)
+    assert a.is_cuda and a.tolist() == [2, 5, 8, 11, 14]
+    assert b.tolist() == [0.5, 0.75, 1.0, 1.25]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool])
+@pytest.mark.parametrize("diagonal", [-2, 0, 3])
+def test_triu_runs_in_a_pointwise_kernel(dtype, diagonal):
+    x = (torch.randn(3, 37, 129, device="cuda") > 0) if dtype is torch.bool else torch.randn(
+        3, 37, 129, device="cuda").to(dtype)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.triu(fd.from_pytorch(x), diagonal))
+    before = stats()
+    (out,) = fd.execute([x])
+    assert ran_kernels_only(before)
+    assert torch.equal(out, torch.triu(x, diagonal))
+
+
+def test_cross_entropy_style_iota_mask():
+    logits = torch.randn(64, 50257, device="cuda")
+    target = torch.randint(0, 50257, (64,), device="cuda")
+    with FusionDefinition() as fd:
+        a, t = fd.from_pytorch(logits), fd.from_pytorch(target)
+        io = fd.ops.iota(fd.ops.size(a, 1), 0, 1, DataType.Int)
+        hit = fd.ops.eq(fd.ops.broadcast_in_dim(io, fd.ops.shape(a), [1]),
+                        fd.ops.broadcast_in_dim(t, fd.ops.shape(a), [0]))  # fmt: skip
+        fd.add_output(fd.ops.sum(fd.ops.where(hit, a, 0.0), [1]))
+    before = stats()
+    (out,) = fd.execute([logits, target])
+    assert ran_kernels_only(before)
+    torch.testing.assert_close(out, logits.gather(1, target[:, None])[:, 0])
 
 
 @pytest.mark.parametrize("shape", [(0, 7), (5, 0), (0,)])
