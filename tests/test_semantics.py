@@ -377,3 +377,12 @@ def test_empty_reductions_plan_without_the_reference(shape):
     assert log_softmax.shape == shape and top.shape == (shape[0],)
     if shape[0]:
         assert torch.equal(top, torch.full((shape[0],), -torch.inf))
+
+
+def test_set_of_an_input_is_a_copy():
+    """Thunder's clone is fd.ops.set, and the frontends pass inputs through with it."""
+    x = torch.randn(3, 4)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.set(fd.from_pytorch(x)))
+    (out,) = fd.execute([x])
+    assert torch.equal(out, x) and out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()

@@ -2,7 +2,7 @@
 
 Note [Outputs that alias inputs]: nvFuser hands back, without computing them, outputs that
 are an input itself or a view of one (reshape where torch could view, permute, squeeze,
-broadcasts, expand, slice, set), and for an output also written into an input in place
+broadcasts, expand, slice), and for an output also written into an input in place
 (`add_output(t, alias_input=x)`) every other return of `t` is that input. Its tests check
 `data_ptr()`; clients (Thunder's in-place updates) rely on it. The runtime computes such
 outputs as torch views of the inputs after the run (`view_outputs`), and a fusion whose
@@ -19,8 +19,9 @@ import torch
 
 from fusion_cache.frontend.records import Record, Ref
 
+# `set` is a copy: clients make clones with it (Thunder's clone, the frontends' pass-through)
 VIEW_OPS = frozenset({"reshape", "permute", "squeeze", "broadcast", "broadcast_in_dim",
-                      "expand", "slice", "set"})  # fmt: skip
+                      "expand", "slice"})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ def _analyse(records: tuple[Record, ...]) -> AliasPlan:
     return AliasPlan(views, written, all_views)
 
 
+NO_ALIASES = AliasPlan({}, {}, False)
+
+
 def _makes_sizes(rec: Record) -> bool:
     if rec.kind in ("scalar", "vector"):
         return not rec.kw("is_input")
@@ -82,8 +86,17 @@ def alias_plan(records: tuple[Record, ...]) -> AliasPlan:
     return _analyse(records)
 
 
+def aliases_of(fd: Any) -> AliasPlan:
+    """The alias plan of a user's fusion. A segment's definition returns fresh tensors: the
+    segments after it declare what it hands them as contiguous, and the fusion around it
+    makes its own returns views."""
+    if not getattr(fd, "_counted", True):
+        return NO_ALIASES
+    return alias_plan(tuple(fd._records))
+
+
 def has_aliases(fd: Any) -> bool:
-    plan = alias_plan(tuple(fd._records))
+    plan = aliases_of(fd)
     return bool(plan.views or plan.written)
 
 
@@ -92,7 +105,7 @@ def view_outputs(fd: Any, values: Sequence[Any], outs: list) -> list:
     (Note [Outputs that alias inputs]); `outs` may be None where all are views."""
     from .interpret import evaluate
 
-    plan = alias_plan(tuple(fd._records))
+    plan = aliases_of(fd)
     result = list(outs) if outs is not None else [None] * len(plan.views)
     for pos, input_pos in plan.written.items():
         result[pos] = values[input_pos]

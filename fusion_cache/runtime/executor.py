@@ -21,7 +21,7 @@ import torch
 from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.options import dump_options
 from fusion_cache.frontend.trie import FusionCache
-from fusion_cache.ir.aliases import alias_plan, view_outputs
+from fusion_cache.ir.aliases import aliases_of, view_outputs
 from fusion_cache.ir.empty_reductions import empty_reductions, without_empty_reductions
 from fusion_cache.ir.shape_eval import runtime_shapes
 from schedulers.base import ArgRef, SchedulerRefused
@@ -54,7 +54,7 @@ class FusionExecutor:
         self.dumps = dump_options()
         self.scheduler, self.program, self.refusals = schedule(self.fd)
         # Note [Outputs that alias inputs]: returned as the inputs' memory after each run
-        self.aliases = alias_plan(tuple(fd._records))
+        self.aliases = aliases_of(fd)
         self.aliased = bool(self.aliases.views or self.aliases.written)
         self.plans: dict[tuple, LaunchPlan] = {}
         self.lock = threading.Lock()
