@@ -68,10 +68,9 @@ def test_table_says_what_exists():
 
 
 def test_claimed_kernels_and_rules_exist():
+    from fusion_cache.ir.decompose import COMPOSITES
     from schedulers.pointwise import VIEW_OPS
     from schedulers.reduction import REDUCTIONS
-
-    from fusion_cache.ir.decompose import COMPOSITES
 
     pointwise = set(OPS) | VIEW_OPS | {"cast", "full", "reshape", "iota"} | COMPOSITES
     for name, how in table().items():
