@@ -151,8 +151,9 @@ def test_profile_times_each_kernel():
     prof = fd.profile()
     assert prof.ran_on == "kernels" and prof.segments >= 1 and prof.kernel_profiles
     for k in prof.kernel_profiles:
-        assert k.time_ms > 0 and k.input_bytes >= x.numel() * 4 and k.effective_bandwidth_gbs > 1
-    assert prof.kernel_time_ms <= prof.host_time_ms * 1.5
+        assert k.name.startswith("fc_") and k.time_ms > 0 and k.effective_bandwidth_gbs > 1
+    assert prof.input_bytes >= x.numel() * 4 and prof.output_bytes >= x.numel() * 4
+    print(prof)
 
 
 def test_disable_fallback_option_raises_where_the_reference_would_run(monkeypatch):
