@@ -90,9 +90,12 @@ def aliases_of(fd: Any) -> AliasPlan:
     """The alias plan of a user's fusion. A segment's definition returns fresh tensors: the
     segments after it declare what it hands them as contiguous, and the fusion around it
     makes its own returns views."""
-    if not getattr(fd, "_counted", True):
-        return NO_ALIASES
-    return alias_plan(tuple(fd._records))
+    cached = fd.__dict__.get("_alias_plan_cache")
+    if cached is not None and cached[0] == len(fd._records):
+        return cached[1]
+    plan = alias_plan(tuple(fd._records)) if getattr(fd, "_counted", True) else NO_ALIASES
+    fd.__dict__["_alias_plan_cache"] = (len(fd._records), plan)  # records only grow
+    return plan
 
 
 def has_aliases(fd: Any) -> bool:

@@ -25,6 +25,15 @@ def normalized_order(order: Sequence[int], ndim: int) -> tuple[int, ...]:
 
 def output_stride_orders(fd: Any) -> list[tuple[int, ...]]:
     """Per output record of `fd`, in order: the stride order its tensor is returned in."""
+    cached = fd.__dict__.get("_output_orders_cache")
+    if cached is not None and cached[0] == len(fd._records):
+        return cached[1]
+    result = _orders(fd)
+    fd.__dict__["_output_orders_cache"] = (len(fd._records), result)  # records only grow
+    return result
+
+
+def _orders(fd: Any) -> list[tuple[int, ...]]:
     orders_made = {}
     for r in fd._records:
         if r.kind == "op" and r.name == "stride_order":

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fusion_cache.frontend.options import dump_options
+from fusion_cache.frontend.options import DUMP_VARS, dump_options
 from fusion_cache.frontend.run_options import PLAIN, ExecuteOptions
 from fusion_cache.frontend.trie import FusionCache
 from fusion_cache.frontend.validate import validate_inputs
@@ -50,9 +51,8 @@ def run_fusion(fd: FusionDefinition, inputs: Sequence[Any],
     FusionCache.get()._count("reference_runs")
     if run_context.ACTIVE and (ctx := run_context.current()) is not None:
         ctx.reference_runs += 1
-    dumps = dump_options()
-    if dumps:
-        _dump_reference_run(fd, values, dumps)
+    if any(var in os.environ for var in DUMP_VARS):  # cheaper than parsing them every run
+        _dump_reference_run(fd, values, dump_options())
     return run_reference(fd, values)
 
 
