@@ -40,7 +40,8 @@ def test_pointwise_outputs_in_every_stride_order(dtype, how):
         (out,) = fd.execute([x])
         assert ran_kernels_only(before)
         assert out.stride() == tuple(strides_for(x.shape, perm))
-        torch.testing.assert_close(out, x.float() * 3)
+        tol = {} if dtype is torch.float32 else {"rtol": 1.6e-2, "atol": 1e-2}
+        torch.testing.assert_close(out, (x * 3).float(), **tol)
 
 
 @pytest.mark.parametrize("order", [[0, 1], [1, 0]])
