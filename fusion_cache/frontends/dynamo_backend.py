@@ -29,7 +29,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
 
-from .fx_region import FusedRegion, build_region, spec_of
+from .fx_region import RegionCall, build_region, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
 
@@ -113,7 +113,7 @@ def _compiler(kind: str) -> Callable[[GraphModule, Sequence[Any]], Callable]:
 
 
 def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
-    """Replace the fusable regions of an aten graph by FusedRegion modules, in place."""
+    """Replace the fusable regions of an aten graph by calls of RegionCalls, in place."""
     report = GraphReport(kind, next(_counter))
     support = FusionSupport()
     proposed = _propose(gm, support)
@@ -137,7 +137,7 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
             for n in ops:
                 labels[n] = f"region {i} did not lower: {region}"
             continue
-        setattr(gm, name, region)
+        _call_region(gm, name, region)
         report.regions += 1
         report.ops_fused += len(ops)
         report.fusion_ids.append(region.fusion_id)
@@ -213,8 +213,20 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
     return kept
 
 
-def _lower_region(gm: GraphModule, name: str) -> FusedRegion | str:
-    """The FusedRegion for submodule `name`, or why its definition could not be built."""
+def _call_region(gm: GraphModule, name: str, region: RegionCall) -> None:
+    """The graph calls `region` as a function where it called submodule `name`."""
+    graph = gm.graph
+    call = next(n for n in graph.nodes if n.op == "call_module" and n.target == name)
+    with graph.inserting_before(call):
+        node = graph.call_function(region, call.args, call.kwargs)
+    node.meta = dict(call.meta)
+    call.replace_all_uses_with(node)
+    graph.erase_node(call)
+    gm.delete_submodule(name)
+
+
+def _lower_region(gm: GraphModule, name: str) -> RegionCall | str:
+    """The RegionCall for submodule `name`, or why its definition could not be built."""
     sub = getattr(gm, name)
     call = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == name)
     vals = [a.meta.get("val") if isinstance(a, Node) else a for a in call.args]
@@ -227,7 +239,7 @@ def _lower_region(gm: GraphModule, name: str) -> FusedRegion | str:
         warnings.warn(f"fusion_cache: {name} stays in eager after an unexpected "
                       f"{type(err).__name__} while lowering it: {err}", stacklevel=2)  # fmt: skip
         return f"{type(err).__name__}: {err}"
-    return FusedRegion(name, sub, fd, specs)
+    return RegionCall(name, sub, fd, specs)
 
 
 # ---- FUSION_CACHE_DUMP=graph ----------------------------------------------------------------

@@ -1,7 +1,7 @@
 """One fusion region of an aten FX graph: its FusionDefinition, and the module that runs it.
 
 A region's definition depends on its inputs' dtypes, sizes and strides (they decide the
-declared shape codes and contiguity), so `FusedRegion` keeps one definition per input
+declared shape codes and contiguity), so `RegionCall` keeps one definition per input
 signature. Definitions of identical regions are identical record sequences, so the trie
 gives them the same fusion id, and the store and warm restarts apply to them as to any.
 """
@@ -17,6 +17,8 @@ from torch.fx import GraphModule, Node
 
 from fusion_cache.frontend.definition import FusionDefinition
 from fusion_cache.frontend.dtypes import DataType, from_torch
+from fusion_cache.runtime.plans import input_key
+from fusion_cache.runtime.sequence import Guard, LaunchSequence, sequence_for
 
 from .aten_table import lower_op
 from .fx_support import op_name
@@ -128,19 +130,52 @@ def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> None
         fd.add_output(value)
 
 
-class FusedRegion(torch.nn.Module):
-    """Runs one region through fd.execute; replaces the region's submodule in the graph."""
+class RegionCall:
+    """Runs one region; the graph calls it in place of the region's submodule.
+
+    Note [Region call]: a region is called once per step with inputs of the same signature,
+    so its first call with a signature records a launch sequence (Note [Launch sequence] in
+    fusion_cache/runtime/sequence.py) and later calls replay it after a guard on their
+    shapes, strides, dtypes and alignment, with no trip through execute(). The guard of the
+    last sequence run is tried first; a miss looks the signature up, and a new signature
+    defines the region again (the definition's shape codes and contiguity come from sizes
+    and strides) and records a sequence for it. Devices are not guarded: torch.compile's
+    guards fix the graph inputs' devices, and each op's outputs follow its inputs.
+
+    A plain callable rather than a Module: the graph calls it as a function, without
+    Module.__call__'s hook checks on every step.
+    """
 
     def __init__(self, name: str, gm: GraphModule, fd: FusionDefinition,
                  specs: tuple[InputSpec, ...]) -> None:  # fmt: skip
-        super().__init__()
-        self.region_name = name
+        self.__name__ = self.__qualname__ = name  # FX's code generator names calls by these
+        self.__module__ = __name__
         self.region_graph = gm
         self._definitions: dict[tuple[InputSpec, ...], FusionDefinition] = {specs: fd}
         self.fusion_id = fd.id()
         # the submodule returned a tuple or a single value: the caller indexes accordingly
         output = next(n for n in gm.graph.nodes if n.op == "output")
         self._returns_tuple = isinstance(output.args[0], (tuple, list))
+        self._sequences: dict[tuple, tuple[Guard, LaunchSequence]] = {}
+        self._last: tuple[Guard, LaunchSequence] | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        last = self._last
+        if last is not None and last[0].matches(args):
+            outs = last[1].run(args)
+        else:
+            outs = self._record_or_find(args)
+        return tuple(outs) if self._returns_tuple else outs[0]
+
+    def _record_or_find(self, args: Sequence[Any]) -> list:
+        key = input_key(args)
+        entry = self._sequences.get(key)
+        if entry is not None:
+            self._last = entry
+            return entry[1].run(args)
+        seq, outs = sequence_for(self.definition_for(args), args)
+        self._last = self._sequences[key] = (Guard(args), seq)
+        return outs
 
     def definition_for(self, args: Sequence[Any]) -> FusionDefinition:
         key = tuple(spec_of(a) for a in args)
@@ -149,6 +184,9 @@ class FusedRegion(torch.nn.Module):
             fd = self._definitions[key] = build_region(self.region_graph, key)
         return fd
 
-    def forward(self, *args: Any) -> Any:
-        outs = self.definition_for(args).execute(list(args))
-        return tuple(outs) if self._returns_tuple else outs[0]
+    @property
+    def sequences(self) -> list[LaunchSequence]:
+        return [seq for _, seq in self._sequences.values()]
+
+    def __repr__(self) -> str:
+        return f"RegionCall({self.__name__}, fusion {self.fusion_id})"
