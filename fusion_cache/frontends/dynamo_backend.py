@@ -48,6 +48,8 @@ class GraphReport:
     views_eager: int = 0  # views left to eager (they cost no copy there)
     fusion_ids: list[int] = field(default_factory=list)
     eager_reasons: dict[str, str] = field(default_factory=dict)  # node name -> why
+    fused_ops: dict[str, int] = field(default_factory=dict)  # aten op -> how many were fused
+    eager_ops: dict[str, dict[str, int]] = field(default_factory=dict)  # op -> why -> count
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +57,8 @@ class GraphReport:
             "ops_fused": self.ops_fused, "ops_eager": self.ops_eager,
             "views_eager": self.views_eager,
             "fusion_ids": list(self.fusion_ids), "eager_reasons": dict(self.eager_reasons),
+            "fused_ops": dict(self.fused_ops),
+            "eager_ops": {op: dict(why) for op, why in self.eager_ops.items()},
         }  # fmt: skip
 
 
@@ -140,6 +144,8 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
         _call_region(gm, name, region)
         report.regions += 1
         report.ops_fused += len(ops)
+        for n in ops:
+            report.fused_ops[base_name(n)] = report.fused_ops.get(base_name(n), 0) + 1
         report.fusion_ids.append(region.fusion_id)
     gm.recompile()
 
@@ -149,6 +155,8 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
                 report.views_eager += 1
             else:
                 report.ops_eager += 1
+                reasons = report.eager_ops.setdefault(base_name(node) or str(node.target), {})
+                reasons[why] = reasons.get(why, 0) + 1
             report.eager_reasons[node.name] = why
     if dump_enabled("graph"):
         _print_listing(report, listing, labels)
