@@ -19,7 +19,8 @@ from .aten_table import has_lowering
 # ops that only change how a tensor is viewed: they do not make a region worth launching
 VIEW_OPS = frozenset(
     "view _unsafe_view _reshape_alias reshape permute t transpose expand expand_as "
-    "unsqueeze squeeze alias detach clone contiguous".split()
+    "unsqueeze squeeze alias detach clone contiguous split split_with_sizes unbind select "
+    "slice narrow chunk".split()
 )
 # random or stateful: never fused
 _RANDOM = frozenset("native_dropout dropout bernoulli rand_like randn_like".split())
