@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.fx import GraphModule, Node
 from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
@@ -238,6 +239,10 @@ def _lower_region(gm: GraphModule, name: str) -> RegionCall | str:
     sub = getattr(gm, name)
     call = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == name)
     vals = [a.meta.get("val") if isinstance(a, Node) else a for a in call.args]
+    if not any(isinstance(v, torch.Tensor) and not (v.device.type == "cpu" and v.dim() == 0)
+               for v in vals):  # fmt: skip
+        # a fusion runs where its tensors are: without one it could not tell the device
+        return "no tensor input to tell the region's device"
     try:
         specs = tuple(spec_of(v) for v in vals)
         fd = build_region(sub, specs)
