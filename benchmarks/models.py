@@ -62,9 +62,10 @@ def initial_model(case: ModelCase, device: str) -> torch.nn.Module:
     return case.build().to(device=device, dtype=case.weights)
 
 
-def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase,
-          batches: list, device: str) -> tuple[list[float], list[float]]:  # fmt: skip
-    """Loss and seconds of each step."""
+def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase, batches: list,
+          device: str, after_step: Callable[[], None] | None = None,
+          ) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Loss and seconds of each step; `after_step()` runs after each, outside the timing."""
     opt = torch.optim.SGD(params, lr=case.lr, momentum=0.9)
     losses, times = [], []
     for batch in batches:
@@ -79,6 +80,8 @@ def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase,
         sync(device)
         times.append(time.perf_counter() - start)
         losses.append(float(loss.detach()))
+        if after_step is not None:
+            after_step()
     return losses, times
 
 
@@ -104,6 +107,52 @@ def fusion_counters() -> dict[str, int]:
     return dict(FusionCache.get().stats())
 
 
+# per step: what a steady step should not do (compile, plan, fall back, recompile), and
+# what it does from Python (launches; none once CUDA graphs replay)
+STEP_COUNTERS = ("kernel_launches", "plan_cache_misses", "kernels_compiled", "kernels_loaded",
+                 "reference_runs")  # fmt: skip
+
+
+class StepWatch:
+    """Counter deltas, dynamo recompiles and garbage-collection time of each step."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.rows: list[dict[str, float]] = []
+        self._last = self._snapshot()
+        self._gc_s = 0.0
+        self._gc_start = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self._gc_s += time.perf_counter() - self._gc_start
+
+    @staticmethod
+    def _snapshot() -> dict[str, float]:
+        from torch._dynamo.utils import counters
+
+        snap = {k: float(v) for k, v in fusion_counters().items() if k in STEP_COUNTERS}
+        snap["dynamo_frames"] = float(sum(counters["frames"].values()))
+        snap["recompiles"] = float(sum(counters["recompiles"].values()))
+        return snap
+
+    def __call__(self) -> None:
+        now = self._snapshot()
+        row = {k: now[k] - self._last.get(k, 0.0) for k in now}
+        row["gc_ms"], self._gc_s = self._gc_s * 1e3, 0.0
+        self.rows.append(row)
+        self._last = now
+
+    def close(self) -> None:
+        import gc
+
+        gc.callbacks.remove(self._gc)
+
+
 def run_contender(contender: str, case: ModelCase, steps: int, device: str) -> dict[str, Any]:
     from fusion_cache.frontends import dynamo_backend
 
@@ -112,19 +161,37 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str) -> d
     dynamo_backend.reset_reports()
     before = fusion_counters()
     fn = compiled(contender, model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # recompile notes and the like: the results say it
-        losses, times = train(fn, list(model.parameters()), case, batches, device)
+    watch = StepWatch()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # recompile notes and the like: the results say it
+            losses, times = train(fn, list(model.parameters()), case, batches, device, watch)
+    finally:
+        watch.close()
     after = fusion_counters()
     row: dict[str, Any] = {
         "losses": losses, "step_s": times, "first_step_s": times[0],
         "median_ms": statistics.median(times[MEDIAN_FROM:] or times) * 1e3,
     }  # fmt: skip
+    row["per_step"] = {k: [r[k] for r in watch.rows] for k in watch.rows[0]} if watch.rows else {}
     if contender.startswith("fusion_cache"):
         row["counters"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         row.update(graph_summary(dynamo_backend.reports()))
+        row["kernels"] = kernel_keys()
     torch._dynamo.reset()
     return row
+
+
+def kernel_keys() -> list[str]:
+    """The store keys of every kernel the process's fusions planned (cold and warm runs of
+    the same model should list the same ones)."""
+    from fusion_cache import FusionCache
+
+    keys = set()
+    for ex in FusionCache.get().executors.values():
+        for plan in ex.plans.values():
+            keys.update(ref.key[:16] for ref in getattr(plan, "refs", ()))
+    return sorted(keys)
 
 
 def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -257,6 +324,31 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {m['model']} | {name} | {_ms(row['median_ms'])} | {_s(row['first_step_s'])} "
                 f"| {row.get('max_loss_diff', 0):.2e} | {row.get('regions', '-')} | {fused} "
                 f"| {kernels} | {c.get('reference_runs', '-') if c else '-'} |")
+    lines += ["", "## Restarts and steady steps", "",
+              "steps 2+ of each run: plan misses, compiles, reference runs, dynamo recompiles "
+              "and garbage-collection ms (all should be 0 but gc), Python launches a step "
+              "(0 once CUDA graphs replay)", "",
+              "| model | run | first step s | step ms | warm/cold first | kernels as cold | "
+              "misses | compiles | ref runs | recompiles | gc ms | launches/step |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m in data["models"]:
+        rows = m["contenders"]
+        cold = rows.get("fusion_cache", {})
+        for name, row in rows.items():
+            if not name.startswith("fusion_cache") or "per_step" not in row:
+                continue
+            steady = {k: v[1:] for k, v in row["per_step"].items()}
+            ratio = (f"{row['first_step_s'] / cold['first_step_s']:.2f}"
+                     if name == "fusion_cache_warm" and cold.get("first_step_s") else "-")
+            same = ("yes" if row.get("kernels") == cold.get("kernels") else "no") if name != (
+                "fusion_cache") else "-"  # fmt: skip
+            launches = statistics.median(steady["kernel_launches"]) if steady["kernel_launches"] \
+                else 0  # fmt: skip
+            lines.append(
+                f"| {m['model']} | {name} | {_s(row['first_step_s'])} | {_ms(row['median_ms'])} "
+                f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
+                f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
+                f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} |")
     for m in data["models"]:
         row = m["contenders"].get("fusion_cache", {})
         if "eager_ops" not in row:

@@ -223,3 +223,30 @@ def test_backward_ops_lower(name, monkeypatch):
     x2, w2 = torch.randn_like(x), torch.randn_like(w)
     for got, want in zip(gm(x2, w2), fn(x2, w2)):
         torch.testing.assert_close(got, want)
+
+
+def test_cuda_graph_knobs():
+    from fusion_cache.frontends.cuda_graphs import cuda_graphs_wanted
+
+    assert cuda_graphs_wanted("reduce-overhead", None)
+    assert not cuda_graphs_wanted(None, None) and not cuda_graphs_wanted("default", None)
+    assert cuda_graphs_wanted(None, {"cuda_graphs": True})
+    assert not cuda_graphs_wanted("reduce-overhead", {"cuda_graphs": False})
+    with pytest.raises(ValueError, match="unknown options \\['triton.cudagraphs'\\]"):
+        cuda_graphs_wanted(None, {"triton.cudagraphs": True})
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        cuda_graphs_wanted("fast", None)
+
+
+def test_cuda_graph_mode_on_cpu_tensors_runs_without_graphs(monkeypatch):
+    """The capture skips graphs on the CPU (torch's check), with a warning; results hold."""
+    monkeypatch.setenv("FUSION_CACHE_CUDA_GRAPHS", "1")
+    torch.manual_seed(5)
+    model = Model().eval()
+    x = torch.randn(2, 8, 16)
+    compiled = torch.compile(model, backend="fusion_cache")
+    with pytest.warns(UserWarning, match="without CUDA graphs"):
+        loss = compiled(x).square().mean()
+    loss.backward()
+    torch.testing.assert_close(loss, model(x).square().mean(), rtol=1e-4, atol=1e-5)
+    assert {r["graph"] for r in dynamo_backend.reports()} >= {"forward", "backward"}

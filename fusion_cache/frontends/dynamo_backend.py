@@ -3,11 +3,12 @@
 Dynamo hands the backend an FX graph; AOTAutograd turns it into aten-level forward and
 backward graphs, and both come to `fuse_graph`. It partitions the graph into the largest
 connected regions of ops the lowering takes (CapabilityBasedPartitioner), lowers each
-region into a FusionDefinition run by fd.execute, and leaves the rest (matmuls,
-embeddings, random ops...) to eager.
+region into a FusionDefinition, called through a RegionCall that replays a launch sequence
+(Note [Region call]), and leaves the rest (random ops, what has no lowering) to eager.
 
-Knobs: FUSION_CACHE_SINGLE_NODE=1 keeps regions of a single op (by default a region needs
-two ops that are not views); FUSION_CACHE_DUMP=graph prints each partitioned graph with
+Knobs: mode="reduce-overhead" (or FUSION_CACHE_CUDA_GRAPHS=1) replays each compiled graph as
+a CUDA graph (Note [CUDA-graph mode]); FUSION_CACHE_SINGLE_NODE=1 keeps regions of a single
+op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=graph prints each partitioned graph with
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
 definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute.
 """
@@ -30,6 +31,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
 
+from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
 from .fx_region import RegionCall, build_region, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
@@ -92,16 +94,24 @@ def single_node_allowed() -> bool:
 # ---- the backend ----------------------------------------------------------------------------
 
 
-def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
-    """torch.compile backend: forward and backward aten graphs both go through fuse_graph."""
+def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: str | None = None,
+                         options: dict[str, Any] | None = None) -> Callable:  # fmt: skip
+    """torch.compile backend: forward and backward aten graphs both go through fuse_graph.
+
+    `mode="reduce-overhead"` (or `options={"cuda_graphs": True}`, or FUSION_CACHE_CUDA_GRAPHS=1)
+    also captures each graph in a CUDA graph (Note [CUDA-graph mode] in cuda_graphs.py)."""
     from torch._dynamo.backends.common import aot_autograd
 
+    if cuda_graphs_wanted(mode, options):
+        captured = compile_with_cuda_graphs(gm, example_inputs, fuse_graph)
+        if captured is not None:
+            return captured
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
     )
-    return backend(gm, example_inputs, **kwargs)
+    return backend(gm, example_inputs)
 
 
 def _compiler(kind: str) -> Callable[[GraphModule, Sequence[Any]], Callable]:

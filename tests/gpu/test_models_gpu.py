@@ -25,3 +25,17 @@ def test_losses_match_eager(name):
     assert mine["regions"] > 0
     assert mine["counters"]["reference_runs"] == 0, mine["eager_ops"]
     assert mine["counters"]["kernel_launches"] > 0
+
+
+@pytest.mark.parametrize("name", ["gpt2", "resnet18"])
+def test_cuda_graph_mode_replays_and_matches_eager(name):
+    """mode="reduce-overhead": losses as eager's, and once the graphs are captured a step
+    launches nothing from Python (Note [CUDA-graph mode])."""
+    case = next(c for c in model_cases(tiny=True) if c.name == name)
+    eager = models.run_contender("eager", case, 6, "cuda")
+    graphs = models.run_contender("fusion_cache_graphs", case, 6, "cuda")
+    for got, want in zip(graphs["losses"], eager["losses"]):
+        assert got == pytest.approx(want, rel=TOLERANCE[name])
+    launches = graphs["per_step"]["kernel_launches"]
+    assert launches[0] > 0 and launches[-1] == 0, launches
+    assert graphs["counters"]["reference_runs"] == 0
