@@ -15,9 +15,11 @@ REGISTER_TYPE = {
     DataType.Bool: "bool",
 }  # fmt: skip
 
+# one-word names (the prelude's int64_t, not "long long"): renderers value-initialise with
+# `T()`, which C++ does not take of a two-word type
 MEMORY_TYPE = {
     DataType.Double: "double", DataType.Float: "float", DataType.Half: "fc_half",
-    DataType.BFloat16: "fc_bf16", DataType.Int: "long long", DataType.Int32: "int",
+    DataType.BFloat16: "fc_bf16", DataType.Int: "int64_t", DataType.Int32: "int",
     DataType.Bool: "bool",
 }  # fmt: skip
 
