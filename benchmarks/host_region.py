@@ -135,7 +135,7 @@ def stub_launches(target: str = "h100", log: list | None = None) -> Iterator[lis
     saved = (executor.FusionExecutor.plan, execute._on_gpu, sequence._on_gpu,
              executor.LaunchPlan.barrier)
 
-    def plan(self, values, key):
+    def plan(self, values, key, device=None):
         found = self.plans.get(key)
         if found is None:
             try:

@@ -12,6 +12,11 @@ regions and the ops fused and left to eager with their reasons, kernels compiled
 plan misses and reference-evaluator runs (zero on a GPU). `fusion_cache_graphs` (opt-in, in
 --contenders) is fusion_cache with CUDA graphs (mode="reduce-overhead").
 
+`--stub` (with --device cpu) is a model of the GPU path's host side on a machine without
+one: fusion_cache plans every region for the h100 profile (NVRTC compiles here, through
+the store), stub kernels launch nothing, and the eager ops run on the CPU; losses are
+meaningless, plans, compiles, fallbacks and host times are not.
+
 A step: zero_grad, forward (under bf16 autocast for GPT-2), backward, SGD step, synchronize.
 Results: DIR/models-<device>.json and .md (default benchmarks/results).
 """
@@ -153,7 +158,15 @@ class StepWatch:
         gc.callbacks.remove(self._gc)
 
 
-def run_contender(contender: str, case: ModelCase, steps: int, device: str) -> dict[str, Any]:
+def run_contender(contender: str, case: ModelCase, steps: int, device: str,
+                  stub: bool = False) -> dict[str, Any]:  # fmt: skip
+    if stub and contender.startswith("fusion_cache"):
+        from benchmarks.host_region import stub_launches
+
+        with stub_launches():
+            row = run_contender(contender, case, steps, device)
+        row["fallbacks"] = reference_plans()
+        return row
     from fusion_cache.frontends import dynamo_backend
 
     model = initial_model(case, device)
@@ -180,6 +193,18 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str) -> d
         row["kernels"] = kernel_keys()
     torch._dynamo.reset()
     return row
+
+
+def reference_plans() -> dict[int, str]:
+    """Fusion id -> why it runs on the reference evaluator, for every such plan."""
+    from fusion_cache import FusionCache
+
+    out = {}
+    for fid, ex in FusionCache.get().executors.items():
+        for plan in ex.plans.values():
+            if hasattr(plan, "reason") and not hasattr(plan, "spec"):
+                out[fid] = plan.reason
+    return out
 
 
 def kernel_keys() -> list[str]:
@@ -218,10 +243,10 @@ def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
 # ---- the warm child ---------------------------------------------------------------------------
 
 
-def warm_child(name: str, tiny: bool, steps: int, device: str) -> int:
+def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool) -> int:
     """In a new process on the store FUSION_CACHE_DIR names: one fusion_cache run, as JSON."""
     case = next(c for c in model_cases(tiny) if c.name == name)
-    row = run_contender("fusion_cache", case, steps, device)
+    row = run_contender("fusion_cache", case, steps, device, stub)
     print("WARM-RESULT " + json.dumps(row))
     return 0
 
@@ -229,8 +254,8 @@ def warm_child(name: str, tiny: bool, steps: int, device: str) -> int:
 def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.models", "--warm-child", case.name,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
-    if args.tiny:
-        cmd.append("--tiny")
+    cmd += ["--tiny"] if args.tiny else []
+    cmd += ["--stub"] if args.stub else []
     env = dict(os.environ, FUSION_CACHE_DIR=store)
     env.pop("FUSION_CACHE_DB_URL", None)
     root = str(Path(__file__).resolve().parents[1])
@@ -255,7 +280,8 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
     for contender in args.contenders:
         print(f"{case.name}: {contender} ...", flush=True)
         try:
-            out["contenders"][contender] = run_contender(contender, case, args.steps, args.device)
+            out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
+                                                         args.stub)  # fmt: skip
         except Exception as err:  # one failing contender does not lose the others' figures
             out["contenders"][contender] = {"error": f"{type(err).__name__}: {err}"[:3000]}
     if "fusion_cache" in args.contenders and not args.no_warm:
@@ -370,13 +396,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="small models (the CPU test's)")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm-store process")
+    parser.add_argument("--stub", action="store_true",
+                        help="CPU only: plan for h100, launch nothing (the host side's model)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--caches", type=Path, default=None,
                         help="where the fresh stores and compiler caches go (default: a temp dir)")
     parser.add_argument("--warm-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.warm_child:
-        return warm_child(args.warm_child, args.tiny, args.steps, args.device)
+        return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub)
+    if args.stub and args.device != "cpu":
+        parser.error("--stub runs on the CPU (--device cpu)")
     args.contenders = [c for c in args.contenders.split(",") if c]
     unknown = set(args.contenders) - set(CONTENDERS + OPTIONAL)
     if unknown:
@@ -387,14 +417,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"models are {[c.name for c in model_cases(args.tiny)]}")
     data: dict[str, Any] = {"meta": {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "torch": torch.__version__, "steps": args.steps, "tiny": args.tiny,
+        "torch": torch.__version__, "steps": args.steps, "tiny": args.tiny, "stub": args.stub,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }, "models": []}  # fmt: skip
     for case in cases:
         data["models"].append(run_model(case, args))
         print(render_markdown({**data, "models": [data["models"][-1]]}), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"models-{device_slug(args.device)}{'-tiny' if args.tiny else ''}"
+    suffix = ("-tiny" if args.tiny else "") + ("-stub" if args.stub else "")
+    stem = args.out / f"models-{device_slug(args.device)}{suffix}"
     stem.with_suffix(".json").write_text(json.dumps(data, indent=1))
     stem.with_suffix(".md").write_text(render_markdown(data))
     print(f"wrote {stem}.json and .md")

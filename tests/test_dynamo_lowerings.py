@@ -143,3 +143,28 @@ def test_composite_lowering_matches_eager(name):
 def test_reduced_precision_composites(name):
     fn, shapes, fwd_ops, bwd_ops = COMPOSITES[name]
     _check(fn, shapes, fwd_ops, bwd_ops, dtype=torch.bfloat16, rtol=2e-2, atol=2e-2)
+
+
+def test_cuda_regions_leave_out_ops_no_gpu_scheduler_runs(monkeypatch):
+    """On CUDA graphs (fake CUDA tensors here) an op whose fusion ops no scheduler of this
+    build runs stays eager with the reason, instead of sending its region to the reference
+    evaluator; once a scheduler takes them, it fuses."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusion_cache.frontends import fx_support
+
+    def fn(x):
+        a, b = (x * 2).split([2, 4], 1)
+        return a.exp(), torch.cat([b.sin(), b], 0) + 1
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(4, 6, device="cuda")
+    for runs in (False, True):
+        monkeypatch.setattr(fx_support, "gpu_schedules", lambda op, runs=runs: runs)
+        report = dynamo_backend.fuse_graph(make_fx(fn, tracing_mode="fake")(x), "forward")
+        if runs:
+            assert {"split_with_sizes", "cat"} <= set(report["fused_ops"]), report
+        else:
+            assert "no GPU scheduler" in str(report["eager_ops"]["cat"])
+            assert "split_with_sizes" not in report["fused_ops"]

@@ -5,6 +5,7 @@ partitioner asks it through `FusionSupport`, and the graph dump prints the reaso
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -12,7 +13,7 @@ import torch
 from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from fusion_cache.frontend.dtypes import from_torch
+from fusion_cache.frontend.dtypes import DataType, from_torch
 
 from .aten_table import has_lowering
 
@@ -62,7 +63,7 @@ def reject_reason(node: Node) -> str | None:
         return "random op"
     if not has_lowering(name):
         return f"no lowering for {name}"
-    return _check_values(node) or _check_op(node)
+    return _check_values(node) or _check_op(node) or _check_gpu_support(node)
 
 
 def _check_values(node: Node) -> str | None:
@@ -111,6 +112,51 @@ def _check_op(node: Node) -> str | None:
     if name in ("max", "min") and len(node.args) > 1 and not isinstance(node.args[1], Node):
         return "max/min along a dim returns indices"
     return None
+
+
+# aten ops whose lowering emits fd.ops that not every build's schedulers run (the resize
+# family, iota): on CUDA they join a region only where a scheduler takes them, so that no
+# region of a CUDA graph lands on the reference evaluator
+_NEEDS = {
+    "arange": ("iota",), "nll_loss_forward": ("iota",), "nll_loss_backward": ("iota",),
+    "slice": ("slice",), "narrow": ("slice",), "select": ("slice",), "unbind": ("slice",),
+    "split": ("slice",), "split_with_sizes": ("slice",), "cat": ("cat",), "stack": ("cat",),
+    "constant_pad_nd": ("pad", "slice"), "slice_backward": ("pad",), "select_backward": ("pad",),
+}  # fmt: skip
+
+
+def _check_gpu_support(node: Node) -> str | None:
+    vals = [v for v in _flat([node.meta.get("val")]) if isinstance(v, torch.Tensor)]
+    if not any(v.is_cuda for v in vals):
+        return None  # CPU regions run on the reference evaluator anyway
+    for op in _NEEDS.get(base_name(node), ()):
+        if not gpu_schedules(op):
+            return (f"needs fd.ops.{op}, which no GPU scheduler of this build runs (the region "
+                    "would run on the reference evaluator)")  # fmt: skip
+    return None
+
+
+@functools.cache
+def gpu_schedules(op: str) -> bool:
+    """Whether a scheduler takes a small pointwise fusion around fd.ops.`op` as one kernel."""
+    from fusion_cache.ir.subfusion import ScratchDefinition
+    from schedulers.registry import schedule
+
+    fd = ScratchDefinition()
+    with fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        if op == "iota":
+            y = fd.ops.add(x, fd.ops.cast(fd.ops.iota(8, 0, 1, DataType.Int), DataType.Float))
+        elif op == "slice":
+            y = fd.ops.slice(x, [0, 1], [4, 5])
+        elif op == "pad":
+            y = fd.ops.pad(x, [1, 2])
+        elif op == "cat":
+            y = fd.ops.cat([x, fd.ops.exp(x)], 0)
+        else:
+            raise ValueError(f"gpu_schedules: no probe for {op!r}")
+        fd.add_output(fd.ops.mul(y, 2.0))
+    return schedule(fd)[0] is not None
 
 
 def _arg(node: Node, index: int, name: str, default: Any) -> Any:

@@ -52,5 +52,11 @@ def _run_on(fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list[An
         if isinstance(v, torch.Tensor) and v.device != dev and not (v.device.type == "cpu" and v.dim() == 0):
             raise ValueError(f"execute: input {i} is on {v.device}, but device={device!r} asks for "
                              f"{dev}; move the input there or leave device out")  # fmt: skip
-    outs = run_fusion(fd, inputs)
+    if dev.type == "cuda" and isinstance(inputs, (list, tuple)) and not _on_gpu(inputs):
+        # nothing to tell the device but the argument: the GPU path, on that device
+        from .executor import run_on_gpu
+
+        outs = run_on_gpu(fd, validate_inputs(fd, inputs), device=dev.index)
+    else:
+        outs = run_fusion(fd, inputs)
     return [o.to(dev) if isinstance(o, torch.Tensor) and o.device != dev else o for o in outs]

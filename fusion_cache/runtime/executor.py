@@ -61,9 +61,11 @@ class FusionExecutor:
             print(f"fusion {self.fid}: scheduler {taken}; refusals: "
                   f"{[str(r) for r in self.refusals] or 'none'}")  # fmt: skip
 
-    def make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
+    def make_plan(self, values: Sequence[Any], profile: Any, load: bool,
+                  device: int | None = None) -> Any:  # fmt: skip
         """A LaunchPlan when one scheduler takes the fusion for these inputs, else a
-        SegmentedPlan (Note [Greedy segmentation])."""
+        SegmentedPlan (Note [Greedy segmentation]). `device`: where a fusion reading no
+        CUDA tensor runs (else its inputs' device)."""
         host = host_inputs_of(values) if load else ()
         env = runtime_shapes(self.fd, values)
         if self.program is None:
@@ -73,7 +75,8 @@ class FusionExecutor:
         except SchedulerRefused as why:
             return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
         kernels, refs, slots = [], [], []
-        device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
+        if device is None:
+            device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
         for launch in spec.kernels:
             if "cuda_kernel" in self.dumps:
                 print(launch.source)
@@ -86,18 +89,18 @@ class FusionExecutor:
                 # measured to run them, but this process may get fewer SMs (MPS, a green
                 # context) or a kernel too big for 16 SMs of a GPC. The driver says none
                 # fits: plan again within the portable size rather than fail at launch
-                return self.make_plan(values, replace(profile, max_cluster=8), load)
+                return self.make_plan(values, replace(profile, max_cluster=8), load, device)
             if kernel is not None and not kernels and spec.wave:
                 # Note [One wave of partials]: the planner estimated the resident clusters;
                 # the driver knows them for this kernel on this GPU. Before the other kernels
                 # load: the same kernels, another grid
                 resident = kernel.max_resident(launch.block, launch.shared_mem)
                 if resident and resident != spec.wave:
-                    return self.make_plan(values, replace(profile, measured_wave=resident), load)
+                    return self.make_plan(values, replace(profile, measured_wave=resident), load, device)
             if kernel is not None and launch.cooperative and not _all_resident(kernel, launch):
                 # Note [Finish in the row kernel]: a cooperative launch needs every block
                 # resident at once; where the driver says they are not, a second kernel
-                return self.make_plan(values, replace(profile, fused_finish=False), load)
+                return self.make_plan(values, replace(profile, fused_finish=False), load, device)
             refs.append(ref)
             kernels.append(kernel)
             slots.append([(i, a) for i, a in enumerate(launch.args) if isinstance(a, ArgRef)])
@@ -136,16 +139,19 @@ class FusionExecutor:
         sig = json.dumps([repr(k) for k in input_key(values)])
         FusionCache.get().store.put_plan(self.fid, sig, f"sm_{profile.arch}", json.dumps(plan))
 
-    def plan(self, values: Sequence[Any], key: tuple) -> Any:
+    def plan(self, values: Sequence[Any], key: tuple, device: int | None = None) -> Any:
+        """The cached plan for `key`, made on a miss; `device` as for make_plan (the key
+        must then name it: see device_key)."""
         with self.lock:
             plan = self.plans.get(key)
             if plan is None:
                 from schedulers.device import current_profile
 
                 FusionCache.get()._count("plan_cache_misses")
-                device = next(v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda)
+                if device is None:
+                    device = next(v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda)
                 try:
-                    plan = self.make_plan(values, current_profile(device), load=True)
+                    plan = self.make_plan(values, current_profile(device), load=True, device=device)
                 except FusionUnsupportedError as why:
                     plan = ReferencePlan(str(why))  # remembered: no re-analysis per call
                 self.plans[key] = plan
@@ -249,10 +255,19 @@ def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], w
     return run_reference(fd, values)
 
 
-def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
+def device_key(values: Sequence[Any], device: int | None) -> tuple:
+    """The plan key of `values` run on `device` (None: where their tensors are)."""
+    key = input_key(values)
+    return key if device is None else (*key, ("device", device))
+
+
+def run_on_gpu(fd: FusionDefinition, values: Sequence[Any], device: int | None = None) -> list[Any]:
+    """Kernels for `values`: on their CUDA tensors' device, or on `device` for a fusion that
+    reads none (a segment that only creates values, as an iota or a full)."""
     ex = executor_for(fd)
     try:
-        plan = ex.plan(values, input_key(values))
+        plan = ex.plan(values, input_key(values)) if device is None else ex.plan(
+            values, device_key(values, device), device)  # fmt: skip
         return ex.launch(plan, values)
     except FallbackDisabledError:
         raise  # named where it happened, perhaps in a segment

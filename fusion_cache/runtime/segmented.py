@@ -58,9 +58,11 @@ def build_plan(fd: FusionDefinition, drafts: Sequence[Any]) -> SegmentedPlan:
 def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any],
                  dump: bool = False) -> list[Any]:  # fmt: skip
     env = dict(zip(plan.input_states, inputs))
+    device = run_device(inputs)
     for k, seg in enumerate(plan.segments):
         args = [env[v] for v in seg.sub.inputs]
-        outs = seg.definition.execute(args)
+        # a segment reading no CUDA tensor (it only creates values) runs where the rest does
+        outs = seg.definition.execute(args, device=None if run_device(args) else device)
         for v, value in zip(seg.sub.outputs, outs):
             env[v] = value
         for v in seg.drop_after:
@@ -70,6 +72,11 @@ def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any
     inputs_set = set(plan.input_states)
     # an input returned as an output is copied, as a kernel would
     return [env[v].clone() if v in inputs_set else env[v] for v in plan.output_states]
+
+
+def run_device(values: Sequence[Any]) -> Any:
+    """The CUDA device of the first CUDA tensor among `values`, else None."""
+    return next((v.device for v in values if getattr(v, "is_cuda", False)), None)
 
 
 def describe_segment(k: int, seg: Segment) -> str:

@@ -26,9 +26,9 @@ import torch
 from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.validate import validate_inputs
 
-from .executor import executor_for
-from .plans import LaunchPlan, input_key
-from .segmented import SegmentedPlan
+from .executor import device_key, executor_for
+from .plans import LaunchPlan
+from .segmented import SegmentedPlan, run_device
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -196,15 +196,17 @@ class CloneStep:
 
 
 class ExecuteStep:
-    """A fusion run through execute(): what the sequence does not replay as launches."""
+    """A fusion run through execute(): what the sequence does not replay as launches.
+    `device`: where a fusion reading no CUDA tensor runs (a segment creating values)."""
 
-    __slots__ = ("fd", "reads", "writes", "count")
+    __slots__ = ("fd", "reads", "writes", "count", "device")
 
-    def __init__(self, fd: FusionDefinition, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
-        self.fd, self.reads, self.writes, self.count = fd, reads, writes, 0
+    def __init__(self, fd: FusionDefinition, reads: tuple[int, ...], writes: tuple[int, ...],
+                 device: torch.device | None = None) -> None:  # fmt: skip
+        self.fd, self.reads, self.writes, self.count, self.device = fd, reads, writes, 0, device
 
     def run(self, env: list) -> None:
-        outs = self.fd.execute([env[s] for s in self.reads])
+        outs = self.fd.execute([env[s] for s in self.reads], device=self.device)
         for slot, value in zip(self.writes, outs):
             env[slot] = value
 
@@ -296,10 +298,12 @@ def _on_gpu(values: Sequence[Any]) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)
 
 
-def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int],
-            b: _Builder) -> tuple[list, list[int]]:  # fmt: skip
-    """Run `fd` on `values` (in `slots`) and append its steps; its outputs and their slots."""
-    plan = _plan(fd, values)
+def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _Builder,
+            device: torch.device | None = None) -> tuple[list, list[int]]:  # fmt: skip
+    """Run `fd` on `values` (in `slots`) and append its steps; its outputs and their slots.
+    `device`: where the run is, for a fusion that reads no CUDA tensor."""
+    device = None if _on_gpu(values) else device
+    plan = _plan(fd, values, device)
     if isinstance(plan, LaunchPlan):
         start = len(b.steps)
         step = _kernel_step(plan, slots, b)
@@ -317,23 +321,27 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int],
             fd._cache.counters["kernel_launches"] += step.count
             return [env[s] for s, *_ in step.allocs], [s for s, *_ in step.allocs]
     elif isinstance(plan, SegmentedPlan):
-        return _record_segments(plan, values, slots, b)
+        return _record_segments(plan, values, slots, b, device)
     # CPU inputs, the reference evaluator, a plan kind not recorded here: execute() each time
-    outs = fd.execute(list(values))
+    outs = fd.execute(list(values), device=device)
     writes = tuple(b.slot() for _ in outs)
-    b.steps.append(ExecuteStep(fd, tuple(slots), writes))
+    b.steps.append(ExecuteStep(fd, tuple(slots), writes, device))
     return outs, list(writes)
 
 
-def _plan(fd: FusionDefinition, values: Sequence[Any]) -> Any:
-    """The executor's plan for CUDA inputs; None where execute() is to run instead."""
-    if not _on_gpu(values):
+def _plan(fd: FusionDefinition, values: Sequence[Any], device: torch.device | None) -> Any:
+    """The executor's plan for CUDA inputs (or, reading none, for `device`); None where
+    execute() is to run instead."""
+    on_device = device is not None and device.type == "cuda"
+    if not (on_device or _on_gpu(values)):
         return None
     ex = executor_for(fd)
     if ex.dumps:  # the dump knobs print from execute's own path: keep it
         return None
     try:
-        return ex.plan(values, input_key(values))
+        if not on_device:
+            return ex.plan(values, device_key(values, None))
+        return ex.plan(values, device_key(values, device.index), device.index)
     except (ValueError, TypeError):
         raise
     except Exception:  # codegen or compile failures: execute() falls back, or raises
@@ -388,15 +396,17 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int],
-                     b: _Builder) -> tuple[list, list[int]]:  # fmt: skip
+def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int], b: _Builder,
+                     device: torch.device | None) -> tuple[list, list[int]]:  # fmt: skip
     """Each segment recorded in turn into the same slots (Note [Segment index space]: the
     original's state indices name the values between segments)."""
     env = dict(zip(plan.input_states, values))
     where = dict(zip(plan.input_states, slots))
+    device = run_device(values) or device
     for seg in plan.segments:
         args = [env[v] for v in seg.sub.inputs]
-        outs, out_slots = _record(seg.definition, args, [where[v] for v in seg.sub.inputs], b)
+        outs, out_slots = _record(seg.definition, args, [where[v] for v in seg.sub.inputs], b,
+                                  device)  # fmt: skip
         for v, value, slot in zip(seg.sub.outputs, outs, out_slots):
             env[v], where[v] = value, slot
         for v in seg.drop_after:
