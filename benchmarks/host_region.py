@@ -237,7 +237,7 @@ def launches_only(region: Any, args: list) -> Callable[[], None]:
 
 def measure(case: RegionCase, device: str, calls: int, rounds: int) -> dict[str, Any]:
     region, args, eager = region_of(case, device)
-    fd = next(iter(region._definitions.values()))
+    fd, _ = next(iter(region._definitions.values()))
     region(*args)  # record the sequence
     (seq,) = region.sequences
     row: dict[str, Any] = {"case": case.name, "sequence": seq.describe(), "launches": seq.launches}

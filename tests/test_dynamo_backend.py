@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 
 import pytest
 import torch
@@ -250,3 +251,40 @@ def test_cuda_graph_mode_on_cpu_tensors_runs_without_graphs(monkeypatch):
     loss.backward()
     torch.testing.assert_close(loss, model(x).square().mean(), rtol=1e-4, atol=1e-5)
     assert {r["graph"] for r in dynamo_backend.reports()} >= {"forward", "backward"}
+
+
+def test_region_outputs_known_when_lowering_come_back_as_constants():
+    """A region may return what the lowering knows as a Python value (an undefined gradient,
+    a static size); the fusion returns only the tensors and the call puts them back."""
+    from fusion_cache.frontends.fx_region import RegionCall, build_region, spec_of
+
+    graph = torch.fx.Graph()
+    g, x, mean, invstd, w = (graph.placeholder(n) for n in ("g", "x", "mean", "invstd", "w"))
+    bwd = graph.call_function(torch.ops.aten.native_batch_norm_backward.default,
+                              (g, x, w, None, None, mean, invstd, True, 1e-5,
+                               [True, False, False]))  # fmt: skip
+    items = [graph.call_function(operator.getitem, (bwd, i)) for i in range(3)]
+    doubled = graph.call_function(torch.ops.aten.mul.Tensor, (items[0], 2.0))
+    graph.output((items[1], doubled, 7, items[2]))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    args = [torch.randn(4, 3, 2, dtype=torch.float64), torch.randn(4, 3, 2, dtype=torch.float64),
+            torch.randn(3, dtype=torch.float64), torch.rand(3, dtype=torch.float64) + 0.5,
+            torch.randn(3, dtype=torch.float64)]  # fmt: skip
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        for node, a in zip([g, x, mean, invstd, w], args):
+            node.meta["val"] = mode.from_tensor(a)
+        for node in graph.nodes:
+            if node.op == "call_function":
+                node.meta["val"] = node.target(*torch.fx.node.map_arg(
+                    node.args, lambda n: n.meta["val"]))  # fmt: skip
+    specs = tuple(spec_of(a) for a in args)
+    fd, constants = build_region(gm, specs)
+    assert constants == ((0, None), (2, 7), (3, None)) and len(fd.output_records()) == 1
+    region = RegionCall("r", gm, fd, specs, constants)
+    for _ in range(2):  # the recording call and a replay
+        got = region(*args)
+        want = gm(*args)
+        assert got[0] is None and got[2] == 7 and got[3] is None
+        torch.testing.assert_close(got[1], want[1])

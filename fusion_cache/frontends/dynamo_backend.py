@@ -255,14 +255,16 @@ def _lower_region(gm: GraphModule, name: str) -> RegionCall | str:
         return "no tensor input to tell the region's device"
     try:
         specs = tuple(spec_of(v) for v in vals)
-        fd = build_region(sub, specs)
+        fd, constants = build_region(sub, specs)
     except (LoweringError, NotImplementedError) as err:
         return str(err)
     except Exception as err:  # a bug in a lowering: the region runs in eager, loudly
         warnings.warn(f"fusion_cache: {name} stays in eager after an unexpected "
                       f"{type(err).__name__} while lowering it: {err}", stacklevel=2)  # fmt: skip
         return f"{type(err).__name__}: {err}"
-    return RegionCall(name, sub, fd, specs)
+    if not fd.output_records():
+        return "every output is a constant: nothing to run"
+    return RegionCall(name, sub, fd, specs, constants)
 
 
 # ---- FUSION_CACHE_DUMP=graph ----------------------------------------------------------------
