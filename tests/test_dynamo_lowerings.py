@@ -168,3 +168,60 @@ def test_cuda_regions_leave_out_ops_no_gpu_scheduler_runs(monkeypatch):
         else:
             assert "no GPU scheduler" in str(report["eager_ops"]["cat"])
             assert "split_with_sizes" not in report["fused_ops"]
+
+
+# ---- library ops as ATen segments: GEMMs and attention -------------------------------------
+
+_needs_aten = pytest.mark.skipif(
+    not hasattr(__import__("fusion_cache.frontend.ops", fromlist=["Operators"]).Operators,
+                "matmul"), reason="this build's frontend has no fd.ops.matmul/sdpfa_fwd yet")
+
+
+def _mlp(x, w1, b1, w2):
+    return F.linear(F.gelu(F.linear(x * 2, w1, b1), approximate="tanh"), w2) + x
+
+
+def _attention(x, wqkv):
+    b, t, c = x.shape
+    q, k, v = F.linear(x, wqkv).split(c, dim=2)
+    q, k, v = (y.view(b, t, 2, c // 2).transpose(1, 2) for y in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(1, 2).reshape(b, t, c) * 2
+
+
+LIBRARY = {
+    "mm_chain": (lambda x, w: torch.relu(x @ w) @ w.t() * 3, [(4, 6), (6, 6)], {"mm"}, {"mm"}),
+    "bmm": (lambda x, y: torch.bmm(x.exp(), y) + 1, [(2, 3, 4), (2, 4, 5)], {"bmm"}, {"bmm"}),
+    "mlp_linear_bias_gelu": (_mlp, [(2, 3, 8), (16, 8), (16,), (8, 16)], {"addmm", "mm", "gelu"},
+                             {"mm", "gelu_backward"}),
+    "attention": (_attention, [(2, 4, 8), (24, 8)],
+                  {"_scaled_dot_product_flash_attention_for_cpu", "mm"},
+                  {"_scaled_dot_product_flash_attention_for_cpu_backward", "mm"}),
+}
+
+
+@_needs_aten
+@pytest.mark.parametrize("name", sorted(LIBRARY))
+def test_library_lowering_matches_eager(name):
+    fn, shapes, fwd_ops, bwd_ops = LIBRARY[name]
+    dtype = torch.float32 if name == "attention" else torch.float64  # flash: no f64 CPU kernel
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else {}
+    reports = _check(fn, shapes, fwd_ops, bwd_ops, dtype=dtype, **tol)
+    forward = next(r for r in reports if r["graph"] == "forward")
+    assert forward["regions"] == 1, forward  # one region holds the GEMMs and the work around
+
+
+@_needs_aten
+def test_addmm_of_a_transposed_weight_is_a_linear():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusion_cache.frontends.fx_region import RegionCall
+
+    x, w, b = torch.randn(4, 8), torch.randn(16, 8), torch.randn(16)
+    gm = make_fx(lambda x, w, b: F.gelu(F.linear(x, w, b)))(x, w, b)
+    dynamo_backend.fuse_graph(gm, "forward")
+    (region,) = [n.target for n in gm.graph.nodes if isinstance(n.target, RegionCall)]
+    fd, _ = next(iter(region._definitions.values()))
+    assert [r.name for r in fd.records if r.kind == "op"].count("linear") == 1
+    torch.testing.assert_close(gm(x, w, b)[0] if isinstance(gm(x, w, b), tuple) else gm(x, w, b),
+                               F.gelu(F.linear(x, w, b)))  # fmt: skip

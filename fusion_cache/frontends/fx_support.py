@@ -14,6 +14,7 @@ from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from fusion_cache.frontend.dtypes import DataType, from_torch
+from fusion_cache.frontend.ops import Operators
 
 from .aten_table import has_lowering
 
@@ -63,7 +64,7 @@ def reject_reason(node: Node) -> str | None:
         return "random op"
     if not has_lowering(name):
         return f"no lowering for {name}"
-    return _check_values(node) or _check_op(node) or _check_gpu_support(node)
+    return _check_values(node) or _check_op(node) or _check_needs(node)
 
 
 def _check_values(node: Node) -> str | None:
@@ -114,23 +115,33 @@ def _check_op(node: Node) -> str | None:
     return None
 
 
-# aten ops whose lowering emits fd.ops that not every build's schedulers run (the resize
-# family, iota): on CUDA they join a region only where a scheduler takes them, so that no
-# region of a CUDA graph lands on the reference evaluator
+# aten ops whose lowering emits fd.ops that not every build has (the ATen ops) or whose
+# schedulers not every build runs (the resize family, iota): they join a region only where
+# the frontend has the ops and, on CUDA, a scheduler takes them, so that no region fails to
+# lower and no region of a CUDA graph lands on the reference evaluator
+_FLASH = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu")
 _NEEDS = {
     "arange": ("iota",), "nll_loss_forward": ("iota",), "nll_loss_backward": ("iota",),
     "slice": ("slice",), "narrow": ("slice",), "select": ("slice",), "unbind": ("slice",),
     "split": ("slice",), "split_with_sizes": ("slice",), "cat": ("cat",), "stack": ("cat",),
     "constant_pad_nd": ("pad", "slice"), "slice_backward": ("pad",), "select_backward": ("pad",),
+    "mm": ("matmul",), "bmm": ("matmul",), "matmul": ("matmul",), "addmm": ("matmul",),
+    "linear": ("linear",),
+    **{name: ("sdpfa_fwd",) for name in _FLASH},
+    **{f"{name}_backward": ("sdpfa_bwd",) for name in _FLASH},
 }  # fmt: skip
 
 
-def _check_gpu_support(node: Node) -> str | None:
+def _check_needs(node: Node) -> str | None:
+    needs = _NEEDS.get(base_name(node), ())
+    if not needs:
+        return None
     vals = [v for v in _flat([node.meta.get("val")]) if isinstance(v, torch.Tensor)]
-    if not any(v.is_cuda for v in vals):
-        return None  # CPU regions run on the reference evaluator anyway
-    for op in _NEEDS.get(base_name(node), ()):
-        if not gpu_schedules(op):
+    cuda = any(v.is_cuda for v in vals)  # CPU regions run on the reference evaluator anyway
+    for op in needs:
+        if not hasattr(Operators, op):
+            return f"this build's frontend has no fd.ops.{op}"
+        if cuda and not gpu_schedules(op):
             return (f"needs fd.ops.{op}, which no GPU scheduler of this build runs (the region "
                     "would run on the reference evaluator)")  # fmt: skip
     return None
@@ -138,7 +149,8 @@ def _check_gpu_support(node: Node) -> str | None:
 
 @functools.cache
 def gpu_schedules(op: str) -> bool:
-    """Whether a scheduler takes a small pointwise fusion around fd.ops.`op` as one kernel."""
+    """Whether a scheduler takes a small fusion around fd.ops.`op` (as one kernel, or as an
+    ATen segment's torch call)."""
     from fusion_cache.ir.subfusion import ScratchDefinition
     from schedulers.registry import schedule
 
@@ -148,14 +160,19 @@ def gpu_schedules(op: str) -> bool:
         if op == "iota":
             y = fd.ops.add(x, fd.ops.cast(fd.ops.iota(8, 0, 1, DataType.Int), DataType.Float))
         elif op == "slice":
-            y = fd.ops.slice(x, [0, 1], [4, 5])
+            y = fd.ops.mul(fd.ops.slice(x, [0, 1], [4, 5]), 2.0)
         elif op == "pad":
-            y = fd.ops.pad(x, [1, 2])
+            y = fd.ops.mul(fd.ops.pad(x, [1, 2]), 2.0)
         elif op == "cat":
-            y = fd.ops.cat([x, fd.ops.exp(x)], 0)
+            y = fd.ops.mul(fd.ops.cat([x, fd.ops.exp(x)], 0), 2.0)
+        elif op in ("matmul", "linear"):
+            y = fd.ops.matmul(x, x) if op == "matmul" else fd.ops.linear(x, x)
+        elif op in ("sdpfa_fwd", "sdpfa_bwd"):  # the backward is planned as the forward
+            q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
+            y = fd.ops.sdpfa_fwd(q, q, q, 0.0, True, None)[0]
         else:
             raise ValueError(f"gpu_schedules: no probe for {op!r}")
-        fd.add_output(fd.ops.mul(y, 2.0))
+        fd.add_output(y)
     return schedule(fd)[0] is not None
 
 
