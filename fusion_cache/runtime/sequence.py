@@ -195,6 +195,41 @@ class CloneStep:
         return {self.src, self.dst}
 
 
+class PlanStep:
+    """A plan the executor launches itself (an ATen segment's torch call, a fusion with
+    random numbers whose seeds advance each run): its launch, without execute()'s checks,
+    key and plan lookup."""
+
+    __slots__ = ("launch", "plan", "reads", "writes", "count")
+
+    def __init__(self, ex: Any, plan: Any, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
+        self.launch, self.plan, self.reads, self.writes, self.count = ex.launch, plan, reads, writes, 0
+
+    def run(self, env: list) -> None:
+        outs = self.launch(self.plan, [env[s] for s in self.reads])
+        for slot, value in zip(self.writes, outs):
+            env[slot] = value
+
+    def slots(self) -> set[int]:
+        return set(self.reads) | set(self.writes)
+
+
+class ContiguousStep:
+    """An ATen segment's strided result made contiguous for a segment that reads it so
+    (the segmented plan's dense inputs)."""
+
+    __slots__ = ("src", "dst", "count")
+
+    def __init__(self, src: int, dst: int) -> None:
+        self.src, self.dst, self.count = src, dst, 0
+
+    def run(self, env: list) -> None:
+        env[self.dst] = env[self.src].contiguous()
+
+    def slots(self) -> set[int]:
+        return {self.src, self.dst}
+
+
 class ExecuteStep:
     """A fusion run through execute(): what the sequence does not replay as launches.
     `device`: where a fusion reading no CUDA tensor runs (a segment creating values)."""
@@ -304,7 +339,8 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
     `device`: where the run is, for a fusion that reads no CUDA tensor."""
     device = None if _on_gpu(values) else device
     plan = _plan(fd, values, device)
-    if isinstance(plan, LaunchPlan):
+    seeded = getattr(executor_for(fd), "seeded", False) if plan is not None else False
+    if isinstance(plan, LaunchPlan) and not seeded:
         start = len(b.steps)
         step = _kernel_step(plan, slots, b)
         b.steps.append(step)
@@ -322,6 +358,12 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
             return [env[s] for s, *_ in step.allocs], [s for s, *_ in step.allocs]
     elif isinstance(plan, SegmentedPlan):
         return _record_segments(plan, values, slots, b, device)
+    elif plan is not None and device is None:  # the executor's own launch of other plans
+        ex = executor_for(fd)
+        outs = ex.launch(plan, list(values))
+        writes = tuple(b.slot() for _ in outs)
+        b.steps.append(PlanStep(ex, plan, tuple(slots), writes))
+        return outs, list(writes)
     # CPU inputs, the reference evaluator, a plan kind not recorded here: execute() each time
     outs = fd.execute(list(values), device=device)
     writes = tuple(b.slot() for _ in outs)
@@ -405,8 +447,12 @@ def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int
     device = run_device(values) or device
     for seg in plan.segments:
         args = [env[v] for v in seg.sub.inputs]
-        outs, out_slots = _record(seg.definition, args, [where[v] for v in seg.sub.inputs], b,
-                                  device)  # fmt: skip
+        arg_slots = [where[v] for v in seg.sub.inputs]
+        for i in getattr(seg, "dense_inputs", ()):  # an ATen result read where strides are fixed
+            args[i] = args[i].contiguous()
+            arg_slots[i] = b.slot()
+            b.steps.append(ContiguousStep(where[seg.sub.inputs[i]], arg_slots[i]))
+        outs, out_slots = _record(seg.definition, args, arg_slots, b, device)
         for v, value, slot in zip(seg.sub.outputs, outs, out_slots):
             env[v], where[v] = value, slot
         for v in seg.drop_after:

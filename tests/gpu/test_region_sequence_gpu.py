@@ -15,6 +15,8 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("name", cpu_cases.CASES)
 def test_replay_matches_execute(name):
+    if name.startswith("aten") and not cpu_cases.HAS_ATEN:
+        pytest.skip("this build's frontend has no ATen ops")
     fd, inputs = cpu_cases._inputs(name)
     inputs = [t.cuda() if t.dim() else t for t in inputs]  # 0-dim ones stay CPU scalars
     want = fd.execute([t.clone() for t in inputs])
