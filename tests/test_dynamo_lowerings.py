@@ -225,3 +225,22 @@ def test_addmm_of_a_transposed_weight_is_a_linear():
     assert [r.name for r in fd.records if r.kind == "op"].count("linear") == 1
     torch.testing.assert_close(gm(x, w, b)[0] if isinstance(gm(x, w, b), tuple) else gm(x, w, b),
                                F.gelu(F.linear(x, w, b)))  # fmt: skip
+
+
+_needs_indexing = pytest.mark.skipif(
+    not hasattr(__import__("fusion_cache.frontend.ops", fromlist=["Operators"]).Operators,
+                "index_put_accumulate"), reason="this build's frontend has no gathers/scatters")
+
+
+@_needs_indexing
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_embedding_and_its_backward(padding_idx, dtype):
+    idx = torch.tensor([[1, 2, 4, 2], [0, 2, 1, 1]])
+
+    def fn(w, x):
+        return F.embedding(idx, w * 1.5, padding_idx=padding_idx) * x
+
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
+    _check(fn, [(5, 3), (2, 4, 3)], {"embedding"}, {"embedding_dense_backward"}, dtype=dtype,
+           **tol)  # fmt: skip

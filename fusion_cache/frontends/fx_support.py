@@ -126,7 +126,8 @@ _NEEDS = {
     "split": ("slice",), "split_with_sizes": ("slice",), "cat": ("cat",), "stack": ("cat",),
     "constant_pad_nd": ("pad", "slice"), "slice_backward": ("pad",), "select_backward": ("pad",),
     "mm": ("matmul",), "bmm": ("matmul",), "matmul": ("matmul",), "addmm": ("matmul",),
-    "linear": ("linear",),
+    "linear": ("linear",), "embedding": ("embedding_fwd",),
+    "embedding_dense_backward": ("index_put_accumulate",),
     **{name: ("sdpfa_fwd",) for name in _FLASH},
     **{f"{name}_backward": ("sdpfa_bwd",) for name in _FLASH},
 }  # fmt: skip
@@ -151,6 +152,13 @@ def _check_needs(node: Node) -> str | None:
 def gpu_schedules(op: str) -> bool:
     """Whether a scheduler takes a small fusion around fd.ops.`op` (as one kernel, or as an
     ATen segment's torch call)."""
+    try:
+        return _probe(op)
+    except (AttributeError, TypeError, ValueError):  # no such op, or not with these operands
+        return False
+
+
+def _probe(op: str) -> bool:
     from fusion_cache.ir.subfusion import ScratchDefinition
     from schedulers.registry import schedule
 
@@ -167,6 +175,11 @@ def gpu_schedules(op: str) -> bool:
             y = fd.ops.mul(fd.ops.cat([x, fd.ops.exp(x)], 0), 2.0)
         elif op in ("matmul", "linear"):
             y = fd.ops.matmul(x, x) if op == "matmul" else fd.ops.linear(x, x)
+        elif op == "embedding_fwd":
+            y = fd.ops.embedding_fwd(fd.define_tensor(shape=[-1], dtype=DataType.Int), x)
+        elif op == "index_put_accumulate":
+            index = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+            y = fd.ops.index_put_accumulate(fd.ops.full([8, 8], 0.0, DataType.Float), index, x)
         elif op in ("sdpfa_fwd", "sdpfa_bwd"):  # the backward is planned as the forward
             q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
             y = fd.ops.sdpfa_fwd(q, q, q, 0.0, True, None)[0]
