@@ -232,6 +232,11 @@ def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 eager[op][why] = eager[op].get(why, 0) + n
     return {
         "graphs": len(reports),
+        # of the first step: partitioning and lowering the graphs, and the regions' first
+        # calls (planning, compiling or loading kernels); the rest is torch's tracing and
+        # the step itself
+        "fuse_s": sum(r["fuse_s"] for r in reports),
+        "record_s": sum(r["record_s"] for r in reports),
         "regions": sum(r["regions"] for r in reports),
         "ops_fused": sum(r["ops_fused"] for r in reports),
         "ops_eager": sum(r["ops_eager"] for r in reports),
@@ -354,9 +359,10 @@ def render_markdown(data: dict[str, Any]) -> str:
               "steps 2+ of each run: plan misses, compiles, reference runs, dynamo recompiles "
               "and garbage-collection ms (all should be 0 but gc), Python launches a step "
               "(0 once CUDA graphs replay)", "",
-              "| model | run | first step s | step ms | warm/cold first | kernels as cold | "
-              "misses | compiles | ref runs | recompiles | gc ms | launches/step |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| model | run | first step s | of which lowering s / first region calls s | "
+              "step ms | warm/cold first | kernels as cold | misses | compiles | ref runs | "
+              "recompiles | gc ms | launches/step |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in data["models"]:
         rows = m["contenders"]
         cold = rows.get("fusion_cache", {})
@@ -371,7 +377,8 @@ def render_markdown(data: dict[str, Any]) -> str:
             launches = statistics.median(steady["kernel_launches"]) if steady["kernel_launches"] \
                 else 0  # fmt: skip
             lines.append(
-                f"| {m['model']} | {name} | {_s(row['first_step_s'])} | {_ms(row['median_ms'])} "
+                f"| {m['model']} | {name} | {_s(row['first_step_s'])} "
+                f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} | {_ms(row['median_ms'])} "
                 f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
                 f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
                 f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} |")

@@ -18,6 +18,7 @@ import inspect
 import itertools
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class GraphReport:
     eager_reasons: dict[str, str] = field(default_factory=dict)  # node name -> why
     fused_ops: dict[str, int] = field(default_factory=dict)  # aten op -> how many were fused
     eager_ops: dict[str, dict[str, int]] = field(default_factory=dict)  # op -> why -> count
+    fuse_s: float = 0.0  # partitioning and lowering this graph
+    regions_list: list = field(default_factory=list, repr=False)  # its RegionCalls
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +65,9 @@ class GraphReport:
             "fusion_ids": list(self.fusion_ids), "eager_reasons": dict(self.eager_reasons),
             "fused_ops": dict(self.fused_ops),
             "eager_ops": {op: dict(why) for op, why in self.eager_ops.items()},
+            "fuse_s": self.fuse_s,
+            # first calls: recording the launch sequences (planning, compiling or loading)
+            "record_s": sum(r.record_s for r in self.regions_list),
         }  # fmt: skip
 
 
@@ -129,6 +135,7 @@ def _compiler(kind: str) -> Callable[[GraphModule, Sequence[Any]], Callable]:
 
 def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     """Replace the fusable regions of an aten graph by calls of RegionCalls, in place."""
+    start = time.perf_counter()
     report = GraphReport(kind, next(_counter))
     support = FusionSupport()
     proposed = _propose(gm, support)
@@ -153,6 +160,7 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
                 labels[n] = f"region {i} did not lower: {region}"
             continue
         _call_region(gm, name, region)
+        report.regions_list.append(region)
         report.regions += 1
         report.ops_fused += len(ops)
         for n in ops:
@@ -171,6 +179,7 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
             report.eager_reasons[node.name] = why
     if dump_enabled("graph"):
         _print_listing(report, listing, labels)
+    report.fuse_s = time.perf_counter() - start
     with _lock:
         _reports.append(report)
     return report.as_dict()

@@ -8,6 +8,7 @@ gives them the same fusion id, and the store and warm restarts apply to them as 
 from __future__ import annotations
 
 import operator
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -178,6 +179,7 @@ class RegionCall:
         self._returns_tuple = isinstance(output.args[0], (tuple, list))
         self._sequences: dict[tuple, tuple[Guard, LaunchSequence, Constants]] = {}
         self._last: tuple[Guard, LaunchSequence, Constants] | None = None
+        self.record_s = 0.0  # spent recording sequences (planning, compiling, loading)
 
     def __call__(self, *args: Any) -> Any:
         last = self._last
@@ -196,9 +198,11 @@ class RegionCall:
             self._last = entry
             outs = entry[1].run(args)
         else:
+            start = time.perf_counter()
             fd, constants = self.definition_for(args)
             seq, outs = sequence_for(fd, args)
             entry = self._last = self._sequences[key] = (Guard(args), seq, constants)
+            self.record_s += time.perf_counter() - start
         return _with_constants(outs, entry[2]) if entry[2] else outs
 
     def definition_for(self, args: Sequence[Any]) -> tuple[FusionDefinition, Constants]:
