@@ -37,6 +37,7 @@ class SegmentDraft:
     ops: frozenset[int]  # record positions of the original's tensor ops
     sub: SubFusion
     scheduler: str | None  # None: no scheduler takes it; it runs on the reference
+    owned: frozenset[int] = frozenset()  # of `ops`, those it is responsible for (not redone)
 
 
 def scheduler_taking(fd: Any, values: Sequence[Any], env: dict,
@@ -265,6 +266,32 @@ class _Segmenter:
             groups = self.merge_pass(self.recompute_pass(list(groups)))
         return groups
 
+    def given(self, groups: Sequence[tuple[frozenset[int], frozenset[int]]]) -> list[_Group]:
+        """Groups found by an earlier run, checked against this fusion: tensor ops only, each
+        owned by one group at most, every value a group or the caller needs made by an owner
+        or by the group itself. What passes computes the fusion whatever it came from."""
+        ops = set(self.graph.ops)
+        out, owner = [], {}
+        for owned, computed in groups:
+            if not owned or not owned <= computed or not computed <= ops:
+                raise SchedulerRefused("a stored group does not fit this fusion's ops")
+            for pos in owned:
+                if owner.setdefault(pos, len(out)) != len(out):
+                    raise SchedulerRefused(f"op {pos} is owned by two stored groups")
+            out.append(_Group(frozenset(owned), frozenset(computed)))
+        handed = set().union(*(self.made(g.owned) for g in out))
+        for g in out:
+            inside = self.made(g.ops)
+            for pos in g.ops:
+                missing = [v for v in self.graph.needs[pos]
+                           if v not in inside and v not in handed and v not in self.inputs
+                           and self.graph.producer.get(v) in ops]  # fmt: skip
+                if missing:
+                    raise SchedulerRefused(f"no stored group makes {missing} for op {pos}")
+        if not self.graph.final <= handed | self.inputs:
+            raise SchedulerRefused("the stored groups do not make every output")
+        return out
+
     def order(self, groups: list[_Group]) -> list[_Group]:
         """Topological order; a group writing an input in place runs after its readers."""
         edges = self.edges(groups)
@@ -299,18 +326,22 @@ class _Segmenter:
         return done
 
 
-def segment(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> list[SegmentDraft]:
-    """The segments of `fd` for these inputs, in run order (Note [Greedy segmentation])."""
+def segment(fd: Any, values: Sequence[Any], env: dict, profile: Any,
+            groups: Sequence[tuple[frozenset[int], frozenset[int]]] | None = None,
+            ) -> list[SegmentDraft]:  # fmt: skip
+    """The segments of `fd` for these inputs, in run order (Note [Greedy segmentation]).
+    `groups`: (owned, ops) of each segment as an earlier segmentation found them, checked
+    and taken instead of searching again (Note [Stored segmentations] in the executor)."""
     seg = _Segmenter(fd, values, env, profile)
     if not seg.graph.ops:
         raise SchedulerRefused("the fusion has no tensor ops to split")
     for r in seg.graph.output_records:
         if r.args[0].kind != "T":
             raise SchedulerRefused(f"output {r.args[0]} is a scalar; segments pass tensors only")
-    groups = seg.order(seg.run())
+    groups = seg.order(seg.run() if groups is None else seg.given(groups))
     drafts = []
     for i, g in enumerate(groups):
         finals, shared = seg.outputs_of(groups, i, g.owned, g.ops)
         sub = seg.graph.carve(g.ops, set(finals), set(shared))
-        drafts.append(SegmentDraft(g.ops, sub, seg.scheduler_for(g.ops, finals, shared)))
+        drafts.append(SegmentDraft(g.ops, sub, seg.scheduler_for(g.ops, finals, shared), g.owned))
     return drafts
