@@ -15,10 +15,10 @@ from benchmarks.host_region import StubKernel, count_python_calls, stub_launches
 from fusion_cache import DataType, FusionDefinition
 from fusion_cache.runtime import sequence as seq_mod
 from fusion_cache.runtime.sequence import (
-    CopyToDeviceStep,
     ExecuteStep,
     Guard,
     KernelStep,
+    TensorStep,
     sequence_for,
 )
 from tests import segment_patterns as sp
@@ -142,7 +142,7 @@ def test_replay_launches_what_execute_launches(name, kept_allocations):
     assert [tuple(o.shape) for o in replayed] == [tuple(o.shape) for o in want_outs]
     assert [o.dtype for o in replayed] == [o.dtype for o in want_outs]
     if name == "cpu_scalar":
-        assert any(isinstance(s, CopyToDeviceStep) for s in seq.steps)
+        assert any(isinstance(s, TensorStep) for s in seq.steps)
     if name == "segmented_chain":
         assert seq.kernel_steps == 3 and any(seq.drops), seq.describe()
     if name == "aten_linear_gelu":  # the GEMM is the executor's launch, between two kernels

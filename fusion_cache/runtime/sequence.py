@@ -165,34 +165,26 @@ class KernelStep:
         return out
 
 
-class CopyToDeviceStep:
-    """Note [CPU scalar tensors]: a 0-dim CPU input copied to the GPU (stream-ordered)."""
+class TensorStep:
+    """One tensor made from another by a torch call: a 0-dim CPU input copied to the GPU
+    (Note [CPU scalar tensors]), an input returned by a segmented run given its own copy (as
+    from a kernel), an ATen segment's strided result made contiguous for a segment that reads
+    it so (the segmented plan's dense inputs)."""
 
-    __slots__ = ("src", "dst", "device", "count")
+    __slots__ = ("src", "dst", "make", "count")
 
-    def __init__(self, src: int, dst: int, device: torch.device) -> None:
-        self.src, self.dst, self.device, self.count = src, dst, device, 0
+    def __init__(self, src: int, dst: int, make: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.src, self.dst, self.make, self.count = src, dst, make, 0
 
     def run(self, env: list) -> None:
-        env[self.dst] = env[self.src].to(self.device, non_blocking=True)
+        env[self.dst] = self.make(env[self.src])
 
     def slots(self) -> set[int]:
         return {self.src, self.dst}
 
 
-class CloneStep:
-    """An input returned as an output of a segmented run gets its own copy, as from a kernel."""
-
-    __slots__ = ("src", "dst", "count")
-
-    def __init__(self, src: int, dst: int) -> None:
-        self.src, self.dst, self.count = src, dst, 0
-
-    def run(self, env: list) -> None:
-        env[self.dst] = env[self.src].clone()
-
-    def slots(self) -> set[int]:
-        return {self.src, self.dst}
+def _to_device(device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: t.to(device, non_blocking=True)
 
 
 class PlanStep:
@@ -212,22 +204,6 @@ class PlanStep:
 
     def slots(self) -> set[int]:
         return set(self.reads) | set(self.writes)
-
-
-class ContiguousStep:
-    """An ATen segment's strided result made contiguous for a segment that reads it so
-    (the segmented plan's dense inputs)."""
-
-    __slots__ = ("src", "dst", "count")
-
-    def __init__(self, src: int, dst: int) -> None:
-        self.src, self.dst, self.count = src, dst, 0
-
-    def run(self, env: list) -> None:
-        env[self.dst] = env[self.src].contiguous()
-
-    def slots(self) -> set[int]:
-        return {self.src, self.dst}
 
 
 class ExecuteStep:
@@ -395,7 +371,7 @@ def _kernel_step(plan: LaunchPlan, slots: list[int], b: _Builder) -> KernelStep:
     device = plan.device
     for i in plan.host_inputs:  # read from a device copy made by a step of its own
         dst = b.slot()
-        b.steps.append(CopyToDeviceStep(slots[i], dst, device))
+        b.steps.append(TensorStep(slots[i], dst, _to_device(device)))
         slots = [*slots[:i], dst, *slots[i + 1 :]]
     out_slots, allocs = [], []
     for o in spec.outputs:
@@ -404,7 +380,8 @@ def _kernel_step(plan: LaunchPlan, slots: list[int], b: _Builder) -> KernelStep:
         else:
             out_slots.append(b.slot())
             shape = tuple(o.shape)
-            allocs.append((out_slots[-1], shape, _contiguous_strides(shape), to_torch(o.dtype)))
+            strides = torch.empty(shape, device="meta").stride()  # a fresh output's
+            allocs.append((out_slots[-1], shape, strides, to_torch(o.dtype)))
     scratch = []
     for numel, dtype in spec.workspaces:
         scratch.append((b.slot(), (numel,), (1,), to_torch(dtype)))
@@ -430,14 +407,6 @@ def _kernel_step(plan: LaunchPlan, slots: list[int], b: _Builder) -> KernelStep:
     return KernelStep(tuple(allocs), tuple(scratch), tuple(launches), plan, barrier)
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int], b: _Builder,
                      device: torch.device | None) -> tuple[list, list[int]]:  # fmt: skip
     """Each segment recorded in turn into the same slots (Note [Segment index space]: the
@@ -451,7 +420,8 @@ def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int
         for i in getattr(seg, "dense_inputs", ()):  # an ATen result read where strides are fixed
             args[i] = args[i].contiguous()
             arg_slots[i] = b.slot()
-            b.steps.append(ContiguousStep(where[seg.sub.inputs[i]], arg_slots[i]))
+            b.steps.append(TensorStep(where[seg.sub.inputs[i]], arg_slots[i],
+                                      torch.Tensor.contiguous))  # fmt: skip
         outs, out_slots = _record(seg.definition, args, arg_slots, b, device)
         for v, value, slot in zip(seg.sub.outputs, outs, out_slots):
             env[v], where[v] = value, slot
@@ -462,7 +432,7 @@ def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int
     for v in plan.output_states:
         if v in inputs:  # an input returned as is: copied, as a kernel would
             dst = b.slot()
-            b.steps.append(CloneStep(where[v], dst))
+            b.steps.append(TensorStep(where[v], dst, torch.Tensor.clone))
             results.append(env[v].clone())
             result_slots.append(dst)
         else:
