@@ -158,6 +158,21 @@ class StepWatch:
         gc.callbacks.remove(self._gc)
 
 
+def release_memory(device: str) -> None:
+    """Give the caching allocator's free blocks back: cuDNN and cuBLAS size their workspaces
+    (and cuDNN picks its algorithms) by the memory the device has free, so a run, or a new
+    process beside this one, must not start with another run's cache held."""
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def free_gib(device: str) -> float | None:
+    return torch.cuda.mem_get_info()[0] / 2**30 if device == "cuda" else None
+
+
 def run_contender(contender: str, case: ModelCase, steps: int, device: str,
                   stub: bool = False) -> dict[str, Any]:  # fmt: skip
     if stub and contender.startswith("fusion_cache"):
@@ -169,6 +184,8 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
         return row
     from fusion_cache.frontends import dynamo_backend
 
+    release_memory(device)
+    free = free_gib(device)
     model = initial_model(case, device)
     batches = batches_for(case, steps, device)
     dynamo_backend.reset_reports()
@@ -185,6 +202,7 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     row: dict[str, Any] = {
         "losses": losses, "step_s": times, "first_step_s": times[0],
         "median_ms": statistics.median(times[MEDIAN_FROM:] or times) * 1e3,
+        "free_gib_at_start": free,
     }  # fmt: skip
     row["per_step"] = {k: [r[k] for r in watch.rows] for k in watch.rows[0]} if watch.rows else {}
     if contender.startswith("fusion_cache"):
@@ -291,6 +309,8 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
             out["contenders"][contender] = {"error": f"{type(err).__name__}: {err}"[:3000]}
     if "fusion_cache" in args.contenders and not args.no_warm:
         print(f"{case.name}: fusion_cache, new process on the warm store ...", flush=True)
+        if not args.warm_beside_cache:
+            release_memory(args.device)
         out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store)
     eager = out["contenders"].get("eager", {}).get("losses")
     for row in out["contenders"].values():
@@ -361,8 +381,8 @@ def render_markdown(data: dict[str, Any]) -> str:
               "(0 once CUDA graphs replay)", "",
               "| model | run | first step s | of which lowering s / first region calls s | "
               "step ms | warm/cold first | kernels as cold | misses | compiles | ref runs | "
-              "recompiles | gc ms | launches/step |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "recompiles | gc ms | launches/step | free GiB at start |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in data["models"]:
         rows = m["contenders"]
         cold = rows.get("fusion_cache", {})
@@ -381,7 +401,8 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} | {_ms(row['median_ms'])} "
                 f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
                 f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
-                f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} |")
+                f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} "
+                f"| {_s(row.get('free_gib_at_start'))} |")
     for m in data["models"]:
         row = m["contenders"].get("fusion_cache", {})
         if "eager_ops" not in row:
@@ -403,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="small models (the CPU test's)")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm-store process")
+    parser.add_argument("--warm-beside-cache", action="store_true",
+                        help="start the warm-store process while this one holds its allocator's "
+                             "cache (the condition a warm ResNet-18 once ran slower under)")
     parser.add_argument("--stub", action="store_true",
                         help="CPU only: plan for h100, launch nothing (the host side's model)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
