@@ -9,7 +9,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fusion_cache.frontend.ops import Operators
 from fusion_cache.frontends import dynamo_backend, register_backend
+
+# with the fusion's ATen ops, GEMMs and attention join the regions (aten_library.py)
+HAS_ATEN = hasattr(Operators, "matmul")
 
 
 class MLP(nn.Module):
@@ -96,7 +100,8 @@ def test_training_matches_eager():
     kinds = {r["graph"] for r in reports}
     assert {"forward", "backward"} <= kinds
     for r in reports:
-        assert r["regions"] > 0 and r["ops_fused"] > 0 and r["ops_eager"] > 0  # mm stays eager
+        assert r["regions"] > 0 and r["ops_fused"] > 0
+        assert HAS_ATEN or r["ops_eager"] > 0  # without ATen ops the GEMMs stay eager
         assert len(r["fusion_ids"]) == r["regions"]
     assert dynamo_backend.last_report() == reports[-1]
 
@@ -112,23 +117,26 @@ def test_inference_graph_and_single_node_knob(monkeypatch):
     default = dynamo_backend.last_report()
     assert default["graph"] == "inference" and default["regions"] > 0
 
+    def lone_ops(x):  # sort has no lowering: the exps before and after it stand alone
+        return torch.sort((x * 2).exp()).values.exp()
+
     torch._dynamo.reset()
-    monkeypatch.setenv("FUSION_CACHE_SINGLE_NODE", "1")
-    with torch.no_grad():
-        got = torch.compile(model, backend="fusion_cache")(x)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    single = dynamo_backend.last_report()
-    assert single["regions"] > default["regions"]  # the lone gelu and layer norms now fuse
+    for single, regions in (("0", 1), ("1", 2)):
+        monkeypatch.setenv("FUSION_CACHE_SINGLE_NODE", single)
+        torch._dynamo.reset()
+        got = torch.compile(lone_ops, backend="fusion_cache")(x)
+        torch.testing.assert_close(got, lone_ops(x))
+        assert dynamo_backend.last_report()["regions"] == regions
 
 
-def test_identical_regions_share_a_fusion_id(monkeypatch):
-    monkeypatch.setenv("FUSION_CACHE_SINGLE_NODE", "1")  # each MLP's lone gelu is a region
-    torch.manual_seed(2)
-    model = nn.Sequential(MLP(16, 32), MLP(16, 32)).eval()
+def test_identical_regions_share_a_fusion_id():
+    def twice(x):  # the same region on either side of an op left to eager (sort)
+        a = torch.sort(x).values
+        b = torch.sort((a * 2).exp() + a).values
+        return (b * 2).exp() + b
+
     x = torch.randn(4, 16)
-    with torch.no_grad():
-        torch.testing.assert_close(torch.compile(model, backend="fusion_cache")(x), model(x),
-                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+    torch.testing.assert_close(torch.compile(twice, backend="fusion_cache")(x), twice(x))
     ids = dynamo_backend.last_report()["fusion_ids"]
     assert len(ids) > len(set(ids))  # the trie sees the same records twice
 
@@ -145,7 +153,7 @@ def test_dump_graph_gives_reasons(monkeypatch, capsys):
     assert "regions" in out and "= bmm(" in out
     if not hasattr(Operators, "matmul"):  # else the GEMMs join the regions
         assert "[eager: this build's frontend has no fd.ops.matmul]" in out
-    assert "region of 1 op (FUSION_CACHE_SINGLE_NODE=1" in out
+    assert HAS_ATEN or "region of 1 op (FUSION_CACHE_SINGLE_NODE=1" in out
     assert "[region 0]" in out
     assert "def nvfuser_fusion_id" in out  # each region's definition
 
@@ -168,7 +176,7 @@ def test_fuse_graph_on_a_traced_aten_graph():
     x, w = torch.randn(4, 8), torch.randn(8, 8)
     gm = make_fx(f)(x, w)
     report = dynamo_backend.fuse_graph(gm, "forward")
-    assert report["regions"] == 2
+    assert report["regions"] == (1 if HAS_ATEN else 2)  # softmax | mm | gelu, or all in one
     torch.testing.assert_close(gm(x, w), f(x, w), rtol=1e-5, atol=1e-6)
 
 
