@@ -451,14 +451,15 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "steps": args.steps, "tiny": args.tiny, "stub": args.stub,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }, "models": []}  # fmt: skip
-    for case in cases:
-        data["models"].append(run_model(case, args))
-        print(render_markdown({**data, "models": [data["models"][-1]]}), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = ("-tiny" if args.tiny else "") + ("-stub" if args.stub else "")
     stem = args.out / f"models-{device_slug(args.device)}{suffix}"
-    stem.with_suffix(".json").write_text(json.dumps(data, indent=1))
-    stem.with_suffix(".md").write_text(render_markdown(data))
+    for case in cases:
+        data["models"].append(run_model(case, args))
+        print(render_markdown({**data, "models": [data["models"][-1]]}), flush=True)
+        # written after each model: a run cut short keeps what it measured
+        stem.with_suffix(".json").write_text(json.dumps(data, indent=1))
+        stem.with_suffix(".md").write_text(render_markdown(data))
     print(f"wrote {stem}.json and .md")
     return 0
 
