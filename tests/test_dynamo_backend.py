@@ -300,3 +300,17 @@ def test_region_outputs_known_when_lowering_come_back_as_constants():
         want = gm(*args)
         assert got[0] is None and got[2] == 7 and got[3] is None
         torch.testing.assert_close(got[1], want[1])
+
+
+def test_casts_alone_make_no_region(monkeypatch):
+    """A cast between ops left to eager stays eager even where single ops fuse."""
+    monkeypatch.setenv("FUSION_CACHE_SINGLE_NODE", "1")
+
+    def fn(x):
+        return torch.sort(torch.sort(x).values.double()).values
+
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(torch.compile(fn, backend="fusion_cache")(x), fn(x))
+    report = dynamo_backend.last_report()
+    assert report["regions"] == 0
+    assert "only casts" in report["eager_ops"]["_to_copy"].popitem()[0]

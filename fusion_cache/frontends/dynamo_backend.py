@@ -38,6 +38,7 @@ from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
 
 _PREFIX = "fusion_region_"
+_CASTS = frozenset({"_to_copy", "convert_element_type", "to", "_autocast_to_reduced_precision"})
 
 
 @dataclass
@@ -221,7 +222,8 @@ def _connected_parts(part: Partition) -> list[Partition]:
 
 
 def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> list[Partition]:
-    """Regions worth a fusion: at least one op that is not a view, two unless single-node."""
+    """Regions worth a fusion: at least one op that is not a view or a cast, and two ops
+    unless single-node."""
     least = 1 if single_node_allowed() else 2
     kept = []
     for part in partitions:
@@ -230,6 +232,8 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
             continue
         if not compute:
             why = "only views: eager views cost no copy"
+        elif all(base_name(n) in _CASTS for n in compute):
+            why = "only casts: eager's copy kernel does the same in one launch"
         elif len(compute) < least:
             why = (f"region of {len(compute)} op (FUSION_CACHE_SINGLE_NODE=1 fuses single "
                    "ops)")  # fmt: skip
