@@ -26,7 +26,7 @@ import torch
 from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.validate import validate_inputs
 
-from .executor import device_key, executor_for
+from .executor import executor_for
 from .plans import LaunchPlan
 from .segmented import SegmentedPlan, run_device
 
@@ -358,8 +358,8 @@ def _plan(fd: FusionDefinition, values: Sequence[Any], device: torch.device | No
         return None
     try:
         if not on_device:
-            return ex.plan(values, device_key(values, None))
-        return ex.plan(values, device_key(values, device.index), device.index)
+            return ex.plan(values, ex.key(values))
+        return ex.plan(values, ex.key(values, device.index), device.index)
     except (ValueError, TypeError):
         raise
     except Exception:  # codegen or compile failures: execute() falls back, or raises
