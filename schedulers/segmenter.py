@@ -42,6 +42,7 @@ class SegmentDraft:
     sub: SubFusion
     scheduler: str | None  # None: no scheduler takes it; it runs on the reference
     # 'aten' (Note [ATen segments]): one torch call
+    owned: frozenset[int] = frozenset()  # of `ops`, those it is responsible for (not redone)
 
 
 def scheduler_taking(fd: Any, values: Sequence[Any], env: dict,
