@@ -167,9 +167,8 @@ class KernelStep:
 
 class TensorStep:
     """One tensor made from another by a torch call: a 0-dim CPU input copied to the GPU
-    (Note [CPU scalar tensors]), an input returned by a segmented run given its own copy (as
-    from a kernel), an ATen segment's strided result made contiguous for a segment that reads
-    it so (the segmented plan's dense inputs)."""
+    (Note [CPU scalar tensors]), an ATen segment's strided result made contiguous for a
+    segment that reads it so (the segmented plan's dense inputs)."""
 
     __slots__ = ("src", "dst", "make", "count")
 
@@ -315,8 +314,11 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
     `device`: where the run is, for a fusion that reads no CUDA tensor."""
     device = None if _on_gpu(values) else device
     plan = _plan(fd, values, device)
-    seeded = getattr(executor_for(fd), "seeded", False) if plan is not None else False
-    if isinstance(plan, LaunchPlan) and not seeded:
+    # random numbers (seeds that advance each run) and outputs that alias inputs (views made
+    # after the launch) are the executor's launch to handle: replayed through it
+    ex = executor_for(fd) if plan is not None else None
+    special = ex is not None and (getattr(ex, "seeded", False) or getattr(ex, "aliased", False))
+    if isinstance(plan, LaunchPlan) and not special:
         start = len(b.steps)
         step = _kernel_step(plan, slots, b)
         b.steps.append(step)
@@ -335,7 +337,6 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
     elif isinstance(plan, SegmentedPlan):
         return _record_segments(plan, values, slots, b, device)
     elif plan is not None and device is None:  # the executor's own launch of other plans
-        ex = executor_for(fd)
         outs = ex.launch(plan, list(values))
         writes = tuple(b.slot() for _ in outs)
         b.steps.append(PlanStep(ex, plan, tuple(slots), writes))
@@ -354,12 +355,13 @@ def _plan(fd: FusionDefinition, values: Sequence[Any], device: torch.device | No
     if not (on_device or _on_gpu(values)):
         return None
     ex = executor_for(fd)
-    if ex.dumps:  # the dump knobs print from execute's own path: keep it
-        return None
+    if ex.dumps or getattr(getattr(ex, "aliases", None), "all_views", False):
+        return None  # the dump knobs print from execute's own path; views need no plan
     try:
-        if not on_device:
-            return ex.plan(values, ex.key(values))
-        return ex.plan(values, ex.key(values, device.index), device.index)
+        if on_device:  # a fusion reading no tensor runs on the current device: this one
+            with torch.cuda.device(device):
+                return ex.plan(values, ex.key(values))
+        return ex.plan(values, ex.key(values))
     except (ValueError, TypeError):
         raise
     except Exception:  # codegen or compile failures: execute() falls back, or raises
@@ -380,8 +382,10 @@ def _kernel_step(plan: LaunchPlan, slots: list[int], b: _Builder) -> KernelStep:
         else:
             out_slots.append(b.slot())
             shape = tuple(o.shape)
-            strides = torch.empty(shape, device="meta").stride()  # a fresh output's
-            allocs.append((out_slots[-1], shape, strides, to_torch(o.dtype)))
+            strides = getattr(o, "strides", None)  # Note [Output layouts], else contiguous
+            if strides is None:
+                strides = torch.empty(shape, device="meta").stride()
+            allocs.append((out_slots[-1], shape, tuple(strides), to_torch(o.dtype)))
     scratch = []
     for numel, dtype in spec.workspaces:
         scratch.append((b.slot(), (numel,), (1,), to_torch(dtype)))
@@ -427,15 +431,7 @@ def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int
             env[v], where[v] = value, slot
         for v in seg.drop_after:
             env.pop(v, None)
-    results, result_slots = [], []
-    inputs = set(plan.input_states)
-    for v in plan.output_states:
-        if v in inputs:  # an input returned as is: copied, as a kernel would
-            dst = b.slot()
-            b.steps.append(TensorStep(where[v], dst, torch.Tensor.clone))
-            results.append(env[v].clone())
-            result_slots.append(dst)
-        else:
-            results.append(env[v])
-            result_slots.append(where[v])
+    # an input returned as an output is the input itself (Note [Outputs that alias inputs])
+    results = [env[v] for v in plan.output_states]
+    result_slots = [where[v] for v in plan.output_states]
     return results, result_slots
