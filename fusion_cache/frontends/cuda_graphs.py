@@ -78,9 +78,18 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
         mutated = find_input_mutations(aot_model.graph)
         placeholders = get_placeholder_info(aot_model.graph)
         fuse(aot_model, kind)
-        run = make_boxed_func(aot_model.forward)
         if skip:
-            return run, skip
+            return make_boxed_func(aot_model.forward), skip
+
+        def run(args: list) -> Any:
+            # the boxed convention cudagraph trees rely on (torch.fx Interpreter.boxed_run):
+            # the callee takes the inputs out of the list, so the caller holds none of them
+            # (the GPU run on the H100 failed its `assert len(new_inputs) == 0` without it)
+            inputs = list(args)
+            args.clear()
+            return aot_model.forward(*inputs)
+
+        run._boxed_call = True
         out = cudagraphify_impl(run, aot_inputs, range(fixed),
                                 device_index=get_device_index(aot_model),
                                 is_backward=kind == "backward",
