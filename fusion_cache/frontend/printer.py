@@ -29,6 +29,10 @@ def _call(fn: str, args: tuple = (), kwargs: tuple = ()) -> str:
     return f"{fn}({', '.join(parts)})"
 
 
+# ops whose Python call returns a list of outputs
+LIST_RESULTS = frozenset({"tensor_sizes"})
+
+
 def format_record(r: Record) -> str | None:
     lhs = ", ".join(str(o) for o in r.outputs)
     if r.kind == "tensor":
@@ -44,7 +48,10 @@ def format_record(r: Record) -> str | None:
             return f"{lhs} = fd.define_vector({r.kw('size')}, dtype={r.kw('dtype')!r})"
         return f"{lhs} = {_call('fd.define_vector', (r.kw('elements'),), (('dtype', r.kw('dtype')),))}"
     if r.kind == "op":
-        return f"{lhs} = {_call('fd.ops.' + r.name, r.args, r.kwargs)}"
+        call = _call("fd.ops." + r.name, r.args, r.kwargs)
+        if r.name in LIST_RESULTS:  # returns a list, even of one or none
+            return f"{lhs}, = {call}" if len(r.outputs) == 1 else (f"{lhs} = {call}" if lhs else call)
+        return f"{lhs} = {call}"
     if r.kind == "output":
         args = r.args + ((r.kw("alias_input"),) if r.kw("alias_input") is not None else ())
         kw = (("stride_order", r.kw("stride_order")),) if r.kw("stride_order") else ()

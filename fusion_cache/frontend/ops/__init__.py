@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from .creation import CreationOps
 from .elementwise import ElementwiseOps
+from .indexing import IndexingOps
 from .normalization import NormalizationOps
 from .reductions import ReductionOps
 from .resize import ResizeOps
 from .shape import ShapeOps
 
 
-class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps):
+class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps,
+                IndexingOps):
     """`fd.ops` of one FusionDefinition."""
 
 
