@@ -14,19 +14,42 @@ from typing import TYPE_CHECKING, Any
 from fusion_cache.frontend.dtypes import DataType
 
 if TYPE_CHECKING:
+    from schedulers.resize import ResizeFrame
     from schedulers.views import ReshapeFrame
+
+
+@dataclass(frozen=True)
+class Position:
+    """The coordinate along one dim of a value lowered inside `frames`: `entry` is a dim of
+    the innermost frame's source space (of the loop without frames), None for a broadcast
+    dim (coordinate 0) or an index value's name. 'position' statements read it (iota, triu)."""
+
+    frames: tuple
+    entry: int | str | None
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """An index value must lie in [0, extent of dim `dim` of state `state`); `what` names
+    the op in the device-side assert's message."""
+
+    state: int
+    dim: int
+    what: str
 
 
 @dataclass(frozen=True)
 class Access:
     """One read of an input tensor through a dim map (input dim -> loop dim or None, or
-    inside reshapes, -> the innermost reshape source's dim)."""
+    inside frames, -> the innermost frame source's dim; or the name of an index value that
+    gives the coordinate of that dim: Note [Gather loads] in schedulers/resize.py)."""
 
     input_pos: int  # position in execute's input list
     state: int  # the tensor's state index
-    dim_map: tuple[int | None, ...]
+    dim_map: tuple[int | str | None, ...]
     dtype: DataType
-    frames: tuple[ReshapeFrame, ...] = ()  # the reshapes it is read through, innermost last
+    # the reshapes, slices, pads and cat operands it is read through, innermost last
+    frames: tuple[ReshapeFrame | ResizeFrame, ...] = ()
 
     @property
     def loop_map(self) -> tuple[int | None, ...]:
@@ -63,6 +86,17 @@ class PointwiseProgram:
     output_states: tuple[int, ...]
     has_alias: bool = False
     views: tuple[tuple[int, int], ...] = ()  # (reshape output state, its source state)
+    # Note [Resize frames] (schedulers/resize.py): 'position', 'guard' and 'index' statements
+    # index these; a guard is the frames down to a pad or cat operand, whose window it tests
+    positions: tuple[Position, ...] = ()
+    guards: tuple[tuple, ...] = ()
+    checks: tuple[IndexCheck, ...] = ()
+
+    @property
+    def resized(self) -> bool:
+        """Whether anything is read through a slice, pad or cat, by index, or by position."""
+        return bool(self.positions or self.guards or self.checks) or any(
+            hasattr(f, "record") for a in self.accesses for f in a.frames)
 
     def describe(self) -> str:
         return (

@@ -18,6 +18,7 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
     "core": (),
     "math": ("core",),
     "reduce": ("core", "math"),
+    "index": ("core",),
 }
 FEATURES: tuple[str, ...] = tuple(_REQUIRES)
 

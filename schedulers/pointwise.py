@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from codegen.cuda_ops import ELEMENT_BYTES
 from codegen.kernel_ir import Access, PointwiseProgram, Stmt, Store
 from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_integral
 from fusion_cache.frontend.ops.table import OPS, promoted_dtype
@@ -26,6 +27,16 @@ from fusion_cache.frontend.values import ScalarInfo, TensorInfo
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major, vector_ok
+from .resize import (
+    FRAMED,
+    GATHERS,
+    POSITIONAL,
+    ResizeLowering,
+    collapse_keeping,
+    index_bound,
+    resize_layout,
+    resize_variant,
+)
 from .tuning import knob
 from .views import ReshapeFrame, describe_views, resolve_access
 
@@ -34,7 +45,7 @@ VIEW_OPS = {"broadcast", "broadcast_in_dim", "expand", "permute", "squeeze"}
 
 
 @dataclass
-class _Lowering:
+class _Lowering(ResizeLowering):
     fd: Any
     producers: dict[int, Record]
     input_pos: dict[int, int]
@@ -45,6 +56,10 @@ class _Lowering:
     host_scalars: dict[int, DataType] = field(default_factory=dict)
     frame: tuple[ReshapeFrame, ...] = ()  # the reshapes being lowered, innermost last
     views: dict[int, int] = field(default_factory=dict)  # reshape output -> its source
+    # Note [Resize frames] and [Gather loads] (resize.py)
+    positions: list = field(default_factory=list)
+    guards: list = field(default_factory=list)
+    checks: list = field(default_factory=list)
 
     def info(self, index: int):
         return self.fd._infos[index]
@@ -91,8 +106,8 @@ class _Lowering:
         rec = self.producers.get(ref.index)
         if rec is None:
             return False
-        if rec.name == "size":
-            return True
+        if rec.name in ("size", "tensor_sizes", "at"):
+            return True  # sizes, and vector inputs' values: both are in the plan key
         if rec.name in OPS or rec.name == "cast":
             return all(isinstance(a, Ref) and a.kind == "S" and self.from_sizes(a) for a in rec.args)
         return False
@@ -128,6 +143,8 @@ class _Lowering:
             return self.tensor(src.index, self.view_map(rec, out_map))
         if name == "reshape":
             return self.reshaped(rec, out_map)
+        if name in FRAMED or name in GATHERS or name in POSITIONAL:
+            return self.resize_op(rec, out_map)
         if name == "full":
             fill = self.scalar(rec.kw("fill_value"))
             dt = rec.kw("dtype")
@@ -165,12 +182,6 @@ class _Lowering:
         out = rec.outputs[0].index
         if is_complex(self.info(src.index).dtype):
             raise SchedulerRefused(f"reshape ({rec.outputs[0]}) of a complex tensor")
-        sizes = rec.kw("new_shape")
-        if isinstance(sizes, Ref) and sizes.index in self.input_pos:
-            # plans are keyed on tensor sizes and scalar inputs, not on a vector's values,
-            # and the strides a plan bakes in depend on them
-            raise SchedulerRefused(f"reshape ({rec.outputs[0]}) takes its sizes from the vector "
-                                   f"input {sizes}")  # fmt: skip
         self.views.setdefault(out, src.index)
         outer = self.frame
         self.frame = (*outer, ReshapeFrame(out, tuple(out_map), src.index))
@@ -244,6 +255,9 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
         output_states=tuple(r.args[0].index for r in outs),
         has_alias=any(s.alias_input is not None for s in stores),
         views=tuple(low.views.items()),
+        positions=tuple(low.positions),
+        guards=tuple(low.guards),
+        checks=tuple(low.checks),
     )
 
 
@@ -266,9 +280,16 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         raise SchedulerRefused(f"outputs have different shapes {sorted(shapes_out)}")
     out_shape = shapes_out.pop()
     rank = len(out_shape)
-    seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
-    strides = [access_strides(t, m, rank) for t, m in seen]
-    ptrs = [values[a.input_pos].data_ptr() for a in program.accesses]
+    layout = None
+    if program.resized:  # Note [Resize frames], [Gather loads] (resize.py)
+        layout = resize_layout(program, values, env, out_shape)
+        strides = [list(r.strides) for r in layout.reads]
+        ptrs = [values[a.input_pos].data_ptr() + r.offset * ELEMENT_BYTES[a.dtype]
+                for a, r in zip(program.accesses, layout.reads)]  # fmt: skip
+    else:
+        seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
+        strides = [access_strides(t, m, rank) for t, m in seen]
+        ptrs = [values[a.input_pos].data_ptr() for a in program.accesses]
     outputs = []
     for st in program.stores:
         if st.alias_input is not None:
@@ -285,24 +306,38 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     notes = describe_views(program.views, env)
     if numel == 0:
         return LaunchSpec(NAME, tuple(outputs), (), (), "empty" + notes)
-    sizes, strides = collapse(list(out_shape), strides)
+    if layout is None:
+        sizes, strides = collapse(list(out_shape), strides)
+    else:
+        sizes, strides, dim_of = collapse_keeping(list(out_shape), strides, layout.keep)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
     vec = vector_width([dt for dt, s in zip(dtypes, strides) if s[-1] != 0])
     while vec > 1 and sizes[-1] % vec:
         vec //= 2
-    modes = []
-    for dt, s, ptr in zip(dtypes, strides, ptrs):
-        if s[-1] == 0:
-            modes.append("bcast")
-        elif vector_ok(ptr, dt, vec, s[-1], s[:-1]):
-            modes.append("vec")
-        else:
-            modes.append("strided")
-    if vec > 1 and "vec" not in modes:
-        vec = 1
-    if vec == 1:
-        modes = ["bcast" if m == "bcast" else "strided" for m in modes]
     n_acc = len(program.accesses)
+    rv, extra = None, []
+    if layout is None:
+        modes = []
+        for dt, s, ptr in zip(dtypes, strides, ptrs):
+            if s[-1] == 0:
+                modes.append("bcast")
+            elif vector_ok(ptr, dt, vec, s[-1], s[:-1]):
+                modes.append("vec")
+            else:
+                modes.append("strided")
+    else:
+        modes, rv, extra = resize_variant(program, layout, sizes, dim_of, strides, ptrs, vec, vector_ok)
+        for dt, s, ptr in zip(dtypes[n_acc:], strides[n_acc:], ptrs[n_acc:]):
+            modes.append("vec" if s[-1] != 0 and vector_ok(ptr, dt, vec, s[-1], s[:-1]) else "strided")
+    if vec > 1 and "vec" not in modes and "vgather" not in modes:
+        vec = 1
+        if layout is not None:  # the same reads, one element a thread
+            modes, rv, extra = resize_variant(program, layout, sizes, dim_of, strides, ptrs, 1,
+                                              vector_ok)  # fmt: skip
+            modes += ["strided"] * len(program.stores)
+    if vec == 1:
+        modes = [m if m in ("bcast", "dead", "gather") else "gather" if m == "vgather" else "strided"
+                 for m in modes]  # fmt: skip
     block = knob("pointwise.block", BLOCK)
     # 16-bit vectors with transcendental math: two vectors a thread keep enough loads in
     # flight (gelu bf16 16384x8192 2730 -> 2875 GB/s on the H100); cheap bodies do not gain,
@@ -310,11 +345,16 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     # with one; benchmarks/results/sweep-pure_small.json)
     heavy = vec >= 8 and any(s.op in TRANSCENDENTAL for s in program.stmts) and (
         numel >= block * vec * 2 * 4 * profile.sm_count)
+    if layout is None:
+        itype = index_type(sizes, strides)
+    else:
+        itype = "int" if index_bound(sizes, strides, layout) < 2**30 else "long long"
     variant = PointwiseVariant(
-        len(sizes), vec, index_type(sizes, strides), tuple(modes[:n_acc]),
+        len(sizes), vec, itype, tuple(modes[:n_acc]),
         tuple("vec" if m == "vec" else "strided" for m in modes[n_acc:]),
         tuple(tuple(x != 0 for x in s) for s in strides), block,
         knob("pointwise.unroll", 2 if heavy else 1), knob("load.hint", 0), knob("store.hint", 0),
+        rv,
     )  # fmt: skip
     args: list = []
     for k, s in enumerate(strides):
@@ -326,6 +366,7 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     args += [*sizes, numel]
     args += [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     args += [env[state] for state, _ in program.host_scalars]
+    args += extra
     per_block = block * vec * variant.unroll
     blocks = max(1, min(-(-numel // per_block), 2**31 - 1))
     kernel = KernelLaunch(KERNEL_NAME, render_pointwise(program, variant), (blocks, 1, 1),
