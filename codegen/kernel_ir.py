@@ -73,6 +73,10 @@ class Store:
     state: int
     dtype: DataType
     alias_input: int | None  # input position written in place
+    # a scatter's store (Note [Scatter kernels] in schedulers/scatter.py): the output's dims ->
+    # loop dims or index values, as an Access's dim_map; None: the loop is the output
+    dim_map: tuple | None = None
+    accumulate: bool = False  # add to what is there (atomically), not overwrite
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,14 @@ class PointwiseProgram:
     positions: tuple[Position, ...] = ()
     guards: tuple[tuple, ...] = ()
     checks: tuple[IndexCheck, ...] = ()
+    loop_state: int | None = None  # the loop is this state's shape, not the outputs'
 
     @property
     def resized(self) -> bool:
         """Whether anything is read through a slice, pad or cat, by index, or by position."""
         return bool(self.positions or self.guards or self.checks) or any(
-            hasattr(f, "record") for a in self.accesses for f in a.frames)
+            hasattr(f, "record") for a in self.accesses for f in a.frames) or any(
+            s.dim_map is not None for s in self.stores)
 
     def describe(self) -> str:
         return (

@@ -18,6 +18,7 @@ from .resize_cuda import (
     resize_params,
     resize_stmt,
     scalar_load,
+    scatter_store,
     vector_load,
 )
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
@@ -146,6 +147,9 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
         value = to_memory(st.var, st.dtype)
         if variant.store_modes[i] == "vec":
             lines.append(f"        o{i}_v[j] = {value};")
+        elif variant.store_modes[i] in ("scatter", "atomic"):
+            mode = variant.store_modes[i]
+            lines.append("        " + scatter_store(rv, i, R, value, mode == "atomic"))
         else:
             lines.append(f"        o{i}[o{i}_off[u] + j * o{i}_s{R - 1}] = {value};")
     lines.append("      }")

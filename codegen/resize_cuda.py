@@ -30,6 +30,7 @@ class ResizeVariant:
     preds: tuple[tuple[int, ...], ...]  # per access: the windows it is read inside
     positions: tuple[int | str | None, ...]  # per position: its target (None: constant)
     checks: int  # index checks, one extent argument e{k} each
+    store_gathers: tuple[tuple[str, ...], ...] = ()  # per store: index values, o{i}_g{k}
 
     def describe(self) -> str:
         parts = []
@@ -49,6 +50,7 @@ class ResizeVariant:
 def resize_params(rv: ResizeVariant) -> list[str]:
     params = [f"idx_t a{i}_o" for i, on in enumerate(rv.offsets) if on]
     params += [f"idx_t a{i}_g{k}" for i, g in enumerate(rv.gathers) for k in range(len(g))]
+    params += [f"idx_t o{i}_g{k}" for i, g in enumerate(rv.store_gathers) for k in range(len(g))]
     for w, ivs in enumerate(rv.windows):
         for m in range(len(ivs or ())):
             params += [f"long long w{w}_{m}_lo", f"long long w{w}_{m}_hi"]
@@ -59,7 +61,8 @@ def resize_params(rv: ResizeVariant) -> list[str]:
 
 
 def resize_arg_types(rv: ResizeVariant, idx: str) -> tuple[str, ...]:
-    types = [idx] * (sum(rv.offsets) + sum(len(g) for g in rv.gathers))
+    types = [idx] * (sum(rv.offsets) + sum(len(g) for g in rv.gathers)
+                     + sum(len(g) for g in rv.store_gathers))
     types += ["i64"] * (2 * sum(len(w or ()) for w in rv.windows) + 2 * len(rv.positions) + rv.checks)
     return tuple(types)
 
@@ -121,6 +124,16 @@ def gathered_vector(rv: ResizeVariant, i: int, rank: int, hint: int, alias: bool
     load = (f"fc_load_vec_or_zero<FC_VEC>({addr}, {test})" if alias
             else f"fc_load_vec_if<FC_VEC, {hint}>({addr}, {test})")  # fmt: skip
     return f"if (j == 0) a{i}_v[u] = {load};"
+
+
+def scatter_store(rv: ResizeVariant, i: int, rank: int, value: str, accumulate: bool) -> str:
+    """Store i of a scatter (Note [Scatter kernels]): the element's address takes its index
+    values; an accumulating store adds atomically (indices may repeat)."""
+    addr = f"o{i}_off[u] + j * o{i}_s{rank - 1}" + "".join(
+        f" + (idx_t){v} * o{i}_g{k}" for k, v in enumerate(rv.store_gathers[i]))
+    if accumulate:
+        return f"fc_atomic_add(&o{i}[{addr}], {value});"
+    return f"o{i}[{addr}] = {value};"
 
 
 def resize_stmt(rv: ResizeVariant, stmt, rank: int, checks: tuple) -> str | None:

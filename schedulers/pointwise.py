@@ -261,6 +261,17 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
     )
 
 
+def _store_modes(program: PointwiseProgram, dtypes: list, strides: list, ptrs: list,
+                 vec: int) -> list[str]:  # fmt: skip
+    modes = []
+    for st, dt, s, ptr in zip(program.stores, dtypes, strides, ptrs):
+        if st.dim_map is not None:
+            modes.append("atomic" if st.accumulate else "scatter")
+        else:
+            modes.append("vec" if s[-1] != 0 and vector_ok(ptr, dt, vec, s[-1], s[:-1]) else "strided")
+    return modes
+
+
 def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
                    profile: Any) -> LaunchSpec:  # fmt: skip
     """The launch for these inputs: collapse the loop, choose vector width, index type and
@@ -275,7 +286,10 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         vector_width,
     )
 
-    shapes_out = {tuple(env[s]) for s in program.output_states}
+    if program.loop_state is not None:  # a scatter's loop: Note [Scatter kernels] (scatter.py)
+        shapes_out = {tuple(env[program.loop_state])}
+    else:
+        shapes_out = {tuple(env[s]) for s in program.output_states}
     if len(shapes_out) != 1:
         raise SchedulerRefused(f"outputs have different shapes {sorted(shapes_out)}")
     out_shape = shapes_out.pop()
@@ -291,8 +305,12 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         strides = [access_strides(t, m, rank) for t, m in seen]
         ptrs = [values[a.input_pos].data_ptr() for a in program.accesses]
     outputs = []
-    for st in program.stores:
-        if st.alias_input is not None:
+    for k, st in enumerate(program.stores):
+        if st.dim_map is not None:  # through the output's own strides, at index values
+            strides.append(list(layout.writes[k].strides))
+            ptrs.append(0)
+            outputs.append(OutputSpec(tuple(env[st.state]), st.dtype, None))
+        elif st.alias_input is not None:
             t = values[st.alias_input]
             if tuple(t.shape) != out_shape:
                 raise SchedulerRefused(f"output {st.state} has shape {out_shape}, its alias {list(t.shape)}")
@@ -327,17 +345,16 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
                 modes.append("strided")
     else:
         modes, rv, extra = resize_variant(program, layout, sizes, dim_of, strides, ptrs, vec, vector_ok)
-        for dt, s, ptr in zip(dtypes[n_acc:], strides[n_acc:], ptrs[n_acc:]):
-            modes.append("vec" if s[-1] != 0 and vector_ok(ptr, dt, vec, s[-1], s[:-1]) else "strided")
+        modes += _store_modes(program, dtypes[n_acc:], strides[n_acc:], ptrs[n_acc:], vec)
     if vec > 1 and "vec" not in modes and "vgather" not in modes:
         vec = 1
         if layout is not None:  # the same reads, one element a thread
             modes, rv, extra = resize_variant(program, layout, sizes, dim_of, strides, ptrs, 1,
                                               vector_ok)  # fmt: skip
-            modes += ["strided"] * len(program.stores)
+            modes += _store_modes(program, dtypes[n_acc:], strides[n_acc:], ptrs[n_acc:], 1)
     if vec == 1:
-        modes = [m if m in ("bcast", "dead", "gather") else "gather" if m == "vgather" else "strided"
-                 for m in modes]  # fmt: skip
+        modes = [m if m in ("bcast", "dead", "gather", "scatter", "atomic")
+                 else "gather" if m == "vgather" else "strided" for m in modes]  # fmt: skip
     block = knob("pointwise.block", BLOCK)
     # 16-bit vectors with transcendental math: two vectors a thread keep enough loads in
     # flight (gelu bf16 16384x8192 2730 -> 2875 GB/s on the H100); cheap bodies do not gain,
@@ -351,7 +368,7 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         itype = "int" if index_bound(sizes, strides, layout) < 2**30 else "long long"
     variant = PointwiseVariant(
         len(sizes), vec, itype, tuple(modes[:n_acc]),
-        tuple("vec" if m == "vec" else "strided" for m in modes[n_acc:]),
+        tuple(m if m in ("vec", "scatter", "atomic") else "strided" for m in modes[n_acc:]),
         tuple(tuple(x != 0 for x in s) for s in strides), block,
         knob("pointwise.unroll", 2 if heavy else 1), knob("load.hint", 0), knob("store.hint", 0),
         rv,

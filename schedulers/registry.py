@@ -11,12 +11,15 @@ from .pointwise import NAME as POINTWISE
 from .pointwise import lower_pointwise, plan_pointwise
 from .reduction import NAME as REDUCTION
 from .reduction import lower_reduction, plan_reduction
+from .scatter import NAME as SCATTER
+from .scatter import lower_scatter, plan_scatter
 
 # priority order: the first scheduler whose lowering accepts the fusion takes it
 SCHEDULERS: list[tuple[str, Any, Any]] = [
     (POINTWISE, lower_pointwise, plan_pointwise),
     (REDUCTION, lower_reduction, plan_reduction),
     (INNER_OUTER, lower_inner_outer, plan_inner_outer),
+    (SCATTER, lower_scatter, plan_scatter),
 ]
 
 

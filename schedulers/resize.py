@@ -34,6 +34,7 @@ from fusion_cache.ir.interpret.resize import slice_bounds
 from fusion_cache.ir.view import Keep, analyze_view, apply_view_strides
 
 from .base import SchedulerRefused
+from .layout import row_major
 from .views import ReshapeFrame
 
 FRAMED = {"slice", "select", "pad", "cat"}
@@ -260,7 +261,7 @@ class Read(NamedTuple):
     gathers: dict[str, int]
 
 
-def _map_strides(shape: Sequence[int], strides: Sequence[int], dim_map: Sequence,
+def map_strides(shape: Sequence[int], strides: Sequence[int], dim_map: Sequence,
                  rank: int, gathers: dict[str, int]) -> list[int]:  # fmt: skip
     """`access_strides` for maps that may name index values (their strides go there)."""
     eff = [0] * rank
@@ -281,7 +282,7 @@ def resolve_read(tensor: Any, access: Any, env: dict, rank: int) -> Read:
     dim_map, offset, gathers = access.dim_map, 0, {}
     for frame in reversed(access.frames):
         src_shape = tuple(env[frame.source])
-        src = _map_strides(shape, strides, dim_map, len(src_shape), gathers)
+        src = map_strides(shape, strides, dim_map, len(src_shape), gathers)
         out_shape = tuple(env[frame.state])
         if isinstance(frame, ReshapeFrame):
             analysis = analyze_view(src_shape, out_shape)
@@ -299,7 +300,7 @@ def resolve_read(tensor: Any, access: Any, env: dict, rank: int) -> Read:
                 if e is not None:
                     strides[e] += src[d] * step
         shape, dim_map = out_shape, frame.out_map
-    return Read(_map_strides(shape, strides, dim_map, rank, gathers), offset, gathers)
+    return Read(map_strides(shape, strides, dim_map, rank, gathers), offset, gathers)
 
 
 def _kept_dim(frame: ReshapeFrame, d: int, env: dict) -> int:
@@ -375,6 +376,7 @@ def clip_intervals(intervals: list, sizes: Sequence[int]) -> list | None:
 
 class ResizeLayout(NamedTuple):
     reads: list[Read]  # per access
+    writes: list[Read | None]  # per store: a scatter's strides and index values, else None
     windows: list  # per window: intervals [(target, lo, hi)] or None (never inside)
     preds: list[tuple[int, ...]]  # per access: the windows it is read inside
     positions: list[tuple[Any, int, int]]  # per position: (target, a, b)
@@ -414,7 +416,15 @@ def resize_layout(program: Any, values: Sequence[Any], env: dict,
         if st.op == "index":
             check = program.checks[dict(st.attrs)["check"]]
             extents[st.var] = int(env[check.state][check.dim])
-    return ResizeLayout(reads, windows, preds, positions, frozenset(keep), extents)
+    writes: list[Read | None] = []
+    for st in program.stores:
+        if st.dim_map is None:
+            writes.append(None)
+            continue
+        out = tuple(env[st.state])
+        gathers: dict[str, int] = {}
+        writes.append(Read(map_strides(out, row_major(out), st.dim_map, rank, gathers), 0, gathers))
+    return ResizeLayout(reads, writes, windows, preds, positions, frozenset(keep), extents)
 
 
 def collapse_keeping(sizes: Sequence[int], strides: Sequence[Sequence[int]],
@@ -484,14 +494,20 @@ def resize_variant(program: Any, layout: ResizeLayout, sizes: Sequence[int], dim
                 varies.add(st.var)
         elif any(o in varies for o in operands):
             varies.add(st.var)
-    gathers = tuple(tuple(sorted(r.gathers, key=lambda v: int(v[1:]))) for r in layout.reads)
+    def names(r: Read | None) -> tuple[str, ...]:
+        return tuple(sorted(r.gathers, key=lambda v: int(v[1:]))) if r is not None else ()
+
+    gathers = tuple(names(r) for r in layout.reads)
+    store_gathers = tuple(names(w) for w in layout.writes)
     rv = ResizeVariant(
         offsets=tuple(any(isinstance(f, ResizeFrame) for f in a.frames) for a in program.accesses),
         gathers=gathers, windows=tuple(windows), preds=tuple(layout.preds),
         positions=tuple(target(t) for t, _, _ in layout.positions), checks=len(program.checks),
+        store_gathers=store_gathers,
     )  # fmt: skip
     args: list = [r.offset for r, on in zip(layout.reads, rv.offsets) if on]
-    args += [r.gathers[v] for r, names in zip(layout.reads, gathers) for v in names]
+    args += [r.gathers[v] for r, vs in zip(layout.reads, gathers) for v in vs]
+    args += [w.gathers[v] for w, vs in zip(layout.writes, store_gathers) for v in vs]
     for w in layout.windows:
         for _, lo, hi in w or ():
             args += [lo, hi]
@@ -538,10 +554,11 @@ def index_bound(sizes: Sequence[int], strides: Sequence[Sequence[int]], layout: 
     biggest = 1
     for n in sizes:
         biggest *= n
+    rw = list(layout.reads) + list(layout.writes)
     for k, s in enumerate(strides):
         reach = sum((n - 1) * abs(x) for n, x in zip(sizes, s))
-        if k < len(layout.reads):
-            r = layout.reads[k]
+        r = rw[k] if k < len(rw) else None
+        if r is not None:
             reach += abs(r.offset) + sum((layout.extents.get(v, 1) - 1) * abs(g)
                                          for v, g in r.gathers.items())  # fmt: skip
         biggest = max(biggest, reach)

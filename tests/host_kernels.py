@@ -27,6 +27,10 @@ HAVE_GXX = shutil.which("g++") is not None
 _BUILD = Path(tempfile.gettempdir()) / "fusion_cache_host_kernels"
 
 HOST_CORE = r"""
+#include <barrier>
+#include <memory>
+#include <thread>
+#include <vector>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,7 +46,8 @@ HOST_CORE = r"""
 #define __align__(n) alignas(n)
 #define FC_DEVICE inline
 struct fc_dim3 { unsigned x = 0, y = 0, z = 0; };
-static fc_dim3 threadIdx, blockIdx, blockDim, gridDim;
+static thread_local fc_dim3 threadIdx, blockIdx;
+static fc_dim3 blockDim, gridDim;
 struct uint2 { unsigned x, y; };
 struct uint4 { unsigned x, y, z, w; };
 inline void __assertfail(const char* msg, const char*, unsigned, const char* fn, size_t) {
@@ -170,6 +175,31 @@ template <int N, typename T> inline void fc_store_vec(T* p, const fc_vec<T, N>& 
 template <int N, int Hint, typename T> inline void fc_store_vec_hint(T* p, const fc_vec<T, N>& v) { fc_store_vec<N>(p, v); }
 template <typename T> inline T fc_ldg(const T* p) { return *p; }
 template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { unsigned old = *p; if (old == cmp) *p = v; return old; }
+inline long long atomicMax(long long* p, long long v) { long long old = *p; if (v > old) *p = v; return old; }
+inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned old = *p; *p = old | v; return old; }
+"""
+
+
+# Kernels with barriers or warp votes run each block's threads as OS threads in lockstep:
+# __shared__ arrays are statics (blocks run one after another), __syncthreads a barrier of
+# the block, __ballot_sync one of the warp.
+LOCKSTEP = r"""
+#define __shared__ static
+static std::barrier<>* fc_block_barrier;
+static std::vector<std::unique_ptr<std::barrier<>>> fc_warp_barriers;
+static unsigned fc_vote[1024];
+inline void __syncthreads() { fc_block_barrier->arrive_and_wait(); }
+inline unsigned __ballot_sync(unsigned, bool p) {
+  const unsigned t = threadIdx.x, w = t / 32;
+  fc_vote[t] = p;
+  fc_warp_barriers[w]->arrive_and_wait();
+  unsigned m = 0;
+  for (unsigned i = 0; i < 32; ++i) m |= (fc_vote[w * 32 + i] ? 1u : 0u) << i;
+  fc_warp_barriers[w]->arrive_and_wait();
+  return m;
+}
+inline int __ffs(unsigned x) { return __builtin_ffs(x); }
 """
 
 
@@ -186,14 +216,33 @@ def _library(source: str) -> tuple[Any, str, list[str]]:
     name, params = _PARAMS.search(source).groups()
     decls = [p.strip() for p in params.split(",")]
     names = [d.split()[-1] for d in decls]
-    body = "\n".join([HOST_CORE, (PRELUDE_DIR / "math.cuh").read_text(),
+    lockstep = "__syncthreads" in source or "__ballot_sync" in source
+    body = "\n".join([HOST_CORE, LOCKSTEP if lockstep else "", (PRELUDE_DIR / "math.cuh").read_text(),
                       (PRELUDE_DIR / "index.cuh").read_text(), _strip_prelude(source)])  # fmt: skip
-    wrapper = (f'\nextern "C" int fc_host_launch(unsigned gx, unsigned bx, {", ".join(decls)}) {{\n'
-               f"  gridDim.x = gx; blockDim.x = bx;\n  try {{\n"
-               f"    for (unsigned b = 0; b < gx; ++b) for (unsigned t = 0; t < bx; ++t) {{\n"
-               f"      blockIdx.x = b; threadIdx.x = t; {name}({', '.join(names)});\n    }}\n"
-               f"  }} catch (const std::exception& e) {{ fprintf(stderr, \"%s\\n\", e.what()); return 1; }}\n"
-               f"  return 0;\n}}\n")  # fmt: skip
+    call = f"{name}({', '.join(names)});"
+    head = (f'\nextern "C" int fc_host_launch(unsigned gx, unsigned gy, unsigned bx, '
+            f'{", ".join(decls)}) {{\n  gridDim.x = gx; gridDim.y = gy; blockDim.x = bx;\n')
+    if not lockstep:
+        wrapper = head + (
+            "  try {\n    for (unsigned by = 0; by < gy; ++by) for (unsigned b = 0; b < gx; ++b)\n"
+            "      for (unsigned t = 0; t < bx; ++t) {\n"
+            f"        blockIdx.x = b; blockIdx.y = by; threadIdx.x = t; {call}\n      }}\n"
+            '  } catch (const std::exception& e) { fprintf(stderr, "%s\\n", e.what()); return 1; }\n'
+            "  return 0;\n}\n")  # fmt: skip
+    else:
+        wrapper = head + (
+            "  std::barrier<> block(bx);\n  fc_block_barrier = &block;\n"
+            "  fc_warp_barriers.clear();\n"
+            "  for (unsigned w = 0; w < bx / 32; ++w) fc_warp_barriers.emplace_back(new std::barrier<>(32));\n"
+            "  int failed = 0;\n"
+            "  for (unsigned by = 0; by < gy; ++by) for (unsigned b = 0; b < gx; ++b) {\n"
+            "    std::vector<std::thread> threads;\n"
+            "    for (unsigned t = 0; t < bx; ++t) threads.emplace_back([&, t] {\n"
+            "      blockIdx.x = b; blockIdx.y = by; threadIdx.x = t;\n"
+            f"      try {{ {call} }} catch (const std::exception& e) {{\n"
+            '        fprintf(stderr, "%s\\n", e.what()); failed = 1;\n'
+            "        block.arrive_and_drop(); fc_warp_barriers[t / 32]->arrive_and_drop();\n      }\n"
+            "    });\n    for (auto& th : threads) th.join();\n  }\n  return failed;\n}\n")  # fmt: skip
     text = body + wrapper
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
     _BUILD.mkdir(exist_ok=True)
@@ -202,8 +251,8 @@ def _library(source: str) -> tuple[Any, str, list[str]]:
         src = _BUILD / f"k{digest}.cpp"
         src.write_text(text)
         tmp = _BUILD / f"k{digest}.tmp.so"
-        done = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o", str(tmp),
-                               str(src)], capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                               "-o", str(tmp), str(src)], capture_output=True, text=True)  # fmt: skip
         if done.returncode:
             raise RuntimeError(f"g++ failed on {src}:\n{done.stderr[-3000:]}")
         tmp.replace(lib)
@@ -222,25 +271,34 @@ def launch_on_host(launch: Any, values: list, outs: list, work: list) -> None:
     slots = [(i, a) for i, a in enumerate(launch.args) if hasattr(a, "kind")]
     args = fill_args(launch.args, slots, values, outs, work)
     fn = lib.fc_host_launch
-    fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [_CTYPES[t] for t in launch.arg_types]
+    fn.argtypes = [ctypes.c_uint] * 3 + [_CTYPES[t] for t in launch.arg_types]
     fn.restype = ctypes.c_int
-    if launch.grid[1:] != (1, 1) or launch.block[1:] != (1, 1):
-        raise NotImplementedError("host runs cover 1-D grids and blocks")
-    if fn(launch.grid[0], launch.block[0], *args):
+    if launch.grid[2] != 1 or launch.block[1:] != (1, 1):
+        raise NotImplementedError("host runs cover 2-D grids and 1-D blocks")
+    if fn(launch.grid[0], launch.grid[1], launch.block[0], *args):
         raise RuntimeError(f"{launch.name} failed on the host (see stderr)")
 
 
-def run_plan_on_host(fd: Any, values: list) -> list[torch.Tensor]:
-    """Plan `fd` for these CPU tensors (for the h100 profile), run its kernels here, and
-    return its outputs as execute would."""
+def run_plan_on_host(fd: Any, values: list, launches: list | None = None) -> list[torch.Tensor]:
+    """Plan `fd` for these CPU tensors (for the h100 profile), run its kernels here (each
+    segment's, in order, for a segmented plan), and return its outputs as execute would.
+    `launches` collects the kernels run."""
     from fusion_cache.runtime.executor import executor_for
     from fusion_cache.runtime.plans import LaunchPlan
 
+    launches = [] if launches is None else launches
     fd.precompile(values, target="h100")
     plan = executor_for(fd).last_plan
     if not isinstance(plan, LaunchPlan):
-        raise AssertionError(f"not one scheduler's plan: {getattr(plan, 'description', plan)}")
+        env = dict(zip(plan.input_states, values))
+        for seg in plan.segments:
+            if seg.scheduler is None:
+                raise AssertionError(f"a segment runs on the reference evaluator: {plan.description}")
+            outs = run_plan_on_host(seg.definition, [env[v] for v in seg.sub.inputs], launches)
+            env.update(zip(seg.sub.outputs, outs))
+        return [env[v] for v in plan.output_states]
     spec = plan.spec
+    launches += list(spec.kernels)
     outs = [torch.empty(o.shape, dtype=to_torch(o.dtype)) if o.alias_input is None
             else values[o.alias_input] for o in spec.outputs]  # fmt: skip
     work = [torch.empty(n, dtype=to_torch(dt)) for n, dt in spec.workspaces]

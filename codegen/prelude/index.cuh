@@ -28,4 +28,35 @@ template <int N, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_or_zero(const T*
   return v;
 }
 
+// Note [Scatter kernels] (schedulers/scatter.py): a store that adds to what is there, from
+// threads that may hit the same element. 16-bit floats and bools share a 32-bit word with a
+// neighbour: a compare-and-swap loop (16-bit floats, each add rounded as torch rounds a
+// 16-bit +=) or an or (bool: += on bools is an or) on the word.
+FC_DEVICE void fc_atomic_add(float* p, float v) { atomicAdd(p, v); }
+FC_DEVICE void fc_atomic_add(double* p, double v) { atomicAdd(p, v); }
+FC_DEVICE void fc_atomic_add(int* p, int v) { atomicAdd(p, v); }
+FC_DEVICE void fc_atomic_add(long long* p, long long v) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), (unsigned long long)v);
+}
+template <typename H> FC_DEVICE void fc_atomic_add_16(H* p, H v) {
+  unsigned int* word = reinterpret_cast<unsigned int*>((unsigned long long)p & ~3ull);
+  const unsigned shift = ((unsigned long long)p & 2) ? 16 : 0;
+  unsigned int old = *word, seen;
+  do {
+    seen = old;
+    H cur;
+    cur.bits = (unsigned short)(seen >> shift);
+    H sum = fc_cast<H>(fc_to_float(cur) + fc_to_float(v));
+    const unsigned int next = (seen & ~(0xffffu << shift)) | ((unsigned int)sum.bits << shift);
+    old = atomicCAS(word, seen, next);
+  } while (old != seen);
+}
+FC_DEVICE void fc_atomic_add(fc_half* p, fc_half v) { fc_atomic_add_16(p, v); }
+FC_DEVICE void fc_atomic_add(fc_bf16* p, fc_bf16 v) { fc_atomic_add_16(p, v); }
+FC_DEVICE void fc_atomic_add(bool* p, bool v) {
+  if (!v) return;
+  unsigned int* word = reinterpret_cast<unsigned int*>((unsigned long long)p & ~3ull);
+  atomicOr(word, 1u << (8 * ((unsigned long long)p & 3)));
+}
+
 #endif  // FC_PRELUDE_INDEX

@@ -1,0 +1,80 @@
+"""Plans of the deterministic scatter kernels (Note [Deterministic scatter] in scatter.py):
+the index and the source must be tensors in memory (fusion inputs); a fusion that computes
+them is refused here, and the segmenter gives that work a kernel of its own."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from codegen import scatter_cuda as sc
+from fusion_cache.frontend.dtypes import DataType
+
+from .base import ArgRef, KernelLaunch, LaunchSpec, SchedulerRefused
+from .layout import row_major
+
+
+def plan_deterministic(program: Any, first: LaunchSpec, values: Any, env: dict,
+                       profile: Any) -> LaunchSpec:  # fmt: skip
+    if program.index_pos is None or program.source_pos is None:
+        raise SchedulerRefused(f"the deterministic {program.op} reads its index and source from "
+                               "memory; this fusion computes them")  # fmt: skip
+    index, source = values[program.index_pos], values[program.source_pos]
+    out_shape = tuple(env[program.out_state])
+    if program.op == "index_put_accumulate":
+        kernels = (_accumulate(program, index, source, out_shape),)
+        work: tuple = ()
+    else:
+        kernels = _claim_and_store(program, index, source, out_shape)
+        work = ((math.prod(out_shape), DataType.Int),)
+    return LaunchSpec("scatter", first.outputs, work, first.kernels + kernels,
+                      f"{program.op} deterministic: {first.description}")  # fmt: skip
+
+
+def _stride(t: Any, d: int) -> int:
+    return 0 if t.shape[d] == 1 else t.stride(d)
+
+
+def _accumulate(program: Any, index: Any, value: Any, out_shape: tuple) -> KernelLaunch:
+    rest = len(out_shape) - 1
+    n, v = index.shape[0], out_shape[0]
+    h = math.prod(out_shape[1:])
+    source = sc.render_ordered_accumulate(program.dtype, program.index_dtype, program.source_dtype,
+                                          rest)  # fmt: skip
+    args: list = [ArgRef("output", 0), ArgRef("input", program.index_pos), _stride(index, 0),
+                  ArgRef("input", program.source_pos), _stride(value, 0)]  # fmt: skip
+    for d in range(rest):
+        args += [out_shape[1 + d], _stride(value, 1 + d)]
+    args += [n, v, h]
+    types = ("ptr", "ptr", "i64", "ptr", "i64") + ("i64",) * (2 * rest + 3)
+    grid = (max(1, -(-v // sc.rows_for(program.dtype))), max(1, -(-h // sc.BLOCK)), 1)
+    return KernelLaunch(sc.ACCUMULATE_NAME, source, grid, (sc.BLOCK, 1, 1), types, tuple(args))
+
+
+def _claim_and_store(program: Any, index: Any, src: Any, out_shape: tuple) -> tuple:
+    rank, dim = index.dim(), program.dim
+    numel = index.numel()
+    out_numel = math.prod(out_shape)
+    shape_args = ([ArgRef("input", program.index_pos)] + list(index.shape)
+                  + [_stride(index, d) for d in range(rank)] + row_major(out_shape)
+                  + [out_shape[dim], numel])  # fmt: skip
+    shape_types = ("ptr",) + ("i64",) * (3 * rank + 2)
+
+    def launch(name: str, source: str, lead: list, lead_types: tuple, count: int,
+               rest: list, rest_types: tuple) -> KernelLaunch:  # fmt: skip
+        grid = (max(1, -(-count // sc.BLOCK)), 1, 1)
+        return KernelLaunch(name, source, grid, (sc.BLOCK, 1, 1), lead_types + rest_types,
+                            tuple(lead + rest))  # fmt: skip
+
+    fill = launch(sc.FILL_NAME, sc.render_fill(), [ArgRef("workspace", 0)], ("ptr",), out_numel,
+                  [out_numel], ("i64",))  # fmt: skip
+    if numel == 0:
+        return ()
+    claim = launch(sc.CLAIM_NAME, sc.render_claim(rank, dim, program.index_dtype),
+                   [ArgRef("workspace", 0)], ("ptr",), numel, shape_args, shape_types)  # fmt: skip
+    winners = launch(
+        sc.WINNERS_NAME, sc.render_winners(rank, dim, program.index_dtype, program.dtype,
+                                           program.source_dtype),
+        [ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("input", program.source_pos)]
+        + [_stride(src, d) for d in range(rank)],
+        ("ptr", "ptr", "ptr") + ("i64",) * rank, numel, shape_args, shape_types)  # fmt: skip
+    return fill, claim, winners
