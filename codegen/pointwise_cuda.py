@@ -173,7 +173,7 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt) -> 
         if mode == "bcast":
             return f"a{i}_b[u]"
         if mode == "dead":
-            return f"{MEMORY_TYPE[program.accesses[i].dtype]}()"
+            return f"fc_zero<{MEMORY_TYPE[program.accesses[i].dtype]}>()"
         if rv is not None:
             return scalar_load(rv, i, R, program.accesses[i].dtype, mode)
         return f"a{i}[a{i}_off[u] + j * a{i}_s{R - 1}]"

@@ -112,7 +112,7 @@ def scalar_load(rv: ResizeVariant, i: int, rank: int, dtype, mode: str) -> str:
     addr += "".join(f" + (idx_t){v} * a{i}_g{k}" for k, v in enumerate(rv.gathers[i]))
     test = pred_test(rv, i, rank, per_element=mode != "bcast")
     raw = f"a{i}[{addr}]"
-    return raw if test is None else f"(({test}) ? {raw} : {mt}())"
+    return raw if test is None else f"(({test}) ? {raw} : fc_zero<{mt}>())"
 
 
 def gathered_vector(rv: ResizeVariant, i: int, rank: int, hint: int, alias: bool) -> str:

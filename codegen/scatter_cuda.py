@@ -18,6 +18,7 @@ from __future__ import annotations
 from .cuda_ops import MEMORY_TYPE
 from .prelude import prelude_source
 
+
 # output rows a block sums: 32 x 256 columns of 4-byte sums are 32 KiB of shared memory, of
 # 8-byte ones 16 rows (static shared memory stops at 48 KiB)
 def rows_for(dtype) -> int:

@@ -15,11 +15,12 @@ from fusion_cache.runtime.reference import run_reference
 
 
 def define_relu_cat_exp() -> FusionDefinition:
-    """Segments: pointwise, cat (no scheduler takes it), pointwise."""
+    """Segments: pointwise (relu, cat), complex values (no scheduler takes them), pointwise."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
-        y = fd.ops.relu(x)
-        fd.add_output(fd.ops.exp(fd.ops.cat([y, y], 1)))
+        y = fd.ops.cat([fd.ops.relu(x), fd.ops.relu(x)], 1)
+        z = fd.ops.real(fd.ops.cast(y, DataType.ComplexFloat))
+        fd.add_output(fd.ops.exp(z))
     return fd
 
 
@@ -27,7 +28,7 @@ def assert_names_the_fusion_once(message: str) -> None:
     named = re.findall(r"fusion \d+:", message)
     assert len(named) == 1, message
     assert message.count("(fallback is disabled)") == 1, message
-    assert "no scheduler takes it" in message and "cat (T" in message, message
+    assert "no scheduler takes it" in message and "complex" in message, message
 
 
 @pytest.fixture

@@ -18,6 +18,9 @@ FC_DEVICE long long fc_check_index(long long i, long long n, const char* what) {
   return i;
 }
 
+// The zero of a memory type (T() is no expression for `long long`).
+template <typename T> FC_DEVICE T fc_zero() { return T(); }
+
 // A vector load that reads nothing and gives zeros where !ok, through the plain path (for
 // kernels that also write one of their inputs).
 template <int N, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_or_zero(const T* p, bool ok) {
