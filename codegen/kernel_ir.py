@@ -99,10 +99,7 @@ class PointwiseProgram:
 
     @property
     def resized(self) -> bool:
-        """Whether anything is read through a slice, pad or cat, by index, or by position."""
-        return bool(self.positions or self.guards or self.checks) or any(
-            hasattr(f, "record") for a in self.accesses for f in a.frames) or any(
-            s.dim_map is not None for s in self.stores)
+        return is_resized(self)
 
     def describe(self) -> str:
         return (
@@ -137,6 +134,13 @@ class ReductionProgram:
     element_vars: frozenset[str]  # vars that depend on K
     stage_of: tuple[tuple[str, int], ...]  # var -> the stage after which it can be computed
     views: tuple[tuple[int, int], ...] = ()  # (reshape output state, its source state)
+    positions: tuple[Position, ...] = ()  # as PointwiseProgram's
+    guards: tuple[tuple, ...] = ()
+    checks: tuple[IndexCheck, ...] = ()
+
+    @property
+    def resized(self) -> bool:
+        return is_resized(self)
 
     @property
     def stages(self) -> int:
@@ -146,6 +150,14 @@ class ReductionProgram:
         ops = ",".join(r.op for r in self.reductions)
         return (f"reduction: rank {self.rank}, reduced dims {list(self.reduced)}, {ops} in "
                 f"{self.stages} stage(s), {len(self.accesses)} accesses")  # fmt: skip
+
+
+def is_resized(program: Any) -> bool:
+    """Whether anything is read through a slice, pad or cat, by index or by position, or
+    stored at an index (Note [Resize frames] in schedulers/resize.py)."""
+    return bool(program.positions or program.guards or program.checks) or any(
+        hasattr(f, "record") for a in program.accesses for f in a.frames) or any(
+        s.dim_map is not None for s in program.stores)
 
 
 def needed(program: ReductionProgram, targets: Sequence[str],

@@ -14,6 +14,7 @@ from .prelude import prelude_source
 from .resize_cuda import (
     ResizeVariant,
     gathered_vector,
+    loop_coords,
     resize_arg_types,
     resize_params,
     resize_stmt,
@@ -179,7 +180,7 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt) -> 
         return f"a{i}[a{i}_off[u] + j * a{i}_s{R - 1}]"
 
     if rv is not None:
-        text = resize_stmt(rv, stmt, R, program.checks)
+        text = resize_stmt(rv, stmt, loop_coords(R, True), program.checks)
         if text is not None:
             return text
         if stmt.op == "load" and variant.load_modes[stmt.operands[0]] == "vgather":

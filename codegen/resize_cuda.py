@@ -10,7 +10,9 @@ test is the same for the whole vector.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .cuda_ops import MEMORY_TYPE
 from .stmt_cuda import decl
@@ -67,40 +69,51 @@ def resize_arg_types(rv: ResizeVariant, idx: str) -> tuple[str, ...]:
     return tuple(types)
 
 
-def coordinate(target: int | str, rank: int, per_element: bool) -> str:
-    if isinstance(target, str):
-        return f"(long long){target}"
-    if per_element and target == rank - 1:
-        return f"(c{target} + j)"
-    return f"c{target}"
+def loop_coords(rank: int, per_element: bool) -> Callable[[Any], str]:
+    """A pointwise kernel's coordinates: loop dims c{d} (the innermost + j inside the vector
+    loop), index values by name."""
+
+    def coord(target: Any) -> str:
+        if isinstance(target, str):
+            return f"(long long){target}"
+        if per_element and target == rank - 1:
+            return f"(c{target} + j)"
+        return f"c{target}"
+
+    return coord
 
 
-def window_test(rv: ResizeVariant, w: int, rank: int, per_element: bool) -> str:
+def window_test(rv: ResizeVariant, w: int, coord: Callable[[Any], str]) -> str:
     ivs = rv.windows[w]
     if ivs is None:
         return "false"
     tests = []
     for m, iv in enumerate(ivs):
-        x = coordinate(iv.target, rank, per_element)
+        x = coord(iv.target)
         tests.append(f"(w{w}_{m}_lo <= {x} && {x} < w{w}_{m}_hi)")
     return " && ".join(tests) or "true"
 
 
-def pred_test(rv: ResizeVariant, i: int, rank: int, per_element: bool) -> str | None:
+def pred_test(rv: ResizeVariant, i: int, coord: Callable[[Any], str]) -> str | None:
     """The test access i is read under (None: always read)."""
     if not rv.preds[i]:
         return None
-    return " && ".join(f"({window_test(rv, w, rank, per_element)})" for w in rv.preds[i])
+    return " && ".join(f"({window_test(rv, w, coord)})" for w in rv.preds[i])
 
 
 def vector_load(rv: ResizeVariant, i: int, rank: int, dtype, hint: int, alias: bool) -> str | None:
     """Once per vector: access i's load in mode 'vec' under its window (None: no window)."""
-    test = pred_test(rv, i, rank, per_element=False)
+    test = pred_test(rv, i, loop_coords(rank, False))
     if test is None:
         return None
     if alias:
         return f"fc_load_vec_or_zero<FC_VEC>(a{i} + a{i}_off[u], {test})"
     return f"fc_load_vec_if<FC_VEC, {hint}>(a{i} + a{i}_off[u], {test})"
+
+
+def gathered(rv: ResizeVariant, i: int) -> str:
+    """The index values' part of access i's address."""
+    return "".join(f" + (idx_t){v} * a{i}_g{k}" for k, v in enumerate(rv.gathers[i]))
 
 
 def scalar_load(rv: ResizeVariant, i: int, rank: int, dtype, mode: str) -> str:
@@ -109,8 +122,8 @@ def scalar_load(rv: ResizeVariant, i: int, rank: int, dtype, mode: str) -> str:
     addr = f"a{i}_off[u]"
     if mode != "bcast":
         addr += f" + j * a{i}_s{rank - 1}"
-    addr += "".join(f" + (idx_t){v} * a{i}_g{k}" for k, v in enumerate(rv.gathers[i]))
-    test = pred_test(rv, i, rank, per_element=mode != "bcast")
+    addr += gathered(rv, i)
+    test = pred_test(rv, i, loop_coords(rank, mode != "bcast"))
     raw = f"a{i}[{addr}]"
     return raw if test is None else f"(({test}) ? {raw} : fc_zero<{mt}>())"
 
@@ -118,9 +131,8 @@ def scalar_load(rv: ResizeVariant, i: int, rank: int, dtype, mode: str) -> str:
 def gathered_vector(rv: ResizeVariant, i: int, rank: int, hint: int, alias: bool) -> str:
     """Mode 'vgather': the vector read at the loop's first element, where the index values
     (the same for the whole vector) are known."""
-    addr = f"a{i} + a{i}_off[u]" + "".join(
-        f" + (idx_t){v} * a{i}_g{k}" for k, v in enumerate(rv.gathers[i]))
-    test = pred_test(rv, i, rank, per_element=True) or "true"
+    addr = f"a{i} + a{i}_off[u]" + gathered(rv, i)
+    test = pred_test(rv, i, loop_coords(rank, True)) or "true"
     load = (f"fc_load_vec_or_zero<FC_VEC>({addr}, {test})" if alias
             else f"fc_load_vec_if<FC_VEC, {hint}>({addr}, {test})")  # fmt: skip
     return f"if (j == 0) a{i}_v[u] = {load};"
@@ -136,17 +148,17 @@ def scatter_store(rv: ResizeVariant, i: int, rank: int, value: str, accumulate: 
     return f"o{i}[{addr}] = {value};"
 
 
-def resize_stmt(rv: ResizeVariant, stmt, rank: int, checks: tuple) -> str | None:
+def resize_stmt(rv: ResizeVariant, stmt, coord: Callable[[Any], str], checks: tuple) -> str | None:
     """The 'guard', 'position' and 'index' statements (None for any other)."""
     attrs = dict(stmt.attrs)
     if stmt.op == "guard":
-        return decl("bool", stmt.var, window_test(rv, attrs["guard"], rank, per_element=True))
+        return decl("bool", stmt.var, window_test(rv, attrs["guard"], coord))
     if stmt.op == "position":
         k = attrs["position"]
         target = rv.positions[k]
         if target is None:
             return decl("long long", stmt.var, f"q{k}_b")
-        return decl("long long", stmt.var, f"q{k}_a * {coordinate(target, rank, True)} + q{k}_b")
+        return decl("long long", stmt.var, f"q{k}_a * {coord(target)} + q{k}_b")
     if stmt.op == "index":
         k = attrs["check"]
         what = checks[k].what.replace('"', "'")

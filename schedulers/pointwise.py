@@ -126,7 +126,9 @@ class _Lowering(ResizeLowering):
         if index in self.input_pos:
             self.accesses.append(Access(self.input_pos[index], index, dim_map, info.dtype,
                                         self.frame))  # fmt: skip
-            var = self.emit(info.dtype, "load", (len(self.accesses) - 1,))
+            # an address that takes index values depends on them (Note [Gather loads])
+            var = self.emit(info.dtype, "load", (len(self.accesses) - 1,
+                                                 *self.index_values(dim_map, self.frame)))
         else:
             rec = self.producers[index]
             var = self.op(rec, dim_map, index)

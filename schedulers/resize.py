@@ -88,6 +88,13 @@ class ResizeLowering:
             return self.iota(rec, out_map)
         return self.triu(rec, out_map)
 
+    @staticmethod
+    def index_values(dim_map: tuple, frames: tuple) -> tuple[str, ...]:
+        """The index values a read through `dim_map` inside `frames` takes its address from."""
+        names = [m for m in dim_map if isinstance(m, str)]
+        names += [m for f in frames for m in f.out_map if isinstance(m, str)]
+        return tuple(dict.fromkeys(names))
+
     def framed(self, frame: ResizeFrame) -> str:
         """The frame's output: its source lowered in its own dims inside the frame."""
         outer = self.frame
@@ -102,7 +109,8 @@ class ResizeLowering:
         key = (*self.frame, frame)
         if key not in self.guards:
             self.guards.append(key)
-        return self.emit(DataType.Bool, "guard", attrs=(("guard", self.guards.index(key)),))
+        return self.emit(DataType.Bool, "guard", self.index_values((), key),
+                         attrs=(("guard", self.guards.index(key)),))  # fmt: skip
 
     def padded(self, rec: Record, out_map: tuple) -> str:
         dtype = self.info(rec.outputs[0].index).dtype
@@ -180,7 +188,8 @@ class ResizeLowering:
         pos = Position(self.frame, entry)
         if pos not in self.positions:
             self.positions.append(pos)
-        return self.emit(DataType.Int, "position", attrs=(("position", self.positions.index(pos)),))
+        return self.emit(DataType.Int, "position", self.index_values((entry,), self.frame),
+                         attrs=(("position", self.positions.index(pos)),))  # fmt: skip
 
     def iota(self, rec: Record, out_map: tuple) -> str:
         """start + step * i in the output's dtype (double math for floats, as torch.arange)."""
@@ -563,3 +572,41 @@ def index_bound(sizes: Sequence[int], strides: Sequence[Sequence[int]], layout: 
                                          for v, g in r.gathers.items())  # fmt: skip
         biggest = max(biggest, reach)
     return biggest
+
+
+# ---- what a position or window may resolve to, whatever the sizes (for the reduction
+# scheduler's split of row-level and element-level values) -----------------------------------
+
+
+def position_targets(frames: Sequence, entries: set) -> set:
+    """The loop dims and index values positions along `entries` of the innermost frame's
+    source space may resolve to (None: a constant); a reshape may send them anywhere."""
+    for frame in reversed(frames):
+        nxt: set = set()
+        for e in entries:
+            if e is None or isinstance(e, str):
+                nxt.add(e)
+            elif isinstance(frame, ReshapeFrame):
+                nxt |= set(frame.out_map)
+            elif frame.record.name == "select":
+                dim = frame.record.kw("dim") % (len(frame.out_map) + 1)
+                nxt.add(None if e == dim else frame.out_map[e - (e > dim)])
+            else:
+                nxt.add(frame.out_map[e])
+        entries = nxt
+    return entries
+
+
+def guard_targets(frames: Sequence) -> set:
+    """What a window's test may read: the pad's padded dims or the cat dim, resolved."""
+    frame = frames[-1]
+    rec, rank = frame.record, len(frame.out_map)
+    if rec.name == "cat":
+        dims = {rec.kw("dim") % rank}
+    else:
+        widths = rec.kw("pad_widths")
+        if isinstance(widths, Ref):  # a vector: any dim may be padded
+            dims = set(range(rank))
+        else:
+            dims = {rank - 1 - k // 2 for k, w in enumerate(widths) if w != 0 and k // 2 < rank}
+    return position_targets(frames[:-1], {frame.out_map[d] for d in dims})

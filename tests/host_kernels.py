@@ -86,6 +86,7 @@ inline float erfinvf(float y) { return (float)fc_host_erfinv(y); }
 inline double erfinv(double y) { return fc_host_erfinv(y); }
 inline float erfcinvf(float y) { return (float)fc_host_erfinv(1.0 - y); }
 inline double erfcinv(double y) { return fc_host_erfinv(1.0 - y); }
+inline float __fdividef(float a, float b) { return a / b; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float rsqrt(float x) { return 1.0f / sqrtf(x); }
@@ -174,6 +175,7 @@ template <int N, typename T> inline void fc_store_vec(T* p, const fc_vec<T, N>& 
 }
 template <int N, int Hint, typename T> inline void fc_store_vec_hint(T* p, const fc_vec<T, N>& v) { fc_store_vec<N>(p, v); }
 template <typename T> inline T fc_ldg(const T* p) { return *p; }
+template <typename T> inline void fc_opaque(const T*&) {}
 template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
 inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { unsigned old = *p; if (old == cmp) *p = v; return old; }
 inline long long atomicMax(long long* p, long long v) { long long old = *p; if (v > old) *p = v; return old; }
@@ -191,7 +193,7 @@ static std::vector<std::unique_ptr<std::barrier<>>> fc_warp_barriers;
 static unsigned fc_vote[1024];
 inline void __syncthreads() { fc_block_barrier->arrive_and_wait(); }
 inline unsigned __ballot_sync(unsigned, bool p) {
-  const unsigned t = threadIdx.x, w = t / 32;
+  const unsigned t = threadIdx.y * blockDim.x + threadIdx.x, w = t / 32;
   fc_vote[t] = p;
   fc_warp_barriers[w]->arrive_and_wait();
   unsigned m = 0;
@@ -200,6 +202,24 @@ inline unsigned __ballot_sync(unsigned, bool p) {
   return m;
 }
 inline int __ffs(unsigned x) { return __builtin_ffs(x); }
+static unsigned char fc_swap[1024][64];
+template <typename T> inline T fc_host_shfl(T v, unsigned src) {
+  static_assert(sizeof(T) <= 64, "shuffled values up to 64 bytes");
+  const unsigned t = threadIdx.y * blockDim.x + threadIdx.x, w = t / 32;
+  memcpy(fc_swap[t], &v, sizeof(T));
+  fc_warp_barriers[w]->arrive_and_wait();
+  T out;
+  memcpy(&out, fc_swap[w * 32 + (src & 31)], sizeof(T));
+  fc_warp_barriers[w]->arrive_and_wait();
+  return out;
+}
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int m, int = 32) {
+  return fc_host_shfl(v, ((threadIdx.y * blockDim.x + threadIdx.x) & 31) ^ m);
+}
+template <typename T> inline T __shfl_sync(unsigned, T v, int src, int = 32) { return fc_host_shfl(v, src); }
+template <typename T> inline T __shfl_down_sync(unsigned, T v, unsigned d, int = 32) {
+  return fc_host_shfl(v, ((threadIdx.y * blockDim.x + threadIdx.x) & 31) + d);
+}
 """
 
 
@@ -216,29 +236,35 @@ def _library(source: str) -> tuple[Any, str, list[str]]:
     name, params = _PARAMS.search(source).groups()
     decls = [p.strip() for p in params.split(",")]
     names = [d.split()[-1] for d in decls]
-    lockstep = "__syncthreads" in source or "__ballot_sync" in source
-    body = "\n".join([HOST_CORE, LOCKSTEP if lockstep else "", (PRELUDE_DIR / "math.cuh").read_text(),
-                      (PRELUDE_DIR / "index.cuh").read_text(), _strip_prelude(source)])  # fmt: skip
+    lockstep = "__syncthreads" in source or "__ballot_sync" in source or "fc_row_reduce" in source
+    parts = [HOST_CORE, LOCKSTEP if lockstep else "", (PRELUDE_DIR / "math.cuh").read_text()]
+    if "fusion-cache prelude: core, math, reduce" in source:
+        parts.append((PRELUDE_DIR / "reduce.cuh").read_text())
+    body = "\n".join(parts + [(PRELUDE_DIR / "index.cuh").read_text(), _strip_prelude(source)])
     call = f"{name}({', '.join(names)});"
-    head = (f'\nextern "C" int fc_host_launch(unsigned gx, unsigned gy, unsigned bx, '
-            f'{", ".join(decls)}) {{\n  gridDim.x = gx; gridDim.y = gy; blockDim.x = bx;\n')
+    head = (f'\nextern "C" int fc_host_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by_, '
+            f'{", ".join(decls)}) {{\n  gridDim.x = gx; gridDim.y = gy; blockDim.x = bx; '
+            "blockDim.y = by_;\n")
     if not lockstep:
         wrapper = head + (
             "  try {\n    for (unsigned by = 0; by < gy; ++by) for (unsigned b = 0; b < gx; ++b)\n"
-            "      for (unsigned t = 0; t < bx; ++t) {\n"
-            f"        blockIdx.x = b; blockIdx.y = by; threadIdx.x = t; {call}\n      }}\n"
+            "      for (unsigned t = 0; t < bx * by_; ++t) {\n"
+            "        blockIdx.x = b; blockIdx.y = by; threadIdx.x = t % bx; threadIdx.y = t / bx;\n"
+            f"        {call}\n      }}\n"
             '  } catch (const std::exception& e) { fprintf(stderr, "%s\\n", e.what()); return 1; }\n'
             "  return 0;\n}\n")  # fmt: skip
     else:
         wrapper = head + (
-            "  std::barrier<> block(bx);\n  fc_block_barrier = &block;\n"
+            "  const unsigned n = bx * by_;\n"
+            "  std::barrier<> block(n);\n  fc_block_barrier = &block;\n"
             "  fc_warp_barriers.clear();\n"
-            "  for (unsigned w = 0; w < bx / 32; ++w) fc_warp_barriers.emplace_back(new std::barrier<>(32));\n"
+            "  for (unsigned w = 0; w < (n + 31) / 32; ++w)\n"
+            "    fc_warp_barriers.emplace_back(new std::barrier<>(n - 32 * w < 32 ? n - 32 * w : 32));\n"
             "  int failed = 0;\n"
             "  for (unsigned by = 0; by < gy; ++by) for (unsigned b = 0; b < gx; ++b) {\n"
             "    std::vector<std::thread> threads;\n"
-            "    for (unsigned t = 0; t < bx; ++t) threads.emplace_back([&, t] {\n"
-            "      blockIdx.x = b; blockIdx.y = by; threadIdx.x = t;\n"
+            "    for (unsigned t = 0; t < n; ++t) threads.emplace_back([&, t] {\n"
+            "      blockIdx.x = b; blockIdx.y = by; threadIdx.x = t % bx; threadIdx.y = t / bx;\n"
             f"      try {{ {call} }} catch (const std::exception& e) {{\n"
             '        fprintf(stderr, "%s\\n", e.what()); failed = 1;\n'
             "        block.arrive_and_drop(); fc_warp_barriers[t / 32]->arrive_and_drop();\n      }\n"
@@ -271,11 +297,13 @@ def launch_on_host(launch: Any, values: list, outs: list, work: list) -> None:
     slots = [(i, a) for i, a in enumerate(launch.args) if hasattr(a, "kind")]
     args = fill_args(launch.args, slots, values, outs, work)
     fn = lib.fc_host_launch
-    fn.argtypes = [ctypes.c_uint] * 3 + [_CTYPES[t] for t in launch.arg_types]
+    fn.argtypes = [ctypes.c_uint] * 4 + [_CTYPES[t] for t in launch.arg_types]
     fn.restype = ctypes.c_int
-    if launch.grid[2] != 1 or launch.block[1:] != (1, 1):
-        raise NotImplementedError("host runs cover 2-D grids and 1-D blocks")
-    if fn(launch.grid[0], launch.grid[1], launch.block[0], *args):
+    if launch.grid[2] != 1 or launch.block[2] != 1:
+        raise NotImplementedError("host runs cover 2-D grids and blocks")
+    if "__cluster_dims__" in launch.source or launch.cooperative or launch.shared_mem:
+        raise NotImplementedError("host runs have no clusters, grid barriers or dynamic shared memory")
+    if fn(launch.grid[0], launch.grid[1], launch.block[0], launch.block[1], *args):
         raise RuntimeError(f"{launch.name} failed on the host (see stderr)")
 
 

@@ -57,8 +57,7 @@ def close(got, want, dtype):
 # ---- patterns ------------------------------------------------------------------------------
 
 # launches a run takes: embedding backward in bf16 accumulates in float, then casts (its own
-# kernel); cross-entropy forward is one reduction kernel once the reduction scheduler reads
-# through take_along_axis (issue #27)
+# kernel); the other patterns' counts are in resize_patterns.py
 KERNELS = {("embedding_bwd", torch.bfloat16): 3}
 
 
@@ -267,6 +266,89 @@ def test_out_of_range_index_stops_the_kernel():
         run_plan_on_host(fd, [x, torch.tensor([1, 6])])
     with pytest.raises(RuntimeError, match="failed on the host"):
         run_plan_on_host(fd, [x, torch.tensor([-1, 2])])
+
+
+# ---- the reduction scheduler's prologues and epilogues -------------------------------------
+
+
+def _sum_slice(fd, x, _):
+    fd.add_output(fd.ops.sum(fd.ops.slice(x, [2, 3], [30, -3]), [1]))
+
+
+def _softmax_cat(fd, x, y):
+    c = fd.ops.cat([x, y], 1)
+    m = fd.ops.max(c, [1])
+    e = fd.ops.exp(fd.ops.sub(c, fd.ops.broadcast(m, [False, True])))
+    fd.add_output(fd.ops.div(e, fd.ops.broadcast(fd.ops.sum(e, [1]), [False, True])))
+
+
+def _padded_rows(fd, x, _):
+    p = fd.ops.pad(x, [0, 0, 2, 3], fd.define_scalar(1.0))
+    fd.add_output(fd.ops.sum(fd.ops.mul(p, p), [1]))
+
+
+def _gathered_sum(fd, x, y):
+    index = fd.ops.cast(fd.ops.mul(fd.ops.abs(y), 10.0), DataType.Int)
+    fd.add_output(fd.ops.sum(fd.ops.gather(x, fd.ops.slice(index, [0, 0], [37, 15]), 1), [1]))
+
+
+def _first_above(fd, x, _):
+    n, v = fd.ops.tensor_sizes(x)
+    cols = fd.ops.broadcast_in_dim(fd.ops.iota(v, dtype=DataType.Float), [n, v], [1])
+    fd.add_output(fd.ops.min(fd.ops.where(fd.ops.gt(x, 1.0), cols, fd.define_scalar(1e9)), [1]))
+
+
+REDUCTIONS = {"sum_slice": _sum_slice, "softmax_cat": _softmax_cat, "padded_rows": _padded_rows,
+              "gathered_sum": _gathered_sum, "first_above": _first_above}  # fmt: skip
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reductions_read_through_resize_ops_in_one_kernel(name):
+    x, y = rand((37, 53)), rand((37, 20), seed=1)
+    with FusionDefinition() as fd:
+        REDUCTIONS[name](fd, fd.from_pytorch(x), fd.from_pytorch(y))
+    ran: list = []
+    got = run_plan_on_host(fd, [x, y], ran)
+    assert [k.name for k in ran] == ["fc_inner_reduction"]
+    for g, w in zip(got, fd.execute([x, y])):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def _thunder_cross_entropy(fd, n, v):
+    """Thunder's cross-entropy fusion (labels shifted by a pad and a slice, a float index
+    from a `where`, the mean over rows kept), as nvFuser received it."""
+    logits = fd.define_tensor(shape=[1, -1, -1], contiguity=[None, True, True], dtype=DataType.BFloat16)
+    labels = fd.define_tensor(shape=[1, -1], contiguity=[None, True], dtype=DataType.Int)
+    x = fd.ops.reshape(fd.ops.cast(logits, DataType.Float), new_shape=[n, v])
+    shifted = fd.ops.slice(fd.ops.pad(labels, [0, 1, 0, 0], fd.define_scalar(-100)), [0, 1], [1, n + 1],
+                           [1, 1], manual_normalization=0)  # fmt: skip
+    t = fd.ops.reshape(shifted, new_shape=[n])
+    keep = fd.ops.ne(t, fd.define_scalar(-100))
+    zero = fd.define_scalar(0.0, dtype=DataType.Float)
+    rows = fd.ops.at(fd.ops.shape(t), index=-1)
+    index = fd.ops.broadcast_in_dim(fd.ops.where(keep, t, zero), shape=[rows, 1], broadcast_dims=[0])
+    picked = fd.ops.reshape(fd.ops.take_along_axis(x, index, dim=1), new_shape=[rows])
+    m = fd.ops.max(x, dims=[1])
+    lse = fd.ops.log(fd.ops.sum(fd.ops.exp(fd.ops.sub(x, fd.ops.broadcast_in_dim(m, [rows, 1], [0]))), [1]))
+    loss = fd.ops.where(keep, fd.ops.neg(fd.ops.sub(fd.ops.sub(picked, m), lse)), zero)
+    count = fd.ops.cast(fd.ops.sum(keep, dims=[0]), DataType.Float)
+    fd.add_output(fd.ops.div(fd.ops.sum(loss, dims=[0]), count))
+
+
+@needs_gxx
+def test_thunder_cross_entropy_takes_two_reduction_kernels():
+    n, v = 40, 301
+    with FusionDefinition() as fd:
+        _thunder_cross_entropy(fd, n, v)
+    logits = rand((1, n, v), torch.bfloat16)
+    labels = torch.randint(0, v, (1, n), generator=torch.Generator().manual_seed(3))
+    labels[0, 7] = -100
+    ran: list = []
+    (got,) = run_plan_on_host(fd, [logits, labels], ran)
+    assert [k.name for k in ran] == ["fc_inner_reduction"] * 2  # rows' losses, then their mean
+    want = torch.nn.functional.cross_entropy(logits[0, :-1].float(), labels[0, 1:], ignore_index=-100)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_kernel_source_names_the_op_in_its_assert():
