@@ -79,13 +79,8 @@ def test_pattern_kernels_and_values(name, dtype):
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 def test_patterns_precompile_at_benchmark_sizes(name):
     """The benchmark shapes plan (meta tensors) as the small ones do."""
-    sizes = {"rope_fwd": (8, 32, 2048, 128), "rope_bwd": (8, 32, 2048, 128),
-             "kv_append": (8, 32, 2047, 128), "kv_pad_cat": (8, 32, 2047, 128),
-             "cat3": (8192, 4096), "pad": (8191, 4095), "embedding_fwd": (50304, 768, 8, 1024),
-             "embedding_bwd": (50304, 768, 8, 1024), "ce_fwd": (8192, 50304),
-             "ce_bwd": (8192, 50304)}  # fmt: skip
     pattern = PATTERNS[name]
-    inputs = pattern.make(torch.bfloat16, "meta", sizes[name])
+    inputs = pattern.make(torch.bfloat16, "meta", pattern.big)
     assert len(launches(define(pattern, torch.bfloat16), inputs)) == KERNELS.get(
         (name, torch.bfloat16), pattern.kernels)
 
