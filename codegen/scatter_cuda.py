@@ -38,18 +38,20 @@ def _acc_type(dtype) -> str:
     return {"fc_half": "float", "fc_bf16": "float", "bool": "int", "int": "long long"}.get(mt, mt)
 
 
-def render_ordered_accumulate(out_dtype, index_dtype, value_dtype, rest: int) -> str:
+def render_ordered_accumulate(out_dtype, index_dtype, value_dtype, rest: int, sum_dtype=None,
+                              fill: bool = False) -> str:  # fmt: skip
     """out [V, H] (row-major), index [N] (stride), value [N, *rest] (strides); `rest` dims
-    flattened into H column by column."""
+    flattened into H column by column. Sums in `sum_dtype`'s accumulator type (out's by
+    default), started from `out` or, with `fill`, from the argument `fill`."""
     mt, it, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
-    at = _acc_type(out_dtype)
-    ROWS = rows_for(out_dtype)
+    at = _acc_type(sum_dtype or out_dtype)
+    ROWS = rows_for(sum_dtype or out_dtype)
     rest_params = "".join(f", idx_t n{d}, idx_t vs{d}" for d in range(rest))
     lines = [prelude_source("core", "math", "index"), "typedef long long idx_t;",
              f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ACCUMULATE_NAME}(',
              f"    {mt}* __restrict__ out, const {it}* __restrict__ index, idx_t index_s,",
              f"    const {vt}* __restrict__ value, idx_t value_s{rest_params},",
-             "    idx_t N, idx_t V, idx_t H) {",
+             f"    idx_t N, idx_t V, idx_t H{', double fill' if fill else ''}) {{",
              f"  __shared__ {at} sums[{ROWS}][{BLOCK}];",
              f"  __shared__ long long rows[{CHUNK}];",
              f"  const idx_t v0 = (idx_t)blockIdx.x * {ROWS};",
@@ -62,9 +64,10 @@ def render_ordered_accumulate(out_dtype, index_dtype, value_dtype, rest: int) ->
              "    idx_t rem = mine ? col : 0;"]  # fmt: skip
     for d in range(rest - 1, -1, -1):
         lines.append(f"    voff += (rem % n{d}) * vs{d}; rem /= n{d};")
+    start = f"({at})fill" if fill else f"({at})fc_widen(out[(v0 + r) * H + col])"
     lines += ["  }",
               f"  for (int r = 0; r < {ROWS}; ++r)",
-              f"    sums[r][threadIdx.x] = (mine && v0 + r < V) ? ({at})fc_widen(out[(v0 + r) * H + col]) : ({at})0;",
+              f"    sums[r][threadIdx.x] = (mine && v0 + r < V) ? {start} : ({at})0;",
               f"  for (idx_t c0 = 0; c0 < N; c0 += {CHUNK}) {{",
               "    __syncthreads();",
               f"    const idx_t n = N - c0 < {CHUNK} ? N - c0 : {CHUNK};",

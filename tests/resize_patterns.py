@@ -57,7 +57,6 @@ def _cat3_odd_inputs(dtype, device, shape):
 
 
 PATTERNS = {name: _from_case(name) for name in RESIZE}
-PATTERNS["embedding_bwd"] = _from_case("embedding_bwd", 2)  # the output set, then the adds
 PATTERNS["pad_unaligned"] = Pattern(
     _pad_unaligned, lambda dtype, device, shape: [torch.randn(shape).to(dtype=dtype, device=device)],
     lambda x: F.pad(x, [1, 2, 3, 1], value=0.5), 1, (5, 7), (8191, 4095))
