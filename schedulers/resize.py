@@ -34,7 +34,7 @@ from fusion_cache.ir.interpret.resize import slice_bounds
 from fusion_cache.ir.view import Keep, analyze_view, apply_view_strides
 
 from .base import SchedulerRefused
-from .layout import row_major
+from .layout import collapse, row_major
 from .views import ReshapeFrame
 
 FRAMED = {"slice", "select", "pad", "cat"}
@@ -438,29 +438,9 @@ def resize_layout(program: Any, values: Sequence[Any], env: dict,
 
 def collapse_keeping(sizes: Sequence[int], strides: Sequence[Sequence[int]],
                      keep: frozenset[int]) -> tuple[list[int], list[list[int]], list]:  # fmt: skip
-    """layout.collapse, but dims in `keep` stay dims of their own; also returns each loop
-    dim's collapsed dim (None for a dropped size-1 dim)."""
-    out_sizes: list[int] = []
-    out_strides: list[list[int]] = [[] for _ in strides]
+    """layout.collapse with `keep` dims of their own, and each loop dim's collapsed dim."""
     dim_of: list = [None] * len(sizes)
-    last_kept = False
-    for d in range(len(sizes)):
-        if sizes[d] == 1:
-            continue
-        mergeable = out_sizes and not last_kept and d not in keep and all(
-            s[-1] == t[d] * sizes[d] for s, t in zip(out_strides, strides))  # fmt: skip
-        if mergeable:
-            out_sizes[-1] *= sizes[d]
-            for s, t in zip(out_strides, strides):
-                s[-1] = t[d]
-        else:
-            out_sizes.append(sizes[d])
-            for s, t in zip(out_strides, strides):
-                s.append(t[d])
-        dim_of[d] = len(out_sizes) - 1
-        last_kept = d in keep
-    if not out_sizes:
-        return [1], [[0] for _ in strides], dim_of
+    out_sizes, out_strides = collapse(sizes, strides, keep=keep, dim_of=dim_of)
     return out_sizes, out_strides, dim_of
 
 
@@ -471,7 +451,7 @@ def resize_variant(program: Any, layout: ResizeLayout, sizes: Sequence[int], dim
     and vector width `vec`; `ok(ptr, dtype, vec, inner, outer)` says whether a vector load
     is aligned (layout.vector_ok). Modes follow the statements in order, as whether an index
     value is the same across a vector depends on the loads it comes from."""
-    from codegen.resize_cuda import Interval, ResizeVariant
+    from codegen.resize_cuda import Interval
 
     last = len(sizes) - 1
 
@@ -503,6 +483,16 @@ def resize_variant(program: Any, layout: ResizeLayout, sizes: Sequence[int], dim
                 varies.add(st.var)
         elif any(o in varies for o in operands):
             varies.add(st.var)
+    rv, args = assemble(program, layout, tuple(windows),
+                        tuple(target(t) for t, _, _ in layout.positions))
+    return modes, rv, args
+
+
+def assemble(program: Any, layout: ResizeLayout, windows: tuple, positions: tuple) -> tuple:
+    """(the ResizeVariant, its kernel arguments) of a program whose windows' and positions'
+    targets a kernel has named; the arguments in resize_params' order."""
+    from codegen.resize_cuda import ResizeVariant
+
     def names(r: Read | None) -> tuple[str, ...]:
         return tuple(sorted(r.gathers, key=lambda v: int(v[1:]))) if r is not None else ()
 
@@ -510,9 +500,8 @@ def resize_variant(program: Any, layout: ResizeLayout, sizes: Sequence[int], dim
     store_gathers = tuple(names(w) for w in layout.writes)
     rv = ResizeVariant(
         offsets=tuple(any(isinstance(f, ResizeFrame) for f in a.frames) for a in program.accesses),
-        gathers=gathers, windows=tuple(windows), preds=tuple(layout.preds),
-        positions=tuple(target(t) for t, _, _ in layout.positions), checks=len(program.checks),
-        store_gathers=store_gathers,
+        gathers=gathers, windows=windows, preds=tuple(layout.preds), positions=positions,
+        checks=len(program.checks), store_gathers=store_gathers,
     )  # fmt: skip
     args: list = [r.offset for r, on in zip(layout.reads, rv.offsets) if on]
     args += [r.gathers[v] for r, vs in zip(layout.reads, gathers) for v in vs]
@@ -522,8 +511,7 @@ def resize_variant(program: Any, layout: ResizeLayout, sizes: Sequence[int], dim
             args += [lo, hi]
     for _, a, b in layout.positions:
         args += [a, b]
-    args += _check_extents(program, layout)
-    return modes, rv, args
+    return rv, args + _check_extents(program, layout)
 
 
 def _check_extents(program: Any, layout: ResizeLayout) -> list[int]:

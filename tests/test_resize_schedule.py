@@ -332,18 +332,23 @@ def _thunder_cross_entropy(fd, n, v):
     fd.add_output(fd.ops.div(fd.ops.sum(loss, dims=[0]), count))
 
 
-@needs_gxx
-def test_thunder_cross_entropy_takes_two_reduction_kernels():
-    n, v = 40, 301
+def thunder_case(n: int, v: int) -> tuple:
+    """(Thunder's cross-entropy fusion, its logits and labels (one ignored), the loss)."""
     with FusionDefinition() as fd:
         _thunder_cross_entropy(fd, n, v)
     logits = rand((1, n, v), torch.bfloat16)
     labels = torch.randint(0, v, (1, n), generator=torch.Generator().manual_seed(3))
     labels[0, 7] = -100
+    want = torch.nn.functional.cross_entropy(logits[0, :-1].float(), labels[0, 1:], ignore_index=-100)
+    return fd, logits, labels, want
+
+
+@needs_gxx
+def test_thunder_cross_entropy_takes_two_reduction_kernels():
+    fd, logits, labels, want = thunder_case(40, 301)
     ran: list = []
     (got,) = run_plan_on_host(fd, [logits, labels], ran)
     assert [k.name for k in ran] == ["fc_inner_reduction"] * 2  # rows' losses, then their mean
-    want = torch.nn.functional.cross_entropy(logits[0, :-1].float(), labels[0, 1:], ignore_index=-100)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -402,18 +407,25 @@ def _random_chain(rng: random.Random, fd, t, shape: list[int], reshape: bool):
     return t
 
 
-@needs_gxx
-@pytest.mark.parametrize("seed", range(16))
-def test_random_resize_chains_in_one_kernel(seed):
+def chain_case(seed: int, most: int) -> tuple:
+    """(a fusion of a random chain of resize ops, its input: dims up to `most`, half of them
+    non-contiguous)."""
     rng = random.Random(seed)
-    shape = [rng.randint(1, 6) for _ in range(3)]
+    shape = [rng.randint(1, most) for _ in range(3)]
     x = rand(shape, seed=seed)
     strided = rng.random() < 0.5
-    if strided:  # a non-contiguous input
+    if strided:
         x = rand([shape[2], shape[1], shape[0]], seed=seed).permute(2, 1, 0)
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[-1, -1, -1], contiguity=[False] * 3)
         fd.add_output(_random_chain(rng, fd, t, list(shape), reshape=not strided))
+    return fd, x
+
+
+@needs_gxx
+@pytest.mark.parametrize("seed", range(16))
+def test_random_resize_chains_in_one_kernel(seed):
+    fd, x = chain_case(seed, 6)
     ran: list = []
     (got,) = run_plan_on_host(fd, [x], ran)
     assert len(ran) == 1

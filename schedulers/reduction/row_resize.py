@@ -7,7 +7,7 @@ from typing import Any
 
 from codegen.resize_cuda import Interval, ResizeVariant
 
-from ..resize import ResizeFrame
+from ..resize import assemble
 from .problem import Problem
 
 
@@ -41,29 +41,8 @@ def gathered_modes(p: Problem, modes: list[str]) -> tuple[list[str], set[int]]:
 
 def row_resize(p: Problem) -> tuple[ResizeVariant, list]:
     """The row kernel's ResizeVariant and its arguments (after the scalars)."""
-    layout, program = p.resize, p.program
-
-    def names(r: Any) -> tuple[str, ...]:
-        return tuple(sorted(r.gathers, key=lambda v: int(v[1:])))
-
-    gathers = tuple(names(r) for r in layout.reads)
+    layout = p.resize
     windows = tuple(None if w is None else tuple(Interval(_target(p, t), _target(p, t) != "k")
                                                  for t, _, _ in w) for w in layout.windows)  # fmt: skip
-    rv = ResizeVariant(
-        offsets=tuple(any(isinstance(f, ResizeFrame) for f in a.frames) for a in program.accesses),
-        gathers=gathers, windows=windows, preds=tuple(layout.preds),
-        positions=tuple(None if t is None else _target(p, t) for t, _, _ in layout.positions),
-        checks=len(program.checks),
-    )  # fmt: skip
-    args: list = [r.offset for r, on in zip(layout.reads, rv.offsets) if on]
-    args += [r.gathers[v] for r, vs in zip(layout.reads, gathers) for v in vs]
-    for w in layout.windows:
-        for _, lo, hi in w or ():
-            args += [lo, hi]
-    for _, a, b in layout.positions:
-        args += [a, b]
-    extents = [0] * len(program.checks)
-    for st in program.stmts:
-        if st.op == "index":
-            extents[dict(st.attrs)["check"]] = layout.extents[st.var]
-    return rv, args + extents
+    positions = tuple(None if t is None else _target(p, t) for t, _, _ in layout.positions)
+    return assemble(p.program, layout, windows, positions)

@@ -5,7 +5,6 @@ deterministic), reductions reading through resize ops, random resize chains, and
 device-side assert of an index out of range (in a child process: it ends the context)."""
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ import textwrap
 import pytest
 import torch
 from resize_patterns import PATTERNS, define
-from test_resize_schedule import DATA, REDUCTIONS, _all_ops, _random_chain, _thunder_cross_entropy
+from test_resize_schedule import DATA, REDUCTIONS, _all_ops, chain_case, thunder_case
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
 
@@ -171,34 +170,20 @@ def test_reductions_read_through_resize_ops(name):
 
 
 def test_thunder_cross_entropy():
-    n, v = 1024, 32064
-    with FusionDefinition() as fd:
-        _thunder_cross_entropy(fd, n, v)
-    logits = rand((1, n, v), torch.bfloat16)
-    labels = torch.randint(0, v, (1, n), device=CUDA)
-    labels[0, 11] = -100
+    fd, logits, labels, want = thunder_case(1024, 32064)
     before = launches()
-    (got,) = fd.execute([logits, labels])
+    (got,) = fd.execute([logits.to(CUDA), labels.to(CUDA)])
     assert launches() - before == 2
-    want = torch.nn.functional.cross_entropy(logits[0, :-1].float(), labels[0, 1:], ignore_index=-100)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("seed", range(24))
 def test_random_resize_chains(seed):
-    rng = random.Random(seed)
-    shape = [rng.randint(1, 40) for _ in range(3)]
-    x = rand(shape, seed=seed)
-    strided = rng.random() < 0.5
-    if strided:
-        x = rand([shape[2], shape[1], shape[0]], seed=seed).permute(2, 1, 0)
-    with FusionDefinition() as fd:
-        t = fd.define_tensor(shape=[-1, -1, -1], contiguity=[False] * 3)
-        fd.add_output(_random_chain(rng, fd, t, list(shape), reshape=not strided))
+    fd, x = chain_case(seed, 40)
     before = launches()
-    (got,) = fd.execute([x])
+    (got,) = fd.execute([x.to(CUDA)])
     assert launches() - before == 1
-    torch.testing.assert_close(got.cpu(), fd.execute([x.cpu()])[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.cpu(), fd.execute([x])[0], rtol=1e-5, atol=1e-5)
 
 
 def test_embedding_max_norm_is_one_kernel():
