@@ -31,6 +31,8 @@ def _call(fn: str, args: tuple = (), kwargs: tuple = ()) -> str:
 
 # ops whose Python call returns a list of outputs
 LIST_RESULTS = frozenset({"tensor_sizes"})
+# ops that return more values than they record, as None (scaled_mm's block scale and gamma)
+_UNUSED_RESULTS = {"scaled_mm": 2}
 
 
 def format_record(r: Record) -> str | None:
@@ -48,6 +50,7 @@ def format_record(r: Record) -> str | None:
             return f"{lhs} = fd.define_vector({r.kw('size')}, dtype={r.kw('dtype')!r})"
         return f"{lhs} = {_call('fd.define_vector', (r.kw('elements'),), (('dtype', r.kw('dtype')),))}"
     if r.kind == "op":
+        lhs += ", _" * _UNUSED_RESULTS.get(r.name, 0)
         call = _call("fd.ops." + r.name, r.args, r.kwargs)
         if r.name in LIST_RESULTS:  # returns a list, even of one or none
             return f"{lhs}, = {call}" if len(r.outputs) == 1 else (f"{lhs} = {call}" if lhs else call)

@@ -16,6 +16,7 @@ from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.shapes import normalize_index
 from fusion_cache.frontend.values import ScalarInfo
 
+from .aten_shapes import ATEN_SHAPES
 from .interpret.resize import slice_bounds
 from .view import reshape_shape
 
@@ -74,6 +75,9 @@ def evaluate_shapes(records: Sequence[Record], infos: list, input_refs: Sequence
             env[r.outputs[0].index] = tuple(int(get(e)) for e in r.kw("elements"))
         elif r.kind == "op" and r.name == "tensor_sizes":
             env.update((o.index, int(n)) for o, n in zip(r.outputs, get(r.args[0])))
+        elif r.kind == "op" and r.name in ATEN_SHAPES:
+            for o, shape in zip(r.outputs, ATEN_SHAPES[r.name](r, get)):
+                env[o.index] = shape
         elif r.kind == "op":
             shape = _shape_op(r, infos, env, get, sizes)
             for o in r.outputs if r.name in _REDUCTIONS else r.outputs[:1]:
@@ -128,6 +132,10 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
         return tuple(e for i, e in enumerate(x) if i not in dims)
     if name == "full":
         return tuple(sizes(r.kw("shape")))
+    if name in ("uniform", "normal"):
+        return tuple(sizes(r.args[2]))
+    if name in ("rand_like", "randn_like"):
+        return tuple(x)
     if name == "reshape":
         return reshape_shape(f"reshape ({r.outputs[0]})", out_info.ndim, x, sizes(r.kw("new_shape")))
     if name in _RESIZE_SHAPES:
