@@ -95,6 +95,8 @@ def _cheap_scans(program: ScatterProgram, values: Any, env: dict) -> bool:
     out = tuple(env[program.out_state])
     rows, cols = out[0], math.prod(out[1:])
     n = math.prod(env[program.index_state])
+    if cols > 65535 * BLOCK:  # the ordered kernel's grid holds no wider rows
+        return False
     scans = -(-rows // rows_for(program.dtype)) * -(-cols // BLOCK) * n * 8
     return scans <= 4 * (rows * cols * 4 + n * cols * 2)
 

@@ -75,6 +75,9 @@ def _accumulate(program: Any, index: Any, value: Any, out_shape: tuple,
     args += [n, v, h] + ([program.fill] if fill else [])
     types = ("ptr", "ptr", "i64", "ptr", "i64") + ("i64",) * (2 * rest + 3) + ("f64",) * fill
     grid = (max(1, -(-v // sc.rows_for(program.dtype))), max(1, -(-h // sc.BLOCK)), 1)
+    if grid[1] > 65535:  # the grid's y dim: rows of at most 16.7M values
+        raise SchedulerRefused(f"{program.op} over rows of {h} values: too wide for the ordered "
+                               "kernel's grid")  # fmt: skip
     return KernelLaunch(sc.ACCUMULATE_NAME, source, grid, (sc.BLOCK, 1, 1), types, tuple(args))
 
 
