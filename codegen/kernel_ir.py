@@ -50,6 +50,9 @@ class Access:
     dtype: DataType
     # the reshapes, slices, pads and cat operands it is read through, innermost last
     frames: tuple[ReshapeFrame | ResizeFrame, ...] = ()
+    # Note [Index accesses]: "iota" reads no memory; its value is the element's index along
+    # the tensor's one dim (offset from the strides a plan gives it), input_pos is -1
+    virtual: str = ""
 
     @property
     def loop_map(self) -> tuple[int | None, ...]:
@@ -77,6 +80,8 @@ class Store:
     # loop dims or index values, as an Access's dim_map; None: the loop is the output
     dim_map: tuple | None = None
     accumulate: bool = False  # add to what is there (atomically), not overwrite
+    # the memory order a fresh output is written in (Note [Output layouts]); (): row-major
+    stride_order: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,13 @@ class PointwiseVariant:
 def arg_types(program: PointwiseProgram, variant: PointwiseVariant) -> tuple[str, ...]:
     idx = "i32" if variant.index_type == "int" else "i64"
     per_tensor = ("ptr",) + (idx,) * variant.rank
+    per_index = (idx,) * variant.rank  # Note [Index accesses]: strides, no pointer
     scalars = scalar_arg_types(program)
     extra = resize_arg_types(variant.resize, idx) if variant.resize is not None else ()
-    return (per_tensor * (len(program.accesses) + len(program.stores))
-            + (idx,) * (variant.rank + 1) + scalars + extra)  # fmt: skip
+    tensors = [per_index if a.virtual else per_tensor for a in program.accesses]
+    tensors += [per_tensor] * len(program.stores)
+    return (tuple(t for group in tensors for t in group) + (idx,) * (variant.rank + 1) + scalars
+            + extra)  # fmt: skip
 
 
 def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> str:
@@ -81,7 +84,8 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     for prefix, i, dtype, readonly in tensors:
         const = "const " if readonly else ""
         restrict = " __restrict__" if not program.has_alias else ""
-        params.append(" ".join((f"{const}{MEMORY_TYPE[dtype]}*{restrict}", f"{prefix}{i}")))
+        if not (prefix == "a" and program.accesses[i].virtual):
+            params.append(" ".join((f"{const}{MEMORY_TYPE[dtype]}*{restrict}", f"{prefix}{i}")))
         params += [f"idx_t {prefix}{i}_s{d}" for d in range(R)]
     params += [f"idx_t n{d}" for d in range(R)] + ["idx_t numel"]
     params += scalar_params(program)
@@ -173,6 +177,8 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt) -> 
     rv, R = variant.resize, variant.rank
 
     def load(i: int) -> str:
+        if program.accesses[i].virtual:  # Note [Index accesses]: the element's index
+            return f"(long long)(a{i}_off[u] + j * a{i}_s{variant.rank - 1})"
         mode = variant.load_modes[i]
         if mode in ("vec", "vgather"):
             return f"a{i}_v[u][j]"

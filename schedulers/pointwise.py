@@ -24,13 +24,13 @@ from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_inte
 from fusion_cache.frontend.ops.table import OPS, promoted_dtype
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import ScalarInfo, TensorInfo
+from fusion_cache.ir.output_layout import output_stride_orders, strides_for
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major, vector_ok
 from .resize import (
     FRAMED,
     GATHERS,
-    POSITIONAL,
     ResizeLowering,
     collapse_keeping,
     index_bound,
@@ -157,7 +157,7 @@ class _Lowering(ResizeLowering):
             return self.tensor(src.index, self.view_map(rec, out_map))
         if name == "reshape":
             return self.reshaped(rec, out_map)
-        if name in FRAMED or name in GATHERS or name in POSITIONAL:
+        if name in FRAMED or name in GATHERS:
             return self.resize_op(rec, out_map)
         if name in RANDOM_STMTS:
             return self.random(rec, out_map)
@@ -165,6 +165,8 @@ class _Lowering(ResizeLowering):
             fill = self.scalar(rec.kw("fill_value"))
             dt = rec.kw("dtype")
             return self.emit(dt, "cast", (fill,), compute=dt)
+        if name == "iota":
+            return self.iota(rec, out_map, index)
         raise SchedulerRefused(f"{name} ({rec.outputs[0]}) is not a pointwise op")
 
     def elementwise(self, rec: Record, out_map: tuple) -> str:
@@ -211,6 +213,19 @@ class _Lowering(ResizeLowering):
     def loop_rank(self, out_map: tuple) -> int:
         """The rank of the loop a value is read in (the outputs' rank here)."""
         return len(out_map)
+
+    def iota(self, rec: Record, out_map: tuple, index: int | None) -> str:
+        """start + i * step, i the element's index along the iota's dim (Note [Index
+        accesses]): an access of no tensor, whose offset the plan's strides make the index."""
+        if self.frame or any(isinstance(m, str) for m in out_map):
+            return self.positioned_iota(rec, out_map)  # Note [Resize frames] (resize.py)
+        state = rec.outputs[0].index
+        dt = self.info(state).dtype
+        self.accesses.append(Access(-1, state, tuple(out_map), DataType.Int, (), "iota"))
+        i = self.emit(DataType.Int, "load", (len(self.accesses) - 1,))
+        _, start, step = rec.args
+        scaled = self.emit(dt, "mul", (i, self.scalar(step)), compute=dt)
+        return self.emit(dt, "add", (scaled, self.scalar(start)), compute=dt)
 
     def reshaped(self, rec: Record, out_map: tuple) -> str:
         """The reshape's output read through `out_map`: its source, lowered in its own dims
@@ -274,14 +289,12 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
     low = _Lowering(fd, producers, input_pos)
     loop = tuple(range(rank))
     stores = []
-    for r in outs:
+    for r, order in zip(outs, output_stride_orders(fd)):
         idx = r.args[0].index
-        if r.kw("stride_order"):
-            raise SchedulerRefused(f"output {r.args[0]} asks for stride order {r.kw('stride_order')}")
         var = low.tensor(idx, loop)
         alias = r.kw("alias_input")
         stores.append(Store(var, idx, fd._infos[idx].dtype,
-                            None if alias is None else input_pos[alias.index]))  # fmt: skip
+                            None if alias is None else input_pos[alias.index], stride_order=order))  # fmt: skip
     return PointwiseProgram(
         loop_rank=rank,
         accesses=tuple(low.accesses),
@@ -309,6 +322,22 @@ def _store_modes(program: PointwiseProgram, dtypes: list, strides: list, ptrs: l
     return modes
 
 
+class _IndexSpace:
+    """What an index access (Note [Index accesses]) reads: its dim's extent, stride 1."""
+
+    def __init__(self, extent: int) -> None:
+        self.shape = (extent,)
+
+    def stride(self, d: int) -> int:
+        return 1
+
+
+def _accessed(values: Sequence[Any], access: Access, env: dict) -> Any:
+    if access.virtual:
+        return _IndexSpace(int(env[access.state][0]))
+    return values[access.input_pos]
+
+
 def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
                    profile: Any) -> LaunchSpec:  # fmt: skip
     """The launch for these inputs: collapse the loop, choose vector width, index type and
@@ -332,15 +361,16 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     out_shape = shapes_out.pop()
     rank = len(out_shape)
     layout = None
+    sources = [_accessed(values, a, env) for a in program.accesses]
     if program.resized:  # Note [Resize frames], [Gather loads] (resize.py)
-        layout = resize_layout(program, values, env, out_shape)
+        layout = resize_layout(program, sources, env, out_shape)
         strides = [list(r.strides) for r in layout.reads]
-        ptrs = [values[a.input_pos].data_ptr() + r.offset * ELEMENT_BYTES[a.dtype]
+        ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() + r.offset * ELEMENT_BYTES[a.dtype]
                 for a, r in zip(program.accesses, layout.reads)]  # fmt: skip
     else:
-        seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
+        seen = [resolve_access(t, a, env) for t, a in zip(sources, program.accesses)]
         strides = [access_strides(t, m, rank) for t, m in seen]
-        ptrs = [values[a.input_pos].data_ptr() for a in program.accesses]
+        ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() for a in program.accesses]
     outputs = []
     for k, st in enumerate(program.stores):
         if st.dim_map is not None:  # through the output's own strides, at index values
@@ -353,10 +383,17 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
                 raise SchedulerRefused(f"output {st.state} has shape {out_shape}, its alias {list(t.shape)}")
             strides.append([t.stride(d) if t.shape[d] != 1 else 0 for d in range(rank)])
             ptrs.append(t.data_ptr())
+            outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
+        elif st.stride_order:
+            # Note [Output layouts]: stored through the order's strides, in the kernel
+            dense = strides_for(out_shape, st.stride_order)
+            strides.append([0 if n == 1 else x for n, x in zip(out_shape, dense)])
+            ptrs.append(0)
+            outputs.append(OutputSpec(out_shape, st.dtype, None, tuple(dense)))
         else:
             strides.append(row_major(out_shape))
             ptrs.append(0)  # fresh allocations are aligned
-        outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
+            outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
     numel = math.prod(out_shape)
     notes = describe_views(program.views, env)
     if numel == 0:
@@ -366,15 +403,18 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     else:
         sizes, strides, dim_of = collapse_keeping(list(out_shape), strides, layout.keep)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
-    vec = vector_width([dt for dt, s in zip(dtypes, strides) if s[-1] != 0])
+    virtual = [a.virtual for a in program.accesses] + [""] * len(program.stores)
+    vec = vector_width([dt for dt, s, v in zip(dtypes, strides, virtual) if s[-1] != 0 and not v])
     while vec > 1 and sizes[-1] % vec:
         vec //= 2
     n_acc = len(program.accesses)
     rv, extra = None, []
     if layout is None:
         modes = []
-        for dt, s, ptr in zip(dtypes, strides, ptrs):
-            if s[-1] == 0:
+        for dt, s, ptr, v in zip(dtypes, strides, ptrs, virtual):
+            if v:
+                modes.append("strided")  # Note [Index accesses]: the offset is the value
+            elif s[-1] == 0:
                 modes.append("bcast")
             elif vector_ok(ptr, dt, vec, s[-1], s[:-1]):
                 modes.append("vec")
@@ -413,7 +453,8 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     args: list = []
     for k, s in enumerate(strides):
         if k < n_acc:
-            args.append(ArgRef("input", program.accesses[k].input_pos))
+            if not program.accesses[k].virtual:
+                args.append(ArgRef("input", program.accesses[k].input_pos))
         else:
             args.append(ArgRef("output", k - n_acc))
         args.extend(s)

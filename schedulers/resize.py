@@ -39,7 +39,6 @@ from .views import ReshapeFrame
 
 FRAMED = {"slice", "select", "pad", "cat"}
 GATHERS = {"index_select", "gather", "take_along_axis", "embedding_fwd"}
-POSITIONAL = {"iota", "triu"}
 
 
 class ResizeFrame(NamedTuple):
@@ -84,9 +83,7 @@ class ResizeLowering:
             return self.concatenated(rec, out_map)
         if name in GATHERS:
             return self.gathered(rec, out_map)
-        if name == "iota":
-            return self.iota(rec, out_map)
-        return self.triu(rec, out_map)
+        raise SchedulerRefused(f"{name} ({rec.outputs[0]}) is not a resize op")
 
     @staticmethod
     def index_values(dim_map: tuple, frames: tuple) -> tuple[str, ...]:
@@ -191,8 +188,10 @@ class ResizeLowering:
         return self.emit(DataType.Int, "position", self.index_values((entry,), self.frame),
                          attrs=(("position", self.positions.index(pos)),))  # fmt: skip
 
-    def iota(self, rec: Record, out_map: tuple) -> str:
-        """start + step * i in the output's dtype (double math for floats, as torch.arange)."""
+    def positioned_iota(self, rec: Record, out_map: tuple) -> str:
+        """start + step * i in the output's dtype (double math for floats, as torch.arange),
+        i a position: the iota read through a frame or by index, or in a reduction kernel,
+        where no index access (Note [Index accesses]) can say where an element lies."""
         dtype = self.info(rec.outputs[0].index).dtype
         n, start, step = rec.args
         calc = DataType.Double if is_float(dtype) else DataType.Int
@@ -202,16 +201,6 @@ class ResizeLowering:
         value = self.emit(calc, "add", (self.emit(calc, "mul", (i, self.scalar(step)), compute=calc),
                                         self.scalar(start)), compute=calc)  # fmt: skip
         return value if dtype is calc else self.emit(dtype, "cast", (value,), compute=dtype)
-
-    def triu(self, rec: Record, out_map: tuple) -> str:
-        dtype = self.info(rec.outputs[0].index).dtype
-        x = self.tensor(rec.args[0].index, tuple(out_map))
-        row, col = self.position(out_map[-2]), self.position(out_map[-1])
-        diagonal = self.emit(DataType.Int, "const", attrs=(("value", rec.kw("diagonal")),))
-        above = self.emit(DataType.Int, "sub", (col, row), compute=DataType.Int)
-        keep = self.emit(DataType.Bool, "ge", (above, diagonal), compute=DataType.Int)
-        zero = self.emit(dtype, "const", attrs=(("value", False if dtype is DataType.Bool else 0),))
-        return self.emit(dtype, "where", (keep, x, zero), compute=dtype)
 
 
 # ---- plan time: frames resolved for sizes (env) ---------------------------------------------
@@ -393,11 +382,12 @@ class ResizeLayout(NamedTuple):
     extents: dict[str, int]  # index value -> the extent it indexes
 
 
-def resize_layout(program: Any, values: Sequence[Any], env: dict,
+def resize_layout(program: Any, sources: Sequence[Any], env: dict,
                   shape: tuple[int, ...]) -> ResizeLayout:  # fmt: skip
-    """Resolve every frame, window and position of `program` for these sizes."""
+    """Resolve every frame, window and position of `program` for these sizes; `sources`:
+    what each access reads (a tensor, or an index access's index space)."""
     rank = len(shape)
-    reads = [resolve_read(values[a.input_pos], a, env, rank) for a in program.accesses]
+    reads = [resolve_read(t, a, env, rank) for t, a in zip(sources, program.accesses)]
     keys = list(program.guards)  # guard k is window k; accesses add the windows they sit in
     preds = []
     for a in program.accesses:
@@ -526,6 +516,8 @@ def _check_extents(program: Any, layout: ResizeLayout) -> list[int]:
 def _load_mode(program: Any, layout: ResizeLayout, i: int, strides: Sequence[int], ptr: int,
                vec: int, windows: list, varies: set[str], ok: Any) -> str:  # fmt: skip
     acc = program.accesses[i]
+    if acc.virtual:  # Note [Index accesses]: the offset is the value
+        return "strided"
     mine = [windows[w] for w in layout.preds[i]]
     if any(w is None for w in mine):
         return "dead"

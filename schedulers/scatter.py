@@ -151,7 +151,8 @@ def lower_scatter(fd: Any) -> ScatterProgram:
     value = low.tensor(source.index, value_map)
     if src_info.dtype is not info.dtype:
         value = low.emit(info.dtype, "cast", (value,), compute=info.dtype)
-    store = Store(value, state, info.dtype, None, dim_map, rec.name == "index_put_accumulate")
+    store = Store(value, state, info.dtype, None, dim_map=dim_map,
+                  accumulate=rec.name == "index_put_accumulate")
     scatter_program = replace(_program(low, rank, (store,), (state,)), loop_state=loop)
     index_read = _memory_read(fd, producers, input_pos, index.index, DataType.Int)
     source_read = _memory_read(fd, producers, input_pos, source.index, info.dtype)

@@ -10,6 +10,7 @@ from .aten import AtenOps
 from .creation import CreationOps
 from .elementwise import ElementwiseOps
 from .indexing import IndexingOps
+from .masks import MaskOps
 from .normalization import NormalizationOps
 from .random import RandomOps
 from .reductions import ReductionOps
@@ -18,7 +19,7 @@ from .shape import ShapeOps
 
 
 class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps,
-                AtenOps, RandomOps, IndexingOps):
+                MaskOps, AtenOps, RandomOps, IndexingOps):
     """`fd.ops` of one FusionDefinition."""
 
 

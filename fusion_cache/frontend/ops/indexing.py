@@ -1,5 +1,5 @@
 """Ops that read or write by position: select, index_select, gather, take_along_axis, scatter,
-index_put_accumulate, embedding_fwd, triu.
+index_put_accumulate, embedding_fwd (triu: masks.py).
 
 Index tensors may be integers or floats (nvFuser converts an index to an integer where it
 is used, and Thunder's cross-entropy passes a float one: a `where` of int labels with a float
@@ -183,23 +183,6 @@ class IndexingOps(OpsBase):
             return [TensorInfo(winfo.dtype, iinfo.shape + (winfo.shape[1],))]
 
         record = Record("op", op, (iref, wref), tuple(opts.items()), self._out("T"))
-        return self._apply(record, infer)
-
-    def triu(self, input, diagonal=0):
-        op = "triu"
-        ref = self._tensor(input, op, "input")
-        if not isinstance(diagonal, int) or isinstance(diagonal, bool):
-            raise TypeError(f"{op}: diagonal must be an int, got {diagonal!r}")
-
-        def infer() -> list:
-            info = self._info(ref)
-            if info.ndim < 2:
-                raise ValueError(f"{op}: argument 'input' must have at least 2 dims, got {info.ndim}")
-            if is_complex(info.dtype):
-                raise TypeError(f"{op}: complex input is not supported")
-            return [TensorInfo(info.dtype, info.shape)]
-
-        record = Record("op", op, (ref,), (("diagonal", diagonal),), self._out("T"))
         return self._apply(record, infer)
 
     def _same_rank(self, op: str, info: TensorInfo, iinfo: TensorInfo) -> None:

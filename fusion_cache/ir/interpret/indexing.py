@@ -1,5 +1,5 @@
 """Rules of the ops that read or write by position: select, index_select, gather,
-take_along_axis, scatter, index_put_accumulate, embedding_fwd, triu, and of tensor_sizes/at.
+take_along_axis, scatter, index_put_accumulate, embedding_fwd, and of tensor_sizes/at.
 
 Out-of-range indices raise IndexError naming the op and the index, as torch raises on the
 CPU; a float index is truncated toward zero (frontend/ops/indexing.py says why).
@@ -87,11 +87,6 @@ def _embedding_fwd(run: Interpreter, r: Record) -> list:
     rows = weight.detach().clone()
     return [torch.nn.functional.embedding(index, rows, max_norm=float(run.get(max_norm)),
                                           norm_type=p)]  # fmt: skip
-
-
-@rule('triu')
-def _triu(run: Interpreter, r: Record) -> list:
-    return [torch.triu(run.get(r.args[0]), r.kw("diagonal"))]
 
 
 @rule('tensor_sizes')
