@@ -14,10 +14,10 @@ import argparse
 import sys
 
 import torch
-from fusion_cache.runtime.executor import executor_for
 
 from benchmarks.cases import CASES
 from benchmarks.run import call_times_ms, seed_for
+from fusion_cache.runtime.executor import executor_for
 
 
 def call_times_us(fn, calls: int) -> list[float]:

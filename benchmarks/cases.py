@@ -22,13 +22,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .resize_cases import RESIZE
+
 Shape = tuple[int, ...]
 Tensors = list[torch.Tensor]
 DefineFn = Callable[[Any, torch.dtype, Shape], None]  # (fd, dtype, shape) -> None
 InputsFn = Callable[[Shape, torch.dtype, Any], Tensors]  # (shape, dtype, device) -> inputs
 EagerFn = Callable[..., Any]  # (*inputs) -> Tensor or tuple of Tensors
 
-FAMILIES = ("pointwise", "reduction", "normalization", "host", "aten")
+FAMILIES = ("pointwise", "reduction", "normalization", "host", "aten", "resize")
 DTYPES = (torch.float32, torch.bfloat16)
 LARGE_BYTES = 256 * 2**20  # "a large size" in PERFORMANCE.md's first target
 EPS = 1e-5
@@ -482,6 +484,9 @@ def _registry() -> list[Case]:
                 _rms_norm_bwd_inputs, rs),
         *_cases("batch_norm", norm, define_batch_norm, eager_batch_norm, _batch_norm_inputs,
                 bs),
+        # issue 27: resize and indexing ops (benchmarks/resize_cases.py), in bf16
+        *(case for op, (define, eager, inputs, shape, _) in RESIZE.items()
+          for case in _cases(op, "resize", define, eager, inputs, (shape,), (torch.bfloat16,))),
     ]
 
 

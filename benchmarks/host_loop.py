@@ -16,9 +16,9 @@ import sys
 import time
 
 import torch
-from fusion_cache.runtime.executor import executor_for
 
 from benchmarks.cases import CASES
+from fusion_cache.runtime.executor import executor_for
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 
 import torch
-from fusion_cache.runtime.executor import executor_for
 
 from benchmarks.cases import CASES
+from fusion_cache.runtime.executor import executor_for
 
 DEFAULT = ["layer_norm_bwd_bf16_1024x65536", "layer_norm_bwd_f32_256x262144",
            "layer_norm_bwd_f32_1024x65536", "layer_norm_bwd_bf16_4096x16384",

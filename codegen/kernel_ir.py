@@ -14,19 +14,42 @@ from typing import TYPE_CHECKING, Any
 from fusion_cache.frontend.dtypes import DataType
 
 if TYPE_CHECKING:
+    from schedulers.resize import ResizeFrame
     from schedulers.views import ReshapeFrame
+
+
+@dataclass(frozen=True)
+class Position:
+    """The coordinate along one dim of a value lowered inside `frames`: `entry` is a dim of
+    the innermost frame's source space (of the loop without frames), None for a broadcast
+    dim (coordinate 0) or an index value's name. 'position' statements read it (iota, triu)."""
+
+    frames: tuple
+    entry: int | str | None
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """An index value must lie in [0, extent of dim `dim` of state `state`); `what` names
+    the op in the device-side assert's message."""
+
+    state: int
+    dim: int
+    what: str
 
 
 @dataclass(frozen=True)
 class Access:
     """One read of an input tensor through a dim map (input dim -> loop dim or None, or
-    inside reshapes, -> the innermost reshape source's dim)."""
+    inside frames, -> the innermost frame source's dim; or the name of an index value that
+    gives the coordinate of that dim: Note [Gather loads] in schedulers/resize.py)."""
 
     input_pos: int  # position in execute's input list
     state: int  # the tensor's state index
-    dim_map: tuple[int | None, ...]
+    dim_map: tuple[int | str | None, ...]
     dtype: DataType
-    frames: tuple[ReshapeFrame, ...] = ()  # the reshapes it is read through, innermost last
+    # the reshapes, slices, pads and cat operands it is read through, innermost last
+    frames: tuple[ReshapeFrame | ResizeFrame, ...] = ()
     # Note [Index accesses]: "iota" reads no memory; its value is the element's index along
     # the tensor's one dim (offset from the strides a plan gives it), input_pos is -1
     virtual: str = ""
@@ -53,6 +76,10 @@ class Store:
     state: int
     dtype: DataType
     alias_input: int | None  # input position written in place
+    # a scatter's store (Note [Scatter kernels] in schedulers/scatter.py): the output's dims ->
+    # loop dims or index values, as an Access's dim_map; None: the loop is the output
+    dim_map: tuple | None = None
+    accumulate: bool = False  # add to what is there (atomically), not overwrite
     # the memory order a fresh output is written in (Note [Output layouts]); (): row-major
     stride_order: tuple[int, ...] = ()
 
@@ -68,6 +95,16 @@ class PointwiseProgram:
     output_states: tuple[int, ...]
     has_alias: bool = False
     views: tuple[tuple[int, int], ...] = ()  # (reshape output state, its source state)
+    # Note [Resize frames] (schedulers/resize.py): 'position', 'guard' and 'index' statements
+    # index these; a guard is the frames down to a pad or cat operand, whose window it tests
+    positions: tuple[Position, ...] = ()
+    guards: tuple[tuple, ...] = ()
+    checks: tuple[IndexCheck, ...] = ()
+    loop_state: int | None = None  # the loop is this state's shape, not the outputs'
+
+    @property
+    def resized(self) -> bool:
+        return is_resized(self)
 
     def describe(self) -> str:
         return (
@@ -102,6 +139,13 @@ class ReductionProgram:
     element_vars: frozenset[str]  # vars that depend on K
     stage_of: tuple[tuple[str, int], ...]  # var -> the stage after which it can be computed
     views: tuple[tuple[int, int], ...] = ()  # (reshape output state, its source state)
+    positions: tuple[Position, ...] = ()  # as PointwiseProgram's
+    guards: tuple[tuple, ...] = ()
+    checks: tuple[IndexCheck, ...] = ()
+
+    @property
+    def resized(self) -> bool:
+        return is_resized(self)
 
     @property
     def stages(self) -> int:
@@ -111,6 +155,14 @@ class ReductionProgram:
         ops = ",".join(r.op for r in self.reductions)
         return (f"reduction: rank {self.rank}, reduced dims {list(self.reduced)}, {ops} in "
                 f"{self.stages} stage(s), {len(self.accesses)} accesses")  # fmt: skip
+
+
+def is_resized(program: Any) -> bool:
+    """Whether anything is read through a slice, pad or cat, by index or by position, or
+    stored at an index (Note [Resize frames] in schedulers/resize.py)."""
+    return bool(program.positions or program.guards or program.checks) or any(
+        hasattr(f, "record") for a in program.accesses for f in a.frames) or any(
+        s.dim_map is not None for s in program.stores)
 
 
 def needed(program: ReductionProgram, targets: Sequence[str],

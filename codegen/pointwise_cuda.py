@@ -11,6 +11,17 @@ from dataclasses import dataclass
 from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE, prelude_features, random_setup
 from .kernel_ir import PointwiseProgram
 from .prelude import prelude_source
+from .resize_cuda import (
+    ResizeVariant,
+    gathered_vector,
+    loop_coords,
+    resize_arg_types,
+    resize_params,
+    resize_stmt,
+    scalar_load,
+    scatter_store,
+    vector_load,
+)
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
 
 KERNEL_NAME = "fc_pointwise"
@@ -31,13 +42,18 @@ class PointwiseVariant:
     unroll: int = 1  # vectors a thread loads (all of them first) per loop iteration
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     store_hint: int = 0
+    # reads through windows and by index (codegen/resize_cuda.py); load modes then also
+    # 'strided' under a window, 'gather', 'vgather' and 'dead' (nothing to read)
+    resize: ResizeVariant | None = None
 
     def describe(self) -> str:
         tuned = (f" block={self.block} unroll={self.unroll} hints={self.load_hint}{self.store_hint}"
                  if (self.block, self.unroll, self.load_hint, self.store_hint) != (BLOCK, 1, 0, 0)
                  else "")  # fmt: skip
+        extra = self.resize.describe() if self.resize is not None else ""
         return (f"rank={self.rank} vec={self.vec} index={self.index_type} "
-                f"loads={','.join(self.load_modes)} stores={','.join(self.store_modes)}{tuned}")  # fmt: skip
+                f"loads={','.join(self.load_modes)} stores={','.join(self.store_modes)}{tuned}"
+                f"{extra}")  # fmt: skip
 
 
 def arg_types(program: PointwiseProgram, variant: PointwiseVariant) -> tuple[str, ...]:
@@ -45,14 +61,17 @@ def arg_types(program: PointwiseProgram, variant: PointwiseVariant) -> tuple[str
     per_tensor = ("ptr",) + (idx,) * variant.rank
     per_index = (idx,) * variant.rank  # Note [Index accesses]: strides, no pointer
     scalars = scalar_arg_types(program)
+    extra = resize_arg_types(variant.resize, idx) if variant.resize is not None else ()
     tensors = [per_index if a.virtual else per_tensor for a in program.accesses]
     tensors += [per_tensor] * len(program.stores)
-    return tuple(t for group in tensors for t in group) + (idx,) * (variant.rank + 1) + scalars
+    return (tuple(t for group in tensors for t in group) + (idx,) * (variant.rank + 1) + scalars
+            + extra)  # fmt: skip
 
 
 def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> str:
     R, V, U = variant.rank, variant.vec, variant.unroll
-    features = prelude_features(program.stmts, program.stores)
+    rv = variant.resize
+    features = prelude_features(program.stmts, program.stores) + (("index",) if rv is not None else ())
     lines: list[str] = [prelude_source("core", "math", *features), f"#define FC_VEC {V}",
                         f"#define FC_UNROLL {U}", ""]  # fmt: skip
     # the loop is the outputs' shape in row-major order, so a random op of that shape (the
@@ -70,6 +89,8 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
         params += [f"idx_t {prefix}{i}_s{d}" for d in range(R)]
     params += [f"idx_t n{d}" for d in range(R)] + ["idx_t numel"]
     params += scalar_params(program)
+    if rv is not None:
+        params += resize_params(rv)
     lines.append(f"typedef {variant.index_type} idx_t;")
     lines.append(f'extern "C" __global__ void __launch_bounds__({variant.block}) {KERNEL_NAME}(')
     lines.append("    " + ",\n    ".join(params) + ") {")
@@ -82,12 +103,14 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     live = list(variant.live_dims)
     for prefix, i, _dtype, _ in tensors:
         lines.append(f"    idx_t {prefix}{i}_off[FC_UNROLL];")
+    if rv is not None:  # the coordinates window tests and positions read in the j loop
+        lines += [f"    idx_t cc{d}[FC_UNROLL];" for d in range(R)]
     # an input also written in place must not be read through the read-only path
     load = ("fc_load_vec<FC_VEC>" if program.has_alias
             else f"fc_load_vec_hint<FC_VEC, {variant.load_hint}>")  # fmt: skip
     for i, acc in enumerate(program.accesses):
         mode, mt = variant.load_modes[i], MEMORY_TYPE[acc.dtype]
-        if mode == "vec":
+        if mode in ("vec", "vgather"):
             lines.append(f"    fc_vec<{mt}, FC_VEC> a{i}_v[FC_UNROLL];")
         elif mode == "bcast":
             lines.append(f"    {mt} a{i}_b[FC_UNROLL];")
@@ -100,11 +123,21 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     lines.append("      const idx_t c0 = rem;")
     for k, (prefix, i, _dtype, _) in enumerate(tensors):
         terms = [f"c{d} * {prefix}{i}_s{d}" for d in range(R) if live[k][d]] or ["0"]
+        if rv is not None and prefix == "a" and rv.offsets[i]:
+            terms.append(f"a{i}_o")
         lines.append(f"      {prefix}{i}_off[u] = {' + '.join(terms)};")
-    for i in range(len(program.accesses)):
+    if rv is not None:
+        lines += [f"      cc{d}[u] = c{d};" for d in range(R)]
+    for i, acc in enumerate(program.accesses):
         mode = variant.load_modes[i]
-        if mode == "vec":
+        windowed = rv is not None and rv.preds[i]
+        if mode == "vec" and windowed:
+            vl = vector_load(rv, i, R, acc.dtype, variant.load_hint, program.has_alias)
+            lines.append(f"      a{i}_v[u] = {vl};")
+        elif mode == "vec":
             lines.append(f"      a{i}_v[u] = {load}(a{i} + a{i}_off[u]);")
+        elif mode == "bcast" and windowed:
+            lines.append(f"      a{i}_b[u] = {scalar_load(rv, i, R, acc.dtype, 'bcast')};")
         elif mode == "bcast":
             lines.append(f"      a{i}_b[u] = a{i}[a{i}_off[u]];")
     lines.append("    }")
@@ -114,14 +147,19 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     for i, st in enumerate(program.stores):
         if variant.store_modes[i] == "vec":
             lines.append(f"      fc_vec<{MEMORY_TYPE[st.dtype]}, FC_VEC> o{i}_v;")
+    if rv is not None:
+        lines += [f"      const idx_t c{d} = cc{d}[u];" for d in range(R)]
     lines.append("#pragma unroll")
     lines.append("      for (int j = 0; j < FC_VEC; ++j) {")
     for stmt in program.stmts:
-        lines.append("        " + _render_stmt(program, variant, stmt))
+        lines.append("        " + _render_stmt(program, variant, stmt).replace("\n", "\n        "))
     for i, st in enumerate(program.stores):
         value = to_memory(st.var, st.dtype)
         if variant.store_modes[i] == "vec":
             lines.append(f"        o{i}_v[j] = {value};")
+        elif variant.store_modes[i] in ("scatter", "atomic"):
+            mode = variant.store_modes[i]
+            lines.append("        " + scatter_store(rv, i, R, value, mode == "atomic"))
         else:
             lines.append(f"        o{i}[o{i}_off[u] + j * o{i}_s{R - 1}] = {value};")
     lines.append("      }")
@@ -136,16 +174,29 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
 
 
 def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt) -> str:
+    rv, R = variant.resize, variant.rank
+
     def load(i: int) -> str:
         if program.accesses[i].virtual:  # Note [Index accesses]: the element's index
             return f"(long long)(a{i}_off[u] + j * a{i}_s{variant.rank - 1})"
         mode = variant.load_modes[i]
-        if mode == "vec":
+        if mode in ("vec", "vgather"):
             return f"a{i}_v[u][j]"
         if mode == "bcast":
             return f"a{i}_b[u]"
-        return f"a{i}[a{i}_off[u] + j * a{i}_s{variant.rank - 1}]"
+        if mode == "dead":
+            return f"fc_zero<{MEMORY_TYPE[program.accesses[i].dtype]}>()"
+        if rv is not None:
+            return scalar_load(rv, i, R, program.accesses[i].dtype, mode)
+        return f"a{i}[a{i}_off[u] + j * a{i}_s{R - 1}]"
 
+    if rv is not None:
+        text = resize_stmt(rv, stmt, loop_coords(R, True), program.checks)
+        if text is not None:
+            return text
+        if stmt.op == "load" and variant.load_modes[stmt.operands[0]] == "vgather":
+            first = gathered_vector(rv, stmt.operands[0], R, variant.load_hint, program.has_alias)
+            return first + "\n" + render_stmt(stmt, {s.var: s.dtype for s in program.stmts}, load)
     return render_stmt(stmt, {s.var: s.dtype for s in program.stmts}, load)
 
 

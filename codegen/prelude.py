@@ -21,6 +21,7 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
     "complex": ("core", "math"),
     "float8": ("core",),
     "philox": ("core",),
+    "index": ("core",),
 }
 FEATURES: tuple[str, ...] = tuple(_REQUIRES)
 

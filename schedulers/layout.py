@@ -28,14 +28,18 @@ def row_major(shape: Sequence[int]) -> list[int]:
 
 
 def collapse(sizes: Sequence[int], strides: Sequence[Sequence[int]],
-             dims: Sequence[int] | None = None) -> tuple[list[int], list[list[int]]]:  # fmt: skip
+             dims: Sequence[int] | None = None, keep: frozenset[int] = frozenset(),
+             dim_of: list | None = None) -> tuple[list[int], list[list[int]]]:  # fmt: skip
     """Drop size-1 dims and merge neighbours (among `dims`, outer to inner) that are
-    contiguous for every tensor."""
+    contiguous for every tensor; dims in `keep` stay dims of their own. `dim_of`, where
+    given, gets each dim's collapsed dim (None for a dropped one)."""
     dims = [d for d in (range(len(sizes)) if dims is None else dims) if sizes[d] != 1]
     out_sizes: list[int] = []
     out_strides: list[list[int]] = [[] for _ in strides]
+    last_kept = False
     for d in dims:
-        if out_sizes and all(s[-1] == t[d] * sizes[d] for s, t in zip(out_strides, strides)):
+        if out_sizes and not last_kept and d not in keep and all(
+                s[-1] == t[d] * sizes[d] for s, t in zip(out_strides, strides)):  # fmt: skip
             out_sizes[-1] *= sizes[d]
             for s, t in zip(out_strides, strides):
                 s[-1] = t[d]
@@ -43,6 +47,9 @@ def collapse(sizes: Sequence[int], strides: Sequence[Sequence[int]],
             out_sizes.append(sizes[d])
             for s, t in zip(out_strides, strides):
                 s.append(t[d])
+        last_kept = d in keep
+        if dim_of is not None:
+            dim_of[d] = len(out_sizes) - 1
     if not out_sizes:
         return [1], [[0] for _ in strides]
     return out_sizes, out_strides

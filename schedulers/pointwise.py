@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from codegen.cuda_ops import COMPLEX_OPS, RANDOM_STMTS, kernel_refusal
+from codegen.cuda_ops import COMPLEX_OPS, ELEMENT_BYTES, RANDOM_STMTS, kernel_refusal
 from codegen.kernel_ir import Access, PointwiseProgram, Stmt, Store
 from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_integral
 from fusion_cache.frontend.ops.table import OPS, promoted_dtype
@@ -28,6 +28,15 @@ from fusion_cache.ir.output_layout import output_stride_orders, strides_for
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major, vector_ok
+from .resize import (
+    FRAMED,
+    GATHERS,
+    ResizeLowering,
+    collapse_keeping,
+    index_bound,
+    resize_layout,
+    resize_variant,
+)
 from .tuning import knob
 from .views import ReshapeFrame, describe_views, resolve_access
 
@@ -43,7 +52,7 @@ VIEW_OPS = {"broadcast", "broadcast_in_dim", "expand", "permute", "squeeze"}
 
 
 @dataclass
-class _Lowering:
+class _Lowering(ResizeLowering):
     fd: Any
     producers: dict[int, Record]
     input_pos: dict[int, int]
@@ -54,6 +63,10 @@ class _Lowering:
     host_scalars: dict[int, DataType] = field(default_factory=dict)
     frame: tuple[ReshapeFrame, ...] = ()  # the reshapes being lowered, innermost last
     views: dict[int, int] = field(default_factory=dict)  # reshape output -> its source
+    # Note [Resize frames] and [Gather loads] (resize.py)
+    positions: list = field(default_factory=list)
+    guards: list = field(default_factory=list)
+    checks: list = field(default_factory=list)
 
     def info(self, index: int):
         return self.fd._infos[index]
@@ -102,8 +115,8 @@ class _Lowering:
         rec = self.producers.get(ref.index)
         if rec is None:
             return False
-        if rec.name == "size":
-            return True
+        if rec.name in ("size", "tensor_sizes", "at"):
+            return True  # sizes, and vector inputs' values: both are in the plan key
         if rec.name in OPS or rec.name == "cast":
             return all(isinstance(a, Ref) and a.kind == "S" and self.from_sizes(a) for a in rec.args)
         return False
@@ -125,7 +138,9 @@ class _Lowering:
                 raise SchedulerRefused(f"input T{index}: {why}")
             self.accesses.append(Access(self.input_pos[index], index, dim_map, info.dtype,
                                         self.frame))  # fmt: skip
-            var = self.emit(info.dtype, "load", (len(self.accesses) - 1,))
+            # an address that takes index values depends on them (Note [Gather loads])
+            var = self.emit(info.dtype, "load", (len(self.accesses) - 1,
+                                                 *self.index_values(dim_map, self.frame)))
         else:
             rec = self.producers[index]
             var = self.op(rec, dim_map, index)
@@ -142,6 +157,8 @@ class _Lowering:
             return self.tensor(src.index, self.view_map(rec, out_map))
         if name == "reshape":
             return self.reshaped(rec, out_map)
+        if name in FRAMED or name in GATHERS:
+            return self.resize_op(rec, out_map)
         if name in RANDOM_STMTS:
             return self.random(rec, out_map)
         if name == "full":
@@ -200,8 +217,8 @@ class _Lowering:
     def iota(self, rec: Record, out_map: tuple, index: int | None) -> str:
         """start + i * step, i the element's index along the iota's dim (Note [Index
         accesses]): an access of no tensor, whose offset the plan's strides make the index."""
-        if self.frame:
-            raise SchedulerRefused(f"iota ({rec.outputs[0]}) read through a reshape")
+        if self.frame or any(isinstance(m, str) for m in out_map):
+            return self.positioned_iota(rec, out_map)  # Note [Resize frames] (resize.py)
         state = rec.outputs[0].index
         dt = self.info(state).dtype
         self.accesses.append(Access(-1, state, tuple(out_map), DataType.Int, (), "iota"))
@@ -217,12 +234,6 @@ class _Lowering:
         out = rec.outputs[0].index
         if is_complex(self.info(src.index).dtype):
             raise SchedulerRefused(f"reshape ({rec.outputs[0]}) of a complex tensor")
-        sizes = rec.kw("new_shape")
-        if isinstance(sizes, Ref) and sizes.index in self.input_pos:
-            # plans are keyed on tensor sizes and scalar inputs, not on a vector's values,
-            # and the strides a plan bakes in depend on them
-            raise SchedulerRefused(f"reshape ({rec.outputs[0]}) takes its sizes from the vector "
-                                   f"input {sizes}")  # fmt: skip
         self.views.setdefault(out, src.index)
         outer = self.frame
         self.frame = (*outer, ReshapeFrame(out, tuple(out_map), src.index))
@@ -283,7 +294,7 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
         var = low.tensor(idx, loop)
         alias = r.kw("alias_input")
         stores.append(Store(var, idx, fd._infos[idx].dtype,
-                            None if alias is None else input_pos[alias.index], order))  # fmt: skip
+                            None if alias is None else input_pos[alias.index], stride_order=order))  # fmt: skip
     return PointwiseProgram(
         loop_rank=rank,
         accesses=tuple(low.accesses),
@@ -294,7 +305,21 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
         output_states=tuple(r.args[0].index for r in outs),
         has_alias=any(s.alias_input is not None for s in stores),
         views=tuple(low.views.items()),
+        positions=tuple(low.positions),
+        guards=tuple(low.guards),
+        checks=tuple(low.checks),
     )
+
+
+def _store_modes(program: PointwiseProgram, dtypes: list, strides: list, ptrs: list,
+                 vec: int) -> list[str]:  # fmt: skip
+    modes = []
+    for st, dt, s, ptr in zip(program.stores, dtypes, strides, ptrs):
+        if st.dim_map is not None:
+            modes.append("atomic" if st.accumulate else "scatter")
+        else:
+            modes.append("vec" if s[-1] != 0 and vector_ok(ptr, dt, vec, s[-1], s[:-1]) else "strided")
+    return modes
 
 
 class _IndexSpace:
@@ -327,17 +352,32 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         vector_width,
     )
 
-    shapes_out = {tuple(env[s]) for s in program.output_states}
+    if program.loop_state is not None:  # a scatter's loop: Note [Scatter kernels] (scatter.py)
+        shapes_out = {tuple(env[program.loop_state])}
+    else:
+        shapes_out = {tuple(env[s]) for s in program.output_states}
     if len(shapes_out) != 1:
         raise SchedulerRefused(f"outputs have different shapes {sorted(shapes_out)}")
     out_shape = shapes_out.pop()
     rank = len(out_shape)
-    seen = [resolve_access(_accessed(values, a, env), a, env) for a in program.accesses]
-    strides = [access_strides(t, m, rank) for t, m in seen]
-    ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() for a in program.accesses]
+    layout = None
+    sources = [_accessed(values, a, env) for a in program.accesses]
+    if program.resized:  # Note [Resize frames], [Gather loads] (resize.py)
+        layout = resize_layout(program, sources, env, out_shape)
+        strides = [list(r.strides) for r in layout.reads]
+        ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() + r.offset * ELEMENT_BYTES[a.dtype]
+                for a, r in zip(program.accesses, layout.reads)]  # fmt: skip
+    else:
+        seen = [resolve_access(t, a, env) for t, a in zip(sources, program.accesses)]
+        strides = [access_strides(t, m, rank) for t, m in seen]
+        ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() for a in program.accesses]
     outputs = []
-    for st in program.stores:
-        if st.alias_input is not None:
+    for k, st in enumerate(program.stores):
+        if st.dim_map is not None:  # through the output's own strides, at index values
+            strides.append(list(layout.writes[k].strides))
+            ptrs.append(0)
+            outputs.append(OutputSpec(tuple(env[st.state]), st.dtype, None))
+        elif st.alias_input is not None:
             t = values[st.alias_input]
             if tuple(t.shape) != out_shape:
                 raise SchedulerRefused(f"output {st.state} has shape {out_shape}, its alias {list(t.shape)}")
@@ -358,27 +398,40 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     notes = describe_views(program.views, env)
     if numel == 0:
         return LaunchSpec(NAME, tuple(outputs), (), (), "empty" + notes)
-    sizes, strides = collapse(list(out_shape), strides)
+    if layout is None:
+        sizes, strides = collapse(list(out_shape), strides)
+    else:
+        sizes, strides, dim_of = collapse_keeping(list(out_shape), strides, layout.keep)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
     virtual = [a.virtual for a in program.accesses] + [""] * len(program.stores)
     vec = vector_width([dt for dt, s, v in zip(dtypes, strides, virtual) if s[-1] != 0 and not v])
     while vec > 1 and sizes[-1] % vec:
         vec //= 2
-    modes = []
-    for dt, s, ptr, v in zip(dtypes, strides, ptrs, virtual):
-        if v:
-            modes.append("strided")  # Note [Index accesses]: the offset is the value
-        elif s[-1] == 0:
-            modes.append("bcast")
-        elif vector_ok(ptr, dt, vec, s[-1], s[:-1]):
-            modes.append("vec")
-        else:
-            modes.append("strided")
-    if vec > 1 and "vec" not in modes:
-        vec = 1
-    if vec == 1:
-        modes = ["bcast" if m == "bcast" else "strided" for m in modes]
     n_acc = len(program.accesses)
+    rv, extra = None, []
+    if layout is None:
+        modes = []
+        for dt, s, ptr, v in zip(dtypes, strides, ptrs, virtual):
+            if v:
+                modes.append("strided")  # Note [Index accesses]: the offset is the value
+            elif s[-1] == 0:
+                modes.append("bcast")
+            elif vector_ok(ptr, dt, vec, s[-1], s[:-1]):
+                modes.append("vec")
+            else:
+                modes.append("strided")
+    else:
+        modes, rv, extra = resize_variant(program, layout, sizes, dim_of, strides, ptrs, vec, vector_ok)
+        modes += _store_modes(program, dtypes[n_acc:], strides[n_acc:], ptrs[n_acc:], vec)
+    if vec > 1 and "vec" not in modes and "vgather" not in modes:
+        vec = 1
+        if layout is not None:  # the same reads, one element a thread
+            modes, rv, extra = resize_variant(program, layout, sizes, dim_of, strides, ptrs, 1,
+                                              vector_ok)  # fmt: skip
+            modes += _store_modes(program, dtypes[n_acc:], strides[n_acc:], ptrs[n_acc:], 1)
+    if vec == 1:
+        modes = [m if m in ("bcast", "dead", "gather", "scatter", "atomic")
+                 else "gather" if m == "vgather" else "strided" for m in modes]  # fmt: skip
     block = knob("pointwise.block", BLOCK)
     # 16-bit vectors with transcendental math: two vectors a thread keep enough loads in
     # flight (gelu bf16 16384x8192 2730 -> 2875 GB/s on the H100); cheap bodies do not gain,
@@ -386,11 +439,16 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     # with one; benchmarks/results/sweep-pure_small.json)
     heavy = vec >= 8 and any(s.op in TRANSCENDENTAL for s in program.stmts) and (
         numel >= block * vec * 2 * 4 * profile.sm_count)
+    if layout is None:
+        itype = index_type(sizes, strides)
+    else:
+        itype = "int" if index_bound(sizes, strides, layout) < 2**30 else "long long"
     variant = PointwiseVariant(
-        len(sizes), vec, index_type(sizes, strides), tuple(modes[:n_acc]),
-        tuple("vec" if m == "vec" else "strided" for m in modes[n_acc:]),
+        len(sizes), vec, itype, tuple(modes[:n_acc]),
+        tuple(m if m in ("vec", "scatter", "atomic") else "strided" for m in modes[n_acc:]),
         tuple(tuple(x != 0 for x in s) for s in strides), block,
         knob("pointwise.unroll", 2 if heavy else 1), knob("load.hint", 0), knob("store.hint", 0),
+        rv,
     )  # fmt: skip
     args: list = []
     for k, s in enumerate(strides):
@@ -403,6 +461,7 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     args += [*sizes, numel]
     args += [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     args += [env[state] for state, _ in program.host_scalars]
+    args += extra
     per_block = block * vec * variant.unroll
     blocks = max(1, min(-(-numel // per_block), 2**31 - 1))
     kernel = KernelLaunch(KERNEL_NAME, render_pointwise(program, variant), (blocks, 1, 1),

@@ -13,6 +13,8 @@ from .pointwise import NAME as POINTWISE
 from .pointwise import lower_pointwise, plan_pointwise
 from .reduction import NAME as REDUCTION
 from .reduction import lower_reduction, plan_reduction
+from .scatter import NAME as SCATTER
+from .scatter import lower_scatter, plan_scatter
 
 # priority order: the first scheduler whose lowering accepts the fusion takes it
 SCHEDULERS: list[tuple[str, Any, Any]] = [
@@ -20,6 +22,7 @@ SCHEDULERS: list[tuple[str, Any, Any]] = [
     (REDUCTION, lower_reduction, plan_reduction),
     (INNER_OUTER, lower_inner_outer, plan_inner_outer),
     (ATEN, lower_aten, plan_aten),  # Note [ATen segments]
+    (SCATTER, lower_scatter, plan_scatter),
 ]
 
 

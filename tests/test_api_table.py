@@ -71,11 +71,15 @@ def test_claimed_kernels_and_rules_exist():
     from fusion_cache.ir.decompose import COMPOSITES
     from schedulers.pointwise import VIEW_OPS
     from schedulers.reduction import REDUCTIONS
+    from schedulers.resize import FRAMED, GATHERS
+    from schedulers.scatter import SCATTERS
 
-    pointwise = set(OPS) | VIEW_OPS | {"cast", "full", "reshape", "iota"} | COMPOSITES
+    pointwise = set(OPS) | VIEW_OPS | {"cast", "full", "reshape", "iota"} | COMPOSITES | FRAMED | GATHERS
     for name, how in table().items():
-        if how.startswith("pointwise kernel"):
+        if how.startswith(("pointwise kernel", "pointwise or reduction kernel")):
             assert name in pointwise, f"{name}: the pointwise lowering does not know it"
+        if how.startswith("scatter kernels"):
+            assert name in SCATTERS, f"{name}: the scatter scheduler does not run it"
         if how.startswith("reduction kernel"):
             assert name in REDUCTIONS or name == "batch_norm", f"{name}: not a reduction"
         if how.startswith("reference evaluator"):

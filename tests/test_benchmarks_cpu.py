@@ -133,10 +133,14 @@ def test_definition_matches_eager(case: Case, monkeypatch):
                     "tests/test_aten_benchmarks.py")
     import fusion_cache
 
-    monkeypatch.setattr(fusion_cache, "DataType", FakeDataType, raising=False)
     torch.manual_seed(0)
     shape = small_shape(case)
     inputs = case.inputs("cpu", shape)
+    if case.family == "resize":  # more ops than EagerOps has: the library's own evaluator
+        max_err, problem = case.compare(case.build(shape).execute(inputs), case.reference(inputs))
+        assert problem is None, problem
+        return
+    monkeypatch.setattr(fusion_cache, "DataType", FakeDataType, raising=False)
     fd = EagerFd(inputs)
     case.define(fd, case.dtype, shape)
     assert not fd.pending, "inputs left unbound"

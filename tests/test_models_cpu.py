@@ -44,7 +44,9 @@ def test_gpt2_with_a_warm_process(tmp_path):
         assert rows[name]["median_ms"] > 0 and rows[name]["first_step_s"] > 0
     # the same graphs, regions and fusions in the new process
     assert rows["fusion_cache_warm"]["fused_ops"] == rows["fusion_cache"]["fused_ops"]
-    assert rows["fusion_cache"]["eager_ops"]  # ops left to eager are listed with reasons
+    # ops left to eager are listed with reasons (none since embedding_fwd and
+    # index_put_accumulate landed: GPT-2's embedding and its backward fuse too)
+    assert isinstance(rows["fusion_cache"]["eager_ops"], dict)
     assert all(isinstance(why, str) for whys in rows["fusion_cache"]["eager_ops"].values()
                for why in whys)  # fmt: skip
 

@@ -151,6 +151,16 @@ extern "C" __global__ void reduce_kernel(const float* f, const double* d, const 
 }
 """
 
+INDEX_KERNEL = r"""
+extern "C" __global__ void index_kernel(const long long* idx, const float* x, float* sums,
+                                        fc_bf16* bsums, bool* any, long long n) {
+  const long long i = fc_check_index(idx[threadIdx.x], n, "index_kernel");
+  fc_atomic_add(sums + i, x[threadIdx.x]);
+  fc_atomic_add(bsums + i, fc_to_bf16(x[threadIdx.x]));
+  fc_atomic_add(any + i, x[threadIdx.x] > 0.0f);
+}
+"""
+
 COMPLEX_KERNEL = r"""
 extern "C" __global__ void complex_kernel(const fc_complex<float>* a, const fc_complex<double>* b,
                                           fc_complex<float>* o, double* od, bool* ob) {
@@ -188,6 +198,7 @@ extern "C" __global__ void philox_kernel(long long seed, long long offset, float
 
 FEATURE_KERNELS = {
     "core": ("core_kernel", CORE_KERNEL),
+    "index": ("index_kernel", INDEX_KERNEL),
     "math": ("math_kernel", MATH_KERNEL),
     "reduce": ("reduce_kernel", REDUCE_KERNEL),
     "complex": ("complex_kernel", COMPLEX_KERNEL),

@@ -86,11 +86,12 @@ def test_fifty_sizes_compile_at_most_two_kernels():
 
 
 def test_refused_fusion_names_the_reason():
-    with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
-        fd.add_output(fd.ops.slice(a, [0, 0], [2, 2]))
-    with pytest.raises(RuntimeError, match="pointwise: slice .* is not a pointwise op"):
-        fd.precompile([meta(4, 4)], target="h100")
+    with FusionDefinition() as fd:  # batch_norm in inference: no scheduler takes it (yet)
+        a, m, v = (fd.define_tensor(shape=[-1] * n, contiguity=True) for n in (2, 1, 1))
+        fd.add_output(fd.ops.batch_norm(a, None, None, m, v, fd.define_scalar(0.1),
+                                        fd.define_scalar(1e-5), False)[0])  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"pointwise: batch_norm \(T\d+\) is not a pointwise op"):
+        fd.precompile([meta(4, 4), meta(4), meta(4)], target="h100")
 
 
 _SCRIPT = textwrap.dedent(

@@ -479,12 +479,16 @@ def test_size_vector_of_the_wrong_length():
     assert evaluate_shapes(fd._records, fd._infos, fd.input_refs(), [x, (3, -1)])[2] == (3, 8)
 
 
-def test_sizes_from_a_vector_input_are_refused():
+def test_sizes_from_a_vector_input_plan_per_vector():
+    """A vector input's values are in the plan key (runtime/plans.py input_key), so each
+    vector gets its plan and its strides (issue #27: no reference evaluator for these)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.reshape(x, fd.define_vector(2)) * 2.0)
-    reasons = {r.scheduler: r.reason for r in executor_for(fd).refusals}
-    assert reasons["pointwise"] == "reshape (T2) takes its sizes from the vector input V1"
+    assert executor_for(fd).scheduler == "pointwise"
+    for shape in ([3, 8], [24, 1], [2, 12]):
+        spec = one_kernel_plan(fd, [torch.empty(4, 6, device="meta"), shape])
+        assert spec.outputs[0].shape == tuple(shape)
     x = rand(4, 6, seed=22)
     close(fd.execute([x, [3, 8]]), [x.reshape(3, 8) * 2.0])
 

@@ -15,19 +15,30 @@ from fusion_cache.runtime.reference import run_reference
 
 
 def define_relu_cat_exp() -> FusionDefinition:
-    """Segments: pointwise, cat (no scheduler takes it), pointwise."""
+    """Segments: pointwise (relu, cat), batch_norm in inference (no scheduler takes it),
+    pointwise (exp)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
-        y = fd.ops.relu(x)
-        fd.add_output(fd.ops.exp(fd.ops.cat([y, y], 1)))
+        stats = [fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+                 for _ in range(2)]  # fmt: skip
+        y = fd.ops.cat([fd.ops.relu(x), fd.ops.relu(x)], 1)
+        z, _, _ = fd.ops.batch_norm(y, None, None, stats[0], stats[1], fd.define_scalar(0.1),
+                                    fd.define_scalar(1e-5), False)  # fmt: skip
+        fd.add_output(fd.ops.exp(z))
     return fd
+
+
+def inputs_of(x: torch.Tensor) -> list[torch.Tensor]:
+    """x and running statistics of the cat's 2 * x.shape[1] channels."""
+    channels = 2 * x.shape[1]
+    return [x, torch.randn(channels, device=x.device), torch.rand(channels, device=x.device) + 0.5]
 
 
 def assert_names_the_fusion_once(message: str) -> None:
     named = re.findall(r"fusion \d+:", message)
     assert len(named) == 1, message
     assert message.count("(fallback is disabled)") == 1, message
-    assert "no scheduler takes it" in message and "cat (T" in message, message
+    assert "no scheduler takes it" in message and "batch_norm (T" in message, message
 
 
 @pytest.fixture
@@ -64,7 +75,7 @@ def test_a_segment_without_a_scheduler_is_named_once(cpu_as_gpu):
     x = torch.randn(4, 8)
     for _ in range(2):  # the first run plans, the second takes the cached plans
         with pytest.raises(executor.FusionUnsupportedError) as caught:
-            fd.execute([x])
+            fd.execute(inputs_of(x))
         assert_names_the_fusion_once(str(caught.value))
         assert f"fusion {fd.id()}:" not in str(caught.value)  # the segment's own id
 
@@ -72,15 +83,17 @@ def test_a_segment_without_a_scheduler_is_named_once(cpu_as_gpu):
 def test_with_fallback_the_same_fusion_runs_on_the_reference(cpu_as_gpu, monkeypatch):
     monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK")
     fd = define_relu_cat_exp()
-    x = torch.randn(4, 8)
+    x, mean, var = inputs_of(torch.randn(4, 8))
     with pytest.warns(UserWarning, match="runs on the reference evaluator"):
-        (out,) = fd.execute([x])
-    torch.testing.assert_close(out, torch.exp(torch.cat([x.relu(), x.relu()], 1)))
+        (out,) = fd.execute([x, mean, var])
+    y = torch.cat([x.relu(), x.relu()], 1)
+    want = torch.exp(torch.nn.functional.batch_norm(y, mean, var, None, None, False, 0.1, 1e-5))
+    torch.testing.assert_close(out, want)
 
 
 @pytest.mark.gpu
 def test_a_segment_without_a_scheduler_is_named_once_on_the_gpu():
     fd = define_relu_cat_exp()
     with pytest.raises(executor.FusionUnsupportedError) as caught:
-        fd.execute([torch.randn(64, 128, device="cuda")])
+        fd.execute(inputs_of(torch.randn(64, 128, device="cuda")))
     assert_names_the_fusion_once(str(caught.value))

@@ -46,14 +46,16 @@ def merged_groups(reds, merge: bool = True) -> list[list]:
     return list(groups.values())
 
 
-def row_level_stmts(program: ReductionProgram, stage: int, dtypes: dict, load) -> list[str]:
-    """The row-level statements computed after `stage`'s reductions."""
+def row_level_stmts(program: ReductionProgram, stage: int, dtypes: dict, load,
+                    render=None) -> list[str]:  # fmt: skip
+    """The row-level statements computed after `stage`'s reductions; `render(st, load)`
+    instead of render_stmt where given."""
     stage_of = dict(program.stage_of)
     out = []
     for st in program.stmts:
         if st.op == "reduce" or st.var in program.element_vars or stage_of[st.var] != stage:
             continue
-        out.append(render_stmt(st, dtypes, load))
+        out.append(render(st, load) if render is not None else render_stmt(st, dtypes, load))
     return out
 
 

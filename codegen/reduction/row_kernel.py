@@ -17,6 +17,7 @@ from ..cuda_ops import (
 )
 from ..kernel_ir import ReductionProgram, needed
 from ..prelude import prelude_source
+from ..resize_cuda import resize_arg_types, resize_params, resize_stmt
 from ..stmt_cuda import render_stmt, scalar_arg_types, to_memory
 from .cluster_exchange import ClusterExchange
 from .column_finish import ColumnPartials
@@ -47,7 +48,8 @@ def inner_arg_types(program: ReductionProgram, v: InnerVariant) -> tuple[str, ..
     scal = scalar_arg_types(program)
     sizes = (idx,) * (v.i_rank + 2 + v.k2)
     finish = ("ptr",) * (len(v.finish) + 1) if v.finish else ()  # the outputs, the barrier
-    return per * (len(program.accesses) + len(program.stores)) + sizes + scal + finish
+    resize = resize_arg_types(v.resize, idx) if v.resize is not None else ()
+    return per * (len(program.accesses) + len(program.stores)) + sizes + scal + resize + finish
 
 
 def render_inner(program: ReductionProgram, v: InnerVariant) -> str:
@@ -74,8 +76,10 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         self.tensors = [("a", i) for i in range(n_acc)] + [("o", i) for i in range(len(program.stores))]
         # Note [Row pipeline]: the row-level loads (layer norm backward's mean and rstd) of the
         # next row group are loaded ahead too, into registers, so that no load of the row's own
-        # waits on memory once its stage has arrived
-        self.row_level = [i for i in range(n_acc) if v.modes[i] == "row"] if v.pipeline else []
+        # waits on memory once its stage has arrived (not those read by index or in a window)
+        self.rv = rv = v.resize
+        self.row_level = [i for i in range(n_acc) if v.modes[i] == "row" and (
+            rv is None or not (rv.gathers[i] or rv.preds[i]))] if v.pipeline else []  # fmt: skip
         self.cached = v.iters > 0
         # element-level inputs no row stride reaches: every row reads them again (the weights)
         self.shared_by_rows = {i for i in range(n_acc) if v.modes[i] != "row" and not any(v.live[i])}
@@ -123,9 +127,9 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
     def signature(self) -> None:
         """The prelude, the kernel's parameters and its shared buffers for row reductions."""
         program, v, L = self.program, self.v, self.L
-        L += [prelude_source("core", "math", "reduce", *prelude_features(program.stmts,
-                                                                          program.stores)),
-              f"typedef {v.index_type} idx_t;",
+        features = prelude_features(program.stmts, program.stores)
+        features += ("index",) if self.rv is not None else ()
+        L += [prelude_source("core", "math", "reduce", *features), f"typedef {v.index_type} idx_t;",
               f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}",
               f"#define FC_CLUSTER {v.cluster}"]  # fmt: skip
         extra = ["idx_t rows", "idx_t N"] + [f"idx_t n{d}" for d in range(v.i_rank)]
@@ -134,7 +138,9 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         bounds = f"{threads}, {v.min_blocks}" if v.min_blocks > 1 else f"{threads}"
         dims = " __cluster_dims__(FC_CLUSTER, 1, 1)" if v.cluster > 1 else ""
         L.append(f'extern "C" __global__ void{dims} __launch_bounds__({bounds}) {INNER_NAME}(')
-        params = kernel_params(program, v.i_rank, extra, v.k2, v.acc) + self.finish_params()
+        params = kernel_params(program, v.i_rank, extra, v.k2, v.acc)
+        params += resize_params(self.rv) if self.rv is not None else []
+        params += self.finish_params()
         L.append("    " + ",\n    ".join(params) + ") {")
         shared_types = {REGISTER_TYPE[r.dtype] for r in self.two_pass_all}
         for group in (g for groups in self.combined.values() for g in groups):
@@ -164,8 +170,29 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         for k in which:
             p, i = self.tensors[k]
             terms = [f"{pre}c{d} * {p}{i}_s{d}" for d in range(v.i_rank) if v.live[k][d]] or ["0"]
+            if p == "a" and self.rv is not None and self.rv.offsets[i]:
+                terms.append(f"a{i}_o")  # Note [Resize frames]: past a slice's start
             out.append(f"const idx_t {pre}{p}{i}_row = {' + '.join(terms)};")
         return out
+
+    def coord(self, per_element: bool):
+        """Coordinates of windows and positions: row dims c{d}, the reduced one (kb + j)."""
+
+        def coord(target) -> str:
+            if target == "k":
+                assert per_element, "a window along the reduced dim tested once a row"
+                return "(long long)(kb + j)"
+            return f"(long long){target}" if isinstance(target, str) else f"(long long)c{target}"
+
+        return coord
+
+    def stmt(self, st, load, per_element: bool) -> str:
+        """One statement; windows, positions and index checks too."""
+        if self.rv is not None:
+            text = resize_stmt(self.rv, st, self.coord(per_element), self.program.checks)
+            if text is not None:
+                return text
+        return render_stmt(st, self.dtypes, load)
 
     def element_pass(self, targets: list[str], body_end: list[str], carry: Sequence[str] = (),
                      pre: Sequence[str] = (), post: Sequence[str] = ()) -> None:  # fmt: skip
@@ -196,7 +223,7 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
             L.append(f"        const {REGISTER_TYPE[dtypes[var]]} {var} = {var}_c[it][j];")
         for st in stmts:
             L.append("        " + (render_row_division(st, dtypes) if st.var in self.divisions
-                                   else render_stmt(st, dtypes, self.elem_load)))  # fmt: skip
+                                   else self.stmt(st, self.elem_load, True)))  # fmt: skip
         for var in carry:
             L.append(f"        {var}_c[it][j] = {var};")
         L.extend("        " + line for line in body_end)
@@ -233,7 +260,8 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         """The row-level statements of `stage`, then the reciprocals of the row divisors
         they define (Note [Row divisors] in prelude/math.cuh)."""
         program = self.program
-        self.L.extend("    " + s for s in row_level_stmts(program, stage, self.dtypes, self.row_load))
+        self.L.extend("    " + s for s in row_level_stmts(program, stage, self.dtypes, self.row_load,
+                                                          lambda st, load: self.stmt(st, load, False)))
         stage_of = dict(program.stage_of)
         for y, ct in sorted(set(self.divisions.values())):
             if stage_of.get(y, 0) == stage and y not in program.element_vars:

@@ -4,7 +4,13 @@ loaded once (Note [Weights loaded once]), or loaded again in each pass."""
 from __future__ import annotations
 
 from ..cuda_ops import MEMORY_TYPE
+from ..resize_cuda import gathered, pred_test
 from .common import k_offset
+
+
+def zero(mt: str) -> str:
+    """The zero of a memory type: T() for a one-word name, a cast for `long long`."""
+    return f"({mt})0" if " " in mt else f"{mt}()"
 
 
 class RowLoads:
@@ -25,7 +31,7 @@ class RowLoads:
                                                         [*v.cached, *self.row_level])]  # fmt: skip
         for i in self.row_level:
             mt = MEMORY_TYPE[program.accesses[i].dtype]
-            out.append(f"  a{i}_next = p_row_ok ? a{i}[p_a{i}_row] : {mt}();")
+            out.append(f"  a{i}_next = p_row_ok ? a{i}[p_a{i}_row] : {zero(mt)};")
         out += ["#pragma unroll", f"  for (int it = 0; it < {v.iters}; ++it) {{",
                 "    const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;",
                 "    const bool ok = p_row_ok && kb < k_hi;"]  # fmt: skip
@@ -58,10 +64,22 @@ class RowLoads:
     def row_load(self, i: int) -> str:
         if i in self.row_level:
             return f"a{i}_now"
-        return f"(row_ok ? a{i}[a{i}_row] : {MEMORY_TYPE[self.program.accesses[i].dtype]}())"
+        mt = MEMORY_TYPE[self.program.accesses[i].dtype]
+        rv = self.rv
+        if rv is not None and (rv.gathers[i] or rv.preds[i]):  # Note [Gather loads]
+            test = pred_test(rv, i, self.coord(False))
+            ok = "row_ok" if test is None else f"row_ok && {test}"
+            return f"(({ok}) ? a{i}[a{i}_row{gathered(rv, i)}] : fc_zero<{mt}>())"
+        return f"(row_ok ? a{i}[a{i}_row] : {zero(mt)})"
 
     def elem_load(self, i: int) -> str:
         v = self.v
+        if v.modes[i] == "gather":  # element by element: by index or in a window along K
+            rv, mt = self.rv, MEMORY_TYPE[self.program.accesses[i].dtype]
+            test = pred_test(rv, i, self.coord(True))
+            ok = "ok" if test is None else f"ok && {test}"
+            at = k_offset(f"a{i}", "kb + j", v.k2)
+            return f"(({ok}) ? a{i}[a{i}_row + {at}{gathered(rv, i)}] : fc_zero<{mt}>())"
         if i in self.hoisted:
             return f"a{i}_w1[j]" if v.weights == "shared" else f"a{i}_w[it][j]"
         if self.cached and i in v.cached:
@@ -73,13 +91,16 @@ class RowLoads:
         array of FC_VEC values), zeros where !ok."""
         v = self.v
         mt = MEMORY_TYPE[self.program.accesses[i].dtype]
+        ok = "ok"
+        if self.rv is not None and self.rv.preds[i]:  # in windows of row dims: once a row
+            ok = f"(ok && {pred_test(self.rv, i, self.coord(False))})"
         if v.modes[i] == "vec":
             at = k_offset(f"a{i}", kb, v.k2, unit=True)
             hint = v.weight_hint if v.weight_hint and i in self.shared_by_rows else v.load_hint
-            return [f"{into} = fc_load_vec_if<FC_VEC, {hint}>(a{i} + a{i}_row + {at}, ok);"]
+            return [f"{into} = fc_load_vec_if<FC_VEC, {hint}>(a{i} + a{i}_row + {at}, {ok});"]
         at = k_offset(f"a{i}", f"{kb} + j", v.k2)
         return ["#pragma unroll",
-                f"for (int j = 0; j < FC_VEC; ++j) {into}[j] = ok ? a{i}[a{i}_row + {at}] : {mt}();"]  # fmt: skip
+                f"for (int j = 0; j < FC_VEC; ++j) {into}[j] = {ok} ? a{i}[a{i}_row + {at}] : {zero(mt)};"]  # fmt: skip
 
     def weight_chunk(self, w: int) -> str:  # this thread's 16 bytes of hoisted weight w, this `it`
         return f"fc_wts[((({w}) * FC_TY + threadIdx.y) * {self.v.iters} + it) * FC_TX + tx]"
@@ -136,6 +157,8 @@ class RowLoads:
         memory; none where registers hold it (a{i}_c, a{i}_w)."""
         v = self.v
         mt = MEMORY_TYPE[self.program.accesses[i].dtype]
+        if v.modes[i] == "gather":  # read element by element in the pass itself
+            return []
         if i in v.cached and v.rows_in_smem:  # this vector of the row, from its stage
             chunk = self.stage_chunk("slot", v.cached.index(i))
             return [f"      const fc_vec<{mt}, FC_VEC> a{i}_s = *reinterpret_cast<const "

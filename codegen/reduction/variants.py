@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 _WEIGHTS_IN = {"registers": "registers", "shared": "shared memory"}
 
@@ -64,6 +65,9 @@ class InnerVariant:
     defer: bool = False
     # Note [Alternating row buffers] (prelude/reduce.cuh): one block barrier a row reduction
     alternate: bool = False
+    # reads through windows and by index (codegen/resize_cuda.py), with row coordinates and
+    # 'k' (the reduced one) as targets; accesses read element by element take mode 'gather'
+    resize: Any = None
 
     def _staged(self) -> str:
         n = len(self.cached)
@@ -84,7 +88,8 @@ class InnerVariant:
                 f"{self._staged()}"
                 f"{', weights in ' + _WEIGHTS_IN[self.weights] if self.weights and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
-                f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}")  # fmt: skip
+                f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}"
+                f"{self.resize.describe() if self.resize is not None else ''}")  # fmt: skip
 
 
 @dataclass(frozen=True)

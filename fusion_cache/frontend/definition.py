@@ -165,7 +165,7 @@ class FusionDefinition:
         node = self._advance(record)
         try:
             infos = infer()
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, IndexError) as err:
             if node is not None:
                 self._cache.set_error(node, err)
             raise

@@ -29,6 +29,8 @@ def _call(fn: str, args: tuple = (), kwargs: tuple = ()) -> str:
     return f"{fn}({', '.join(parts)})"
 
 
+# ops whose Python call returns a list of outputs
+LIST_RESULTS = frozenset({"tensor_sizes"})
 # ops that return more values than they record, as None (scaled_mm's block scale and gamma)
 _UNUSED_RESULTS = {"scaled_mm": 2}
 
@@ -49,7 +51,10 @@ def format_record(r: Record) -> str | None:
         return f"{lhs} = {_call('fd.define_vector', (r.kw('elements'),), (('dtype', r.kw('dtype')),))}"
     if r.kind == "op":
         lhs += ", _" * _UNUSED_RESULTS.get(r.name, 0)
-        return f"{lhs} = {_call('fd.ops.' + r.name, r.args, r.kwargs)}"
+        call = _call("fd.ops." + r.name, r.args, r.kwargs)
+        if r.name in LIST_RESULTS:  # returns a list, even of one or none
+            return f"{lhs}, = {call}" if len(r.outputs) == 1 else (f"{lhs} = {call}" if lhs else call)
+        return f"{lhs} = {call}"
     if r.kind == "output":
         args = r.args + ((r.kw("alias_input"),) if r.kw("alias_input") is not None else ())
         kw = (("stride_order", r.kw("stride_order")),) if r.kw("stride_order") else ()

@@ -33,7 +33,7 @@ def replay_records(fd: FusionDefinition, records: Sequence[Record],
         if made is None:
             made = _call(fd, r, args, kwargs)
         if r.outputs:
-            made = made if isinstance(made, tuple) else (made,)
+            made = made if isinstance(made, (tuple, list)) else (made,)
             handles.update((ref.index, h) for ref, h in zip(r.outputs, made))
 
 

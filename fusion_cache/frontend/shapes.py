@@ -95,3 +95,30 @@ def format_shape(shape: Sequence, codes: bool = False) -> str:
     or SYMBOLIC in shape codes (where -1 is not 'infer')."""
     unknown = (lambda e: e == SYMBOLIC) if codes else (lambda e: e is None)
     return "[" + ", ".join("?" if unknown(e) else str(e) for e in shape) + "]"
+
+
+def normalize_slice(where: str, dim: int, size: int, start: int, stop: int, step: int,
+                    manual: bool = False) -> tuple[int, int]:  # fmt: skip
+    """(start, extent) of one dim of a slice of a dim of `size`, as nvFuser computes it:
+    negative bounds count from the end and both clamp to [0, size] (Python's slice
+    semantics), unless `manual` (manual_normalization=True), where the caller promised
+    0 <= start <= stop <= size and anything else is an error here, not garbage later."""
+    if step <= 0:
+        raise ValueError(f"{where}: strides[{dim}] must be positive, got {step}")
+    if manual:
+        if not 0 <= start <= stop <= size:
+            raise ValueError(
+                f"{where}: manual_normalization=True needs 0 <= start_indices[{dim}] <= "
+                f"end_indices[{dim}] <= {size} (the size of dim {dim}), got {start}:{stop}"
+            )
+    else:
+        start = min(max(start + size if start < 0 else start, 0), size)
+        stop = min(max(stop + size if stop < 0 else stop, start), size)
+    return start, (stop - start + step - 1) // step
+
+
+def normalize_index(where: str, what: str, index: int, size: int) -> int:
+    """An index into a dim of `size` (negative counts from the end), checked."""
+    if not -size <= index < size:
+        raise IndexError(f"{where}: {what} {index} is out of range for a dim of size {size}")
+    return index + size if index < 0 else index

@@ -165,5 +165,11 @@ class Vector(_Handle):
     def __len__(self) -> int:
         return self._info().size
 
+    def __getitem__(self, index: int) -> Scalar:
+        return self.fd.ops.at(self, index)
+
+    def at(self, index: int) -> Scalar:
+        return self.fd.ops.at(self, index)
+
 
 HANDLE_TYPES = {"T": Tensor, "S": Scalar, "V": Vector}

@@ -6,6 +6,11 @@ with optional weight and bias, and, when running statistics are given, their upd
 written into those inputs in place, as torch.native_batch_norm does:
     running_mean <- (1 - momentum) * running_mean + momentum * mean
     running_var  <- (1 - momentum) * running_var + momentum * var * n / (n - 1)
+
+embedding_fwd with max_norm becomes the plain gather of the rows and their renormalisation,
+as torch.embedding_renorm_ scales the weight's rows it reads (here only the rows returned:
+the fusion does not write its weight input):
+    out = row * (max_norm / (norm_p(row) + 1e-7) if norm_p(row) > max_norm else 1)
 """
 from __future__ import annotations
 
@@ -17,11 +22,16 @@ from fusion_cache.frontend.records import Record
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
 
-COMPOSITES = {"batch_norm", "stride_order", "triu"}
+COMPOSITES = {"batch_norm", "stride_order", "triu", "embedding_fwd"}
+
+
+def _composite(r: Record) -> bool:
+    return r.kind == "op" and r.name in COMPOSITES and (
+        r.name != "embedding_fwd" or r.kw("max_norm") is not None)
 
 
 def has_composites(fd: FusionDefinition) -> bool:
-    return any(r.kind == "op" and r.name in COMPOSITES for r in fd._records)
+    return any(_composite(r) for r in fd._records)
 
 
 def expand_composites(fd: FusionDefinition) -> FusionDefinition:
@@ -39,6 +49,8 @@ def expand_composites(fd: FusionDefinition) -> FusionDefinition:
     def rewrite(new: Any, r: Record, args: list, kwargs: dict) -> Any:
         if r.kind == "op" and r.name == "batch_norm" and kwargs["training"] is True:
             return _batch_norm(new, args, kwargs["channels_last"], late_outputs)
+        if _composite(r) and r.name == "embedding_fwd":
+            return _embedding_renorm(new, args, kwargs)
         if r.kind == "op" and r.name == "stride_order":
             # Note [Output layouts]: the same values; the order travels to the output
             made = new.ops.set(args[0])
@@ -113,3 +125,20 @@ def _triu(fd: Any, x: Any, diagonal: int) -> Any:
 
 def _cast_to(fd: Any, t: Any, dtype: DataType) -> Any:
     return t if t.dtype == dtype else fd.ops.cast(t, dtype)
+
+
+def _embedding_renorm(fd: Any, args: list, kwargs: dict) -> Any:
+    index, weight = args
+    rows = _float(fd, fd.ops.embedding_fwd(index, weight))
+    last = [False] * index.ndim + [True]
+    p = kwargs["norm_type"]
+    if p is None:  # the 2-norm
+        norm = fd.ops.sqrt(fd.ops.sum(fd.ops.mul(rows, rows), [-1]))
+    else:
+        total = fd.ops.sum(fd.ops.pow(fd.ops.abs(rows), p), [-1])
+        norm = fd.ops.pow(total, fd.ops.reciprocal(fd.ops.cast(p, DataType.Double)))
+    max_norm = kwargs["max_norm"]
+    shrink = fd.ops.div(max_norm, fd.ops.add(norm, fd.define_scalar(1e-7)))
+    scale = fd.ops.where(fd.ops.gt(norm, max_norm), shrink, fd.define_scalar(1.0))
+    out = fd.ops.mul(rows, fd.ops.broadcast(scale, last))
+    return out if out.dtype == weight.dtype else fd.ops.cast(out, weight.dtype)

@@ -236,6 +236,10 @@ def _build_op(b: _Builder, r, infos) -> None:
         dom = [b.copy_dom(d) for i, d in enumerate(logical) if i not in drop]
         b.exprs.append(Expr(name, ins, [b.tv(tensor_outs[0].index, dom)], attrs))
         return
+    if name in _POSITIONAL:
+        dom = _positional_domains(b, name, ins, r, infos[tensor_outs[0].index])
+        b.exprs.append(Expr(name, ins, [b.tv(tensor_outs[0].index, dom)], attrs))
+        return
     from fusion_cache.frontend.ops.table import OPS
 
     if name in OPS or name == "cast":
@@ -252,6 +256,33 @@ def _build_op(b: _Builder, r, infos) -> None:
         else:
             results.append(b.tv(ref.index, _shape_domains(b, info)))
     b.exprs.append(Expr(name, ins, results, attrs))
+
+
+# ops whose output keeps some of its operands' iteration domains (indexing ops; triu)
+_POSITIONAL = {"select", "index_select", "gather", "take_along_axis", "scatter",
+               "index_put_accumulate", "embedding_fwd", "triu"}  # fmt: skip
+
+
+def _positional_domains(b: _Builder, name: str, ins: list, r: Any, out: TensorInfo) -> list:
+    """The output's domains: copies of the operand dims it iterates (the indexed tensor's,
+    or the index tensor's), a fresh extent where a dim is made anew."""
+    first = ins[0].logical
+    d = r.kw("dim", 0) % max(len(first), 1) if r.kw("dim") is not None else None
+    if name == "select":
+        return [b.copy_dom(x) for i, x in enumerate(first) if i != d]
+    if name == "index_select":
+        dom = [b.copy_dom(x) for x in first]
+        index = ins[1].logical
+        dom[d] = b.copy_dom(index[0]) if index else b.dom("b", 1)
+        return dom
+    if name in ("gather", "take_along_axis"):
+        index = ins[1].logical
+        if name == "gather":
+            return [b.copy_dom(x) for x in index]
+        return [b.copy_dom(index[i] if i == d or x.kind == "b" else x) for i, x in enumerate(first)]
+    if name == "embedding_fwd":
+        return [b.copy_dom(x) for x in first] + [b.copy_dom(ins[1].logical[1])]
+    return [b.copy_dom(x) for x in first]  # scatter, index_put_accumulate, triu
 
 
 def _fmt_operand(v: Any) -> str:

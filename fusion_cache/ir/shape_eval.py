@@ -13,9 +13,11 @@ import torch
 
 from fusion_cache.frontend.ops.table import OPS, promoted_dtype, scalar_result
 from fusion_cache.frontend.records import Record, Ref
+from fusion_cache.frontend.shapes import normalize_index
 from fusion_cache.frontend.values import ScalarInfo
 
 from .aten_shapes import ATEN_SHAPES
+from .interpret.resize import slice_bounds
 from .view import reshape_shape
 
 if TYPE_CHECKING:
@@ -71,6 +73,8 @@ def evaluate_shapes(records: Sequence[Record], infos: list, input_refs: Sequence
             env[r.outputs[0].index] = r.kw("value")
         elif r.kind == "vector" and not r.kw("is_input"):
             env[r.outputs[0].index] = tuple(int(get(e)) for e in r.kw("elements"))
+        elif r.kind == "op" and r.name == "tensor_sizes":
+            env.update((o.index, int(n)) for o, n in zip(r.outputs, get(r.args[0])))
         elif r.kind == "op" and r.name in ATEN_SHAPES:
             for o, shape in zip(r.outputs, ATEN_SHAPES[r.name](r, get)):
                 env[o.index] = shape
@@ -142,10 +146,131 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
         return tuple(x)
     if name == "reshape":
         return reshape_shape(f"reshape ({r.outputs[0]})", out_info.ndim, x, sizes(r.kw("new_shape")))
+    if name in _RESIZE_SHAPES:
+        return _RESIZE_SHAPES[name](r, infos, get, sizes)
     raise ShapeUnknown(name)
 
 
 _REDUCTIONS = {"sum", "prod", "max", "min", "var", "var_mean", "welford"}
+
+
+# ---- resize and indexing ops: the same checks as their interpreter rules, on sizes alone ----
+
+
+def _slice(r: Record, infos: list, get, sizes) -> tuple:
+    return tuple(n for _, n, _ in slice_bounds(r, get(r.args[0]), sizes))
+
+
+def _pad(r: Record, infos: list, get, sizes) -> tuple:
+    out = list(get(r.args[0]))
+    widths = sizes(r.kw("pad_widths"))
+    for i in range(len(widths) // 2):
+        d = len(out) - 1 - i
+        out[d] += widths[2 * i] + widths[2 * i + 1]
+        if out[d] < 0:
+            raise ValueError(f"pad ({r.outputs[0]}): pad_widths make dim {d} negative ({out[d]})")
+    return tuple(out)
+
+
+def _cat(r: Record, infos: list, get, sizes) -> tuple:
+    operands = [(infos[a.index], get(a)) for a in r.args[0]]
+    rank = len(operands[0][1])
+    d = r.kw("dim") % rank
+    out = []
+    for k in range(rank):
+        seen = {s[k] for info, s in operands if info.shape[k] != 1}
+        if k == d and not r.kw("manual_padding", False):
+            out.append(sum(s[k] for _, s in operands))
+            continue
+        if len(seen) > 1:
+            raise ValueError(f"cat ({r.outputs[0]}): tensors have sizes {sorted(seen)} at dim {k}; "
+                             "only the cat dim may differ")  # fmt: skip
+        out.append(seen.pop() if seen else 1)
+    return tuple(out)
+
+
+def _select(r: Record, infos: list, get, sizes) -> tuple:
+    x = get(r.args[0])
+    d = r.kw("dim") % len(x)
+    normalize_index(f"select ({r.outputs[0]})", "index", int(get(r.args[1])), x[d])
+    return x[:d] + x[d + 1:]
+
+
+def _index_select(r: Record, infos: list, get, sizes) -> tuple:
+    x, index = get(r.args[0]), get(r.args[1])
+    d = r.kw("dim") % len(x)
+    return x[:d] + (index[0] if index else 1,) + x[d + 1:]
+
+
+def _gather(r: Record, infos: list, get, sizes) -> tuple:
+    x, index = get(r.args[0]), get(r.args[1])
+    d = r.kw("dim") % len(x)
+    if r.name == "gather":
+        for k, (a, b) in enumerate(zip(x, index)):
+            if k != d and b > a:
+                raise ValueError(f"gather ({r.outputs[0]}): index has size {b} at dim {k}, more "
+                                 f"than the input's {a}")  # fmt: skip
+        return index
+    xi, ii = infos[r.args[0].index], infos[r.args[1].index]
+    out = []
+    for k, (a, b) in enumerate(zip(x, index)):
+        if k == d or xi.shape[k] == 1:
+            out.append(b)
+        elif ii.shape[k] == 1 or a == b:
+            out.append(a)
+        else:
+            raise ValueError(f"take_along_axis ({r.outputs[0]}): arg1 has size {a} and index "
+                             f"{b} at dim {k}")  # fmt: skip
+    return tuple(out)
+
+
+def _scatter(r: Record, infos: list, get, sizes) -> tuple:
+    x, index, src = (get(a) for a in r.args)
+    d = r.kw("dim") % len(x)
+    for k, (a, i, s) in enumerate(zip(x, index, src)):
+        if i > s or (k != d and i > a):
+            raise ValueError(f"scatter ({r.outputs[0]}): index has size {i} at dim {k}, more than "
+                             f"src's {s}{'' if k == d else f' or arg1s {a}'}")  # fmt: skip
+    return x
+
+
+def _index_put(r: Record, infos: list, get, sizes) -> tuple:
+    acc, index, value = (get(a) for a in r.args)
+    want = (index[0],) + acc[1:]
+    vinfo = infos[r.args[2].index]
+    for k, (v, w) in enumerate(zip(value, want)):
+        if v != w and not (vinfo.shape[k] == 1 and v == 1):
+            raise ValueError(f"index_put_accumulate ({r.outputs[0]}): value has shape "
+                             f"{list(value)}, expected {list(want)}")  # fmt: skip
+    return acc
+
+
+def _embedding(r: Record, infos: list, get, sizes) -> tuple:
+    return get(r.args[0]) + (get(r.args[1])[1],)
+
+
+def _same(r: Record, infos: list, get, sizes) -> tuple:
+    return get(r.args[0])
+
+
+def _iota(r: Record, infos: list, get, sizes) -> tuple:
+    n = int(get(r.args[0]))
+    if n < 0:
+        raise ValueError(f"iota ({r.outputs[0]}): length must be >= 0, got {n}")
+    return (n,)
+
+
+def _at(r: Record, infos: list, get, sizes) -> int:
+    vec = get(r.args[0])
+    return int(vec[normalize_index(f"at ({r.outputs[0]})", "index", r.kw("index"), len(vec))])
+
+
+_RESIZE_SHAPES = {
+    "slice": _slice, "pad": _pad, "cat": _cat, "select": _select,
+    "index_select": _index_select, "gather": _gather, "take_along_axis": _gather,
+    "scatter": _scatter, "index_put_accumulate": _index_put, "embedding_fwd": _embedding,
+    "triu": _same, "iota": _iota, "at": _at,
+}  # fmt: skip
 
 
 def _reduced_shape(r: Record, x: tuple[int, ...]) -> Any:

@@ -30,6 +30,7 @@ from fusion_cache.ir.output_layout import output_stride_orders
 
 from ..base import SchedulerRefused
 from ..pointwise import _Lowering
+from ..resize import guard_targets, position_targets
 
 NAME = "reduction"  # the scheduler's name in the registry
 REDUCTIONS = {"sum", "prod", "max", "min", "var", "var_mean", "welford"}
@@ -46,13 +47,15 @@ class _ReductionLowering(_Lowering):
 
     def op(self, rec: Record, out_map: tuple, index: int | None = None) -> str:
         if rec.name == "iota":  # index accesses are the pointwise kernel's alone
-            raise SchedulerRefused(f"iota ({rec.outputs[0]}) in a reduction kernel")
+            return self.positioned_iota(rec, out_map)
         if rec.name not in REDUCTIONS:
             return super().op(rec, out_map, index)
         if self.frame:
+            frame = self.frame[-1]
+            kind = frame.record.name if hasattr(frame, "record") else "reshape"
             raise SchedulerRefused(
-                f"reshape (T{self.frame[-1].state}) of a value computed from {rec.name} "
-                f"({rec.outputs[0]}): a reshape after a reduction regroups its rows"
+                f"{kind} (T{frame.state}) of a value computed from {rec.name} "
+                f"({rec.outputs[0]}): a {kind} after a reduction regroups its rows"
             )
         src = rec.args[0]
         info = self.info(src.index)
@@ -155,7 +158,7 @@ def lower_reduction(fd: Any) -> ReductionProgram:
         var = low.tensor(idx, omap)
         alias = r.kw("alias_input")
         stores.append(Store(var, idx, info.dtype, None if alias is None else input_pos[alias.index],
-                            order))  # fmt: skip
+                            stride_order=order))  # fmt: skip
         maps.append(omap)
     # which values depend on K, and after which stage each can be computed
     element: set[str] = set()
@@ -163,11 +166,21 @@ def lower_reduction(fd: Any) -> ReductionProgram:
     reductions = []
     red_by_var = {r.var: r for r in low.reductions}
     for st in low.stmts:
-        if st.op == "load":
-            acc = low.accesses[st.operands[0]]
-            if any(m in reduced for m in acc.loop_map if m is not None):
+        # index values an address takes, a position's or window's loop dims (Note [Gather
+        # loads], [Resize frames] in schedulers/resize.py)
+        values = [o for o in st.operands if isinstance(o, str)]
+        if st.op in ("load", "position", "guard"):
+            if st.op == "load":
+                reads = set(low.accesses[st.operands[0]].loop_map)
+            elif st.op == "position":
+                pos = low.positions[dict(st.attrs)["position"]]
+                reads = position_targets(pos.frames, {pos.entry})
+            else:
+                reads = guard_targets(low.guards[dict(st.attrs)["guard"]])
+            if any(m in reduced for m in reads if isinstance(m, int)) or any(
+                    o in element for o in values):  # fmt: skip
                 element.add(st.var)
-            stage[st.var] = 0
+            stage[st.var] = max((stage[o] for o in values), default=0)
         elif st.op in RANDOM_STMTS:  # one number an element of the loop
             element.add(st.var)
             stage[st.var] = 0
@@ -196,5 +209,5 @@ def lower_reduction(fd: Any) -> ReductionProgram:
         rowlevel, tuple(maps), tuple(sorted(low.scalar_inputs.items())),
         tuple(sorted(low.host_scalars.items())),
         tuple(s.state for s in stores), low.loop_state, frozenset(element), tuple(stage.items()),
-        tuple(low.views.items()),
+        tuple(low.views.items()), tuple(low.positions), tuple(low.guards), tuple(low.checks),
     )  # fmt: skip

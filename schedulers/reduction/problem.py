@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from codegen.cuda_ops import ELEMENT_BYTES
 from codegen.kernel_ir import ReductionProgram
 from fusion_cache.ir.output_layout import strides_for
 
 from ..base import ArgRef, OutputSpec, SchedulerRefused
 from ..layout import access_strides, collapse, row_major
+from ..resize import collapse_keeping, resize_layout
 from ..views import resolve_access
 
 
@@ -46,6 +48,10 @@ class Problem:
     pure: bool  # row-level outputs only, one stage
     inner: bool  # a row kernel, not an outer one
     scalars: list[Any]
+    # Note [Resize frames], [Gather loads] (schedulers/resize.py): the frames resolved for
+    # these sizes, and each loop dim's collapsed row dim (None: reduced or dropped)
+    resize: Any = None
+    row_dim_of: tuple = ()
 
     @property
     def n_acc(self) -> int:
@@ -109,7 +115,10 @@ def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, pr
                  accumulate: tuple[int, ...], finish: tuple[str, ...]) -> Problem:  # fmt: skip
     rank, K = program.rank, program.reduced
     loop = tuple(env[program.loop_state])
-    seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
+    sources = [values[a.input_pos] for a in program.accesses]  # no index accesses here
+    layout = resize_layout(program, sources, env, loop) if program.resized else None
+    seen = [resolve_access(values[a.input_pos], a, env) if layout is None or not _framed(a)
+            else (None, None) for a in program.accesses]  # fmt: skip
     tensors: list[Any] = [t for t, _ in seen]
     maps = [m for _, m in seen]
     outputs = []
@@ -130,18 +139,35 @@ def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, pr
                 outputs.append(OutputSpec(shape, st.dtype, None, fresh.dense))
             tensors.append(fresh)
         maps.append(program.output_maps[k])
-    strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
-    _check_fit(program, tensors, maps, loop)
+    if layout is None:
+        strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
+        _check_fit(program, tensors, maps, loop)
+    else:  # resolved through their frames: their sizes are the frames' business
+        strides = [list(r.strides) for r in layout.reads]
+        strides += [access_strides(t, m, rank) for t, m in zip(tensors[len(strides):], maps[len(strides):])]
+        plain = [k for k in range(len(tensors)) if tensors[k] is not None]
+        _check_fit(program, [tensors[k] for k in plain], [maps[k] for k in plain], loop)
+        tensors = [t if t is not None else _Shape(loop) for t in tensors]
     kept_dims = [d for d in range(rank) if d not in K]
     k_sizes, k_strides = collapse(loop, strides, K)
     if len(k_sizes) > 2:
         raise SchedulerRefused(f"the reduced dims {list(K)} form {len(k_sizes)} strided runs; "
                                "at most two are scheduled")  # fmt: skip
+    row_dim_of: tuple = ()
+    if layout is not None and layout.keep & set(K) and len([d for d in K if loop[d] != 1]) > 1:
+        raise SchedulerRefused("a window or position along reduced dims that are not one dim")
     k2 = len(k_sizes) == 2  # Note [Two reduced dims]
     N = k_sizes[0] * k_sizes[-1] if k2 else k_sizes[0]
     ks = [s[-1] for s in k_strides]
     k0s = [s[0] for s in k_strides]
-    i_sizes, i_strides = collapse(loop, strides, kept_dims)
+    if layout is None:
+        i_sizes, i_strides = collapse(loop, strides, kept_dims)
+    else:  # dims that windows and positions read stay dims of their own
+        sub = [[s[d] for d in kept_dims] for s in strides]
+        i_sizes, i_strides, dims = collapse_keeping([loop[d] for d in kept_dims], sub,
+                                                    frozenset(kept_dims.index(d) for d in layout.keep
+                                                              if d in kept_dims))  # fmt: skip
+        row_dim_of = tuple(dims[kept_dims.index(d)] if d in kept_dims else None for d in range(rank))
     rows = 1
     for n in i_sizes:
         rows *= n
@@ -151,6 +177,9 @@ def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, pr
         raise SchedulerRefused("empty reduction")
     elem = [i for i, a in enumerate(program.accesses) if ks[i] != 0]
     ptrs = [values[a.input_pos].data_ptr() for a in program.accesses] + [0] * len(program.stores)
+    if layout is not None:  # the first element read, past a slice's start or a pad's width
+        for k, (a, r) in enumerate(zip(program.accesses, layout.reads)):
+            ptrs[k] += r.offset * ELEMENT_BYTES[a.dtype]
     written = {st.alias_input for st in program.stores if st.alias_input is not None}
     for i, a in enumerate(program.accesses):
         if a.input_pos in written and ks[i] != 0:
@@ -161,9 +190,15 @@ def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, pr
     # outer kernels suit pure reductions whose reduced dim is strided; anything else takes
     # the inner kernel, with strided loads where the reduced dim is not contiguous
     inner = k2 or primary is None or ks[primary] == 1 or not pure or len(i_sizes) != 1 or (
-        i_strides[primary][0] != 1)
+        i_strides[primary][0] != 1) or layout is not None  # the outer kernel reads no frames
     scalars = [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     scalars += [env[state] for state, _ in program.host_scalars]
     return Problem(program, values, env, profile, accumulate, finish, loop, tensors, outputs,
                    strides, k_sizes, k2, N, ks, k0s, i_sizes, i_strides, rows, elem, ptrs,
-                   primary, pure, inner, scalars)  # fmt: skip
+                   primary, pure, inner, scalars, layout, row_dim_of)  # fmt: skip
+
+
+def _framed(access: Any) -> bool:
+    """Read through a resize frame or by index: resolved by resize_layout instead."""
+    return any(hasattr(f, "record") for f in access.frames) or any(
+        isinstance(m, str) for m in access.dim_map)

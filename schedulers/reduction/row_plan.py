@@ -14,6 +14,7 @@ from fusion_cache.frontend.dtypes import DataType
 
 from ..base import ArgRef, KernelLaunch, LaunchSpec, SchedulerRefused
 from ..layout import index_type
+from ..resize import index_bound
 from ..tuning import knob
 from ..views import describe_views
 from .clusters import choose_cluster, launch_groups, plan_exchange
@@ -21,6 +22,7 @@ from .finish import fused_finish
 from .lowering import NAME
 from .problem import Problem
 from .row_loads import plan_pipeline, plan_weights, smem_rows_first, stage_rows, weight_hint
+from .row_resize import row_resize
 from .row_shape import read_row_shape
 
 
@@ -79,7 +81,10 @@ def plan_rows(p: Problem) -> LaunchSpec:
     hoist_smem = weights == "shared"
     if hoist_smem:
         stage_bytes = weight_bytes
-    variant = InnerVariant(len(p.i_sizes), tx, ty, vec, iters, cached, index_type(p.loop, p.strides),
+    rv, resize_args = row_resize(p) if p.resize is not None else (None, [])
+    itype = index_type(p.loop, p.strides) if rv is None else (
+        "int" if index_bound(p.loop, p.strides, p.resize) < 2**30 else "long long")
+    variant = InnerVariant(len(p.i_sizes), tx, ty, vec, iters, cached, itype,
                            rs.modes, tuple(tuple(x != 0 for x in s) for s in i_strides),
                            k2, tuple(accumulate), cluster=cluster, pipeline=pipeline,
                            rows_in_smem=rows_in_smem,
@@ -90,7 +95,7 @@ def plan_rows(p: Problem) -> LaunchSpec:
                            merge=merge, weights=weights,
                            exchange_async=exchange_async, defer=defer,
                            alternate=bool(knob("inner.alternate", bool(accumulate))),
-                           finish=p.finish if fused_finish(p) else ())  # fmt: skip
+                           finish=p.finish if fused_finish(p) else (), resize=rv)  # fmt: skip
     # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
     # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)
     min_blocks = _min_blocks(program, variant)
@@ -105,7 +110,8 @@ def plan_rows(p: Problem) -> LaunchSpec:
                             == "double" else DataType.Float) for k in accumulate)  # fmt: skip
     blocks = groups * cluster
     kernel = KernelLaunch(INNER_NAME, render_inner(program, variant), (blocks, 1, 1),
-                          (tx, ty, 1), inner_arg_types(program, variant), tuple(_row_args(p)),
+                          (tx, ty, 1), inner_arg_types(program, variant),
+                          tuple(_row_args(p) + resize_args),
                           stage_bytes, cooperative=bool(variant.finish))  # fmt: skip
     return LaunchSpec(NAME, tuple(p.outputs), workspaces, (kernel,),
                       variant.describe() + describe_views(program.views, p.env), wave)

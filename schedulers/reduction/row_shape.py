@@ -9,6 +9,7 @@ from codegen.cuda_ops import ELEMENT_BYTES
 
 from ..tuning import knob
 from .problem import Problem, next_pow2
+from .row_resize import gathered_modes
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ def read_row_shape(p: Problem) -> RowShape:
     if vec > 1 and any(m == "strided" for m in modes):
         vec = 1
         modes = ["row" if m == "row" else "strided" for m in modes]
+    windowed = set()
+    if p.resize is not None:  # read element by element: by index, or in a window along K
+        modes, windowed = gathered_modes(p, modes)
     nv = -(-p.N // vec)
     # about 32 values per thread and row (8 float4 or 4 bf16x8 vectors), at most 512
     # threads a row so a thread keeps up to 128 registers; pure sums, maxima and minima
@@ -80,10 +84,11 @@ def read_row_shape(p: Problem) -> RowShape:
     # (a single row's strides collapse to 0: all of its loads are its own)
     cached = tuple(sorted({s.operands[0] for s in program.stmts
                            if s.op == "load" and s.var in program.element_vars
-                           and (any(i_strides[s.operands[0]]) or p.rows == 1)}))  # fmt: skip
+                           and (any(i_strides[s.operands[0]]) or p.rows == 1)
+                           and s.operands[0] not in windowed}))  # fmt: skip
     narrow = any(ELEMENT_BYTES[d] < 4 for d in moving)
     weight_ins = tuple(i for i in range(n_acc) if i not in cached and modes[i] != "row"
-                       and not any(i_strides[i]))  # fmt: skip
+                       and not any(i_strides[i]) and i not in windowed)  # fmt: skip
     return RowShape(p, vec, tuple(modes), nv, welford, per_thread, cached, narrow, weight_ins)
 
 

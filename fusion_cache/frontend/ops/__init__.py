@@ -9,6 +9,7 @@ from __future__ import annotations
 from .aten import AtenOps
 from .creation import CreationOps
 from .elementwise import ElementwiseOps
+from .indexing import IndexingOps
 from .masks import MaskOps
 from .normalization import NormalizationOps
 from .random import RandomOps
@@ -18,7 +19,7 @@ from .shape import ShapeOps
 
 
 class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps,
-                MaskOps, AtenOps, RandomOps):
+                MaskOps, AtenOps, RandomOps, IndexingOps):
     """`fd.ops` of one FusionDefinition."""
 
 

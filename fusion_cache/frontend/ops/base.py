@@ -48,6 +48,13 @@ class OpsBase:
     def _info(self, ref: Ref):
         return self._fd._infos[ref.index]
 
+    def _producer(self, ref: Ref) -> Record | None:
+        """The op record that made `ref` (None for a definition's input or constant)."""
+        for r in reversed(self._fd._records):
+            if r.kind == "op" and ref in r.outputs:
+                return r
+        return None
+
     def _apply(self, record: Record, infer: Callable[[], list]) -> Any:
         return self._fd._apply(record, infer)
 

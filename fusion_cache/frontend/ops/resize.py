@@ -15,6 +15,7 @@ class ResizeOps(OpsBase):
         starts = self._size_list(start_indices, op, "start_indices")
         ends = self._size_list(end_indices, op, "end_indices")
         steps = None if strides is None else self._size_list(strides, op, "strides")
+        manual = bool(manual_normalization)
 
         def infer() -> list:
             info = self._info(ref)
@@ -31,7 +32,11 @@ class ResizeOps(OpsBase):
                 if None in (a, b, k) or size == shapes.SYMBOLIC:
                     out.append(shapes.SYMBOLIC)
                     continue
-                # negative indices count from the end, as in Python (manual_normalization=False)
+                if manual:
+                    out.append(shapes.normalize_slice(op, d, size, a, b, k, manual=True)[1])
+                    continue
+                # negative indices count from the end, as in Python; a static bound past the
+                # end is a mistake worth naming here (at run time bounds clamp, as nvFuser's)
                 a, b = (a + size if a < 0 else a), (b + size if b < 0 else b)
                 if a < 0 or b < 0:
                     raise ValueError(f"{op}: slice {s[d]}:{e[d]} is out of bounds for dim {d} of size {size}")
@@ -43,6 +48,8 @@ class ResizeOps(OpsBase):
             return [TensorInfo(info.dtype, tuple(out))]
 
         kwargs = (("start_indices", starts), ("end_indices", ends), ("strides", steps))
+        if manual:  # recorded only when set, so definitions without it keep their ids
+            kwargs += (("manual_normalization", True),)
         return self._apply(Record("op", op, (ref,), kwargs, self._out("T")), infer)
 
     def pad(self, arg, pad_widths, value=None):
@@ -78,6 +85,13 @@ class ResizeOps(OpsBase):
         if not isinstance(tensors, (list, tuple)) or not tensors:
             raise TypeError(f"{op}: tensors must be a non-empty list of tensors")
         refs = tuple(self._tensor(t, op, f"tensors[{i}]") for i, t in enumerate(tensors))
+        manual = bool(manual_padding)
+        if manual:
+            for i, r in enumerate(refs):
+                made = self._producer(r)
+                if made is None or made.name != "pad":
+                    raise ValueError(f"{op}: manual_padding=True needs every tensor padded to the "
+                                     f"output's shape by fd.ops.pad; tensors[{i}] ({r}) is not")  # fmt: skip
 
         def infer() -> list:
             infos = [self._info(r) for r in refs]
@@ -89,7 +103,7 @@ class ResizeOps(OpsBase):
             out = []
             for k in range(rank):
                 col = [t.shape[k] for t in infos]
-                if k == d:
+                if k == d and not manual:
                     out.append(shapes.SYMBOLIC if shapes.SYMBOLIC in col else sum(col))
                     continue
                 static = [(i, c) for i, c in enumerate(col) if c not in (1, shapes.SYMBOLIC)]
@@ -103,4 +117,7 @@ class ResizeOps(OpsBase):
             dtype = promote(tuple((2, t.dtype) for t in infos))
             return [TensorInfo(dtype, tuple(out))]
 
-        return self._apply(Record("op", op, (refs,), (("dim", dim),), self._out("T")), infer)
+        kwargs: tuple = (("dim", dim),)
+        if manual:
+            kwargs += (("manual_padding", True),)
+        return self._apply(Record("op", op, (refs,), kwargs, self._out("T")), infer)

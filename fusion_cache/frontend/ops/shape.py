@@ -186,6 +186,36 @@ class ShapeOps(OpsBase):
 
         return self._apply(Record("op", op, (ref,), (), self._out("V")), infer)
 
+    def tensor_sizes(self, arg):
+        """One Int scalar a dim (nvFuser returns them as a list)."""
+        op = "tensor_sizes"
+        ref = self._tensor(arg, op)
+        rank = self._info(ref).ndim
+
+        def infer() -> list:
+            return [ScalarInfo(DataType.Int) for _ in range(rank)]
+
+        made = self._apply(Record("op", op, (ref,), (), self._out("S" * rank)), infer)
+        if made is None:
+            return []
+        return list(made) if isinstance(made, tuple) else [made]
+
+    def at(self, arg, index):
+        """Element `index` of a Vector (negative counts from the end), as an Int scalar."""
+        op = "at"
+        ref = self._ref(arg, op, "arg", "V")
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"{op}: index must be an int, got {index!r}")
+
+        def infer() -> list:
+            info = self._info(ref)
+            k = shapes.normalize_index(op, "index", index, info.size)
+            value = self._const_int(info.elements[k])
+            if value is None:
+                return [ScalarInfo(DataType.Int)]
+            return [ScalarInfo(DataType.Int, value=value, is_const=True)]
+
+        return self._apply(Record("op", op, (ref,), (("index", index),), self._out("S")), infer)
 
 def _target_sizes(op: str, target: list) -> list:
     """A shape argument's sizes: -1 keeps the input's size, anything else below 0 is wrong."""

@@ -3,6 +3,7 @@ from . import (  # noqa: F401
     aten,
     creation,
     elementwise,
+    indexing,
     normalization,
     random,
     reductions,

@@ -1,0 +1,223 @@
+"""Resize and indexing ops and patterns on the GPU against torch eager (issue #27): every
+pattern of the resize family at odd and larger sizes with its kernel count, every op in
+every dtype, non-contiguous inputs, scatter and index_put_accumulate (atomic and
+deterministic), reductions reading through resize ops, random resize chains, and the
+device-side assert of an index out of range (in a child process: it ends the context)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from resize_patterns import PATTERNS, define
+from test_resize_schedule import DATA, REDUCTIONS, _all_ops, chain_case, thunder_case
+
+from fusion_cache import DataType, FusionCache, FusionDefinition
+
+pytestmark = pytest.mark.gpu
+CUDA = "cuda"
+TOL = {torch.float16: 2e-2, torch.bfloat16: 3e-2, torch.float32: 1e-5, torch.float64: 1e-9}
+# launches of one run, where it differs from the pattern's (resize_patterns.py)
+KERNELS: dict = {}
+
+
+def launches() -> int:
+    return FusionCache.get().stats()["kernel_launches"]
+
+
+def rand(shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool().to(CUDA)
+    if not dtype.is_floating_point:
+        return torch.randint(-50, 50, shape, generator=g).to(dtype=dtype, device=CUDA)
+    return torch.randn(shape, generator=g).to(dtype=dtype, device=CUDA)
+
+
+def close(got, want, dtype, scale=1.0):
+    t = TOL.get(dtype, 0) * scale
+    torch.testing.assert_close(got, want, rtol=t, atol=t)
+
+
+def _sizes(name: str) -> list[tuple]:
+    """The pattern's small odd shape and a mid-size one (a quarter of the benchmark's)."""
+    small, big = PATTERNS[name].shape, PATTERNS[name].big
+    mid = {"rope_fwd": (2, 8, 511, 128), "rope_bwd": (2, 8, 511, 128),
+           "kv_append": (2, 8, 255, 128), "kv_pad_cat": (2, 8, 255, 128),
+           "embedding_fwd": (50304, 768, 2, 129), "embedding_bwd": (50304, 768, 2, 129),
+           "ce_fwd": (257, 50304), "ce_bwd": (257, 50304), "cat3": (1023, 4096),
+           "pad": (1023, 4096), "pad_unaligned": (1023, 4093), "cat3_odd": (1023, 999)}  # fmt: skip
+    return [small, mid.get(name, big)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_pattern_against_eager(name, dtype):
+    pattern = PATTERNS[name]
+    fd = define(pattern, dtype)
+    for shape in _sizes(name):
+        torch.manual_seed(0)
+        inputs = pattern.make(dtype, CUDA, shape)
+        before = launches()
+        got = fd.execute(inputs)
+        assert launches() - before == KERNELS.get((name, dtype), pattern.kernels), name
+        want = pattern.reference(*inputs)
+        for g, w in zip(got, want if isinstance(want, list) else [want]):
+            scale = 4.0 if name == "embedding_bwd" else 1.0  # sums of up to hundreds of rows
+            close(g, w.to(g.dtype), dtype, scale)
+
+
+@pytest.mark.parametrize("dtype", DATA, ids=str)
+def test_every_op_for_every_dtype(dtype):
+    x, x3 = rand((37, 128), dtype), rand((3, 37, 128), dtype, 1)
+    i1 = torch.randint(0, 128, (128,), device=CUDA)
+    i2 = torch.randint(0, 128, (37, 128), device=CUDA)
+    inputs = [x, x3, i1, i2, -2]
+    with FusionDefinition() as fd:
+        vals = [fd.from_pytorch(x), fd.from_pytorch(x3), fd.from_pytorch(i1), fd.from_pytorch(i2),
+                fd.define_scalar(dtype=DataType.Int)]  # fmt: skip
+        for out in _all_ops(fd, *vals, rows=37, cols=128):
+            fd.add_output(out)
+    before = launches()
+    got = fd.execute(inputs)
+    assert launches() - before == 1
+    want = fd.execute([t.cpu() if isinstance(t, torch.Tensor) else t for t in inputs])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
+
+
+def test_non_contiguous_rope_and_gathers():
+    """q as attention code makes it: [b, s, h, d] transposed to [b, h, s, d]."""
+    b, s, h, d = 2, 33, 4, 64
+    q = rand((b, s, h, d), torch.bfloat16).transpose(1, 2)
+    cos, sin = rand((s, d), seed=1), rand((s, d), seed=2)
+    with FusionDefinition() as fd:
+        x = fd.from_pytorch(q)
+        c, si = fd.from_pytorch(cos), fd.from_pytorch(sin)
+        n0, n1, n2, n3 = fd.ops.tensor_sizes(x)
+        half = fd.ops.div(n3, 2)
+        xf = fd.ops.cast(x, DataType.Float)
+        rot = fd.ops.cat([fd.ops.neg(fd.ops.slice(xf, [0, 0, 0, half], [n0, n1, n2, n3])),
+                          fd.ops.slice(xf, [0, 0, 0, 0], [n0, n1, n2, half])], -1)  # fmt: skip
+        out = fd.ops.add(fd.ops.mul(xf, fd.ops.broadcast_in_dim(c, [n0, n1, n2, n3], [2, 3])),
+                         fd.ops.mul(rot, fd.ops.broadcast_in_dim(si, [n0, n1, n2, n3], [2, 3])))
+        fd.add_output(fd.ops.cast(out, DataType.BFloat16))
+    (got,) = fd.execute([q, cos, sin])
+    qf = q.float()
+    want = (qf * cos + torch.cat([-qf[..., d // 2:], qf[..., :d // 2]], -1) * sin).bfloat16()
+    close(got, want, torch.bfloat16)
+    weight = rand((300, 96), torch.bfloat16).t()  # [96, 300] with strides (1, 96)
+    idx = torch.randint(0, 96, (7, 50), device=CUDA).t()  # transposed [50, 7]
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.index_select(fd.from_pytorch(weight), fd.ops.reshape(
+            fd.ops.slice(fd.from_pytorch(idx), [0, 0], [50, 1]), [50]), 0))  # fmt: skip
+    (got,) = fd.execute([weight, idx])
+    torch.testing.assert_close(got, weight[idx[:, 0]], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.bool], ids=str)  # fmt: skip
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_scatter_and_index_put_accumulate(dtype, deterministic, monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "1" if deterministic else "0")
+    acc, value = rand((1000, 3, 70), dtype), rand((5000, 3, 70), dtype, 1)
+    idx = torch.randint(0, 1000, (5000,), device=CUDA)
+    idx[:100] = 7  # a hot row
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.index_put_accumulate(fd.from_pytorch(acc), fd.from_pytorch(idx),
+                                                  fd.from_pytorch(value)))  # fmt: skip
+    runs = [fd.execute([acc, idx, value])[0] for _ in range(2)]
+    want = acc.float().index_put((idx,), value.float(), accumulate=True)
+    if dtype == torch.bool:  # on the CPU: torch's CUDA index_put adds no bools
+        want = acc.cpu().index_put((idx.cpu(),), value.cpu(), accumulate=True).to(CUDA)
+    for got in runs:
+        close(got.float(), want.float(), dtype, 30.0 if dtype in (torch.float16, torch.bfloat16)
+              else 10.0)  # fmt: skip
+    if deterministic:
+        assert torch.equal(runs[0], runs[1])
+    x, src = rand((64, 300), dtype), rand((50, 300), dtype, 3)
+    index = torch.randint(0, 64, (40, 300), device=CUDA)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.scatter(fd.from_pytorch(x), fd.from_pytorch(index),
+                                     fd.from_pytorch(src), 0))  # fmt: skip
+    (got,) = fd.execute([x, index, src])
+    if deterministic:  # the last index wins, as torch does on the CPU
+        want = torch.scatter(x.cpu(), 0, index.cpu(), src.cpu())
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    else:  # repeated targets take one of their values
+        hit = torch.zeros_like(x, dtype=torch.bool).scatter(0, index, True)
+        torch.testing.assert_close(got[~hit], x[~hit], rtol=0, atol=0)
+        rows = torch.arange(40, device=CUDA)[:, None].expand(40, 300)
+        cols = torch.arange(300, device=CUDA)[None, :].expand(40, 300)
+        landed = (got[index, cols] == src[rows, cols]).int()
+        any_landed = torch.zeros(x.shape, dtype=torch.int32, device=CUDA).index_put_(
+            (index, cols), landed, accumulate=True)  # fmt: skip
+        assert bool((any_landed[hit] > 0).all())
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reductions_read_through_resize_ops(name):
+    x, y = rand((1025, 531)), rand((1025, 200), seed=1)
+    with FusionDefinition() as fd:
+        REDUCTIONS[name](fd, fd.from_pytorch(x), fd.from_pytorch(y))
+    before = launches()
+    got = fd.execute([x, y])
+    assert launches() - before == 1
+    for g, w in zip(got, fd.execute([x.cpu(), y.cpu()])):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-4)
+
+
+def test_thunder_cross_entropy():
+    fd, logits, labels, want = thunder_case(1024, 32064)
+    before = launches()
+    (got,) = fd.execute([logits.to(CUDA), labels.to(CUDA)])
+    assert launches() - before == 2
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_resize_chains(seed):
+    fd, x = chain_case(seed, 40)
+    before = launches()
+    (got,) = fd.execute([x.to(CUDA)])
+    assert launches() - before == 1
+    torch.testing.assert_close(got.cpu(), fd.execute([x])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_embedding_max_norm_is_one_kernel():
+    w = rand((1000, 256), torch.bfloat16)
+    idx = torch.randint(0, 1000, (8, 64), device=CUDA)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.embedding_fwd(fd.from_pytorch(idx), fd.from_pytorch(w), None,
+                                           fd.define_scalar(1.0)))  # fmt: skip
+    before = launches()
+    (got,) = fd.execute([idx, w])
+    assert launches() - before == 1
+    want = torch.nn.functional.embedding(idx, w.float().clone(), max_norm=1.0).bfloat16()
+    close(got, want, torch.bfloat16)
+
+
+_OUT_OF_RANGE = textwrap.dedent(
+    """
+    import torch
+    from fusion_cache import FusionDefinition, DataType
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        i = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(x, i, 0))
+    out = fd.execute([torch.randn(8, 16, device="cuda"), torch.tensor([1, 9], device="cuda")])
+    torch.cuda.synchronize()
+    print("no error")
+    """
+)
+
+
+def test_out_of_range_index_is_a_device_assert_naming_the_op():
+    done = subprocess.run([sys.executable, "-c", _OUT_OF_RANGE], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    text = done.stdout + done.stderr
+    assert done.returncode != 0 and "no error" not in done.stdout, text
+    assert "index_select (T2): index 9 is out of range for a dim of size 8" in text, text
+    assert "device-side assert" in text or "CUDA_ERROR_ASSERT" in text or "assert" in text, text
