@@ -22,7 +22,8 @@ from .prelude import prelude_source
 # output rows a block sums: 32 x 256 columns of 4-byte sums are 32 KiB of shared memory, of
 # 8-byte ones 16 rows (static shared memory stops at 48 KiB)
 def rows_for(dtype) -> int:
-    return 16 if _acc_type(dtype) in ("double", "long long") else 32
+    wide = ("double", "long long", "int64_t", "uint64_t")  # 8-byte sums
+    return 16 if _acc_type(dtype) in wide else 32
 
 
 BLOCK = 256
@@ -35,7 +36,7 @@ WINNERS_NAME = "fc_scatter_winners"
 
 def _acc_type(dtype) -> str:
     mt = MEMORY_TYPE[dtype]
-    return {"fc_half": "float", "fc_bf16": "float", "bool": "int", "int": "long long"}.get(mt, mt)
+    return {"fc_half": "float", "fc_bf16": "float", "bool": "int", "int": "int64_t"}.get(mt, mt)
 
 
 def render_ordered_accumulate(out_dtype, index_dtype, value_dtype, rest: int, sum_dtype=None,

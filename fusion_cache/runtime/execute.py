@@ -48,6 +48,10 @@ def run_fusion(fd: FusionDefinition, inputs: Sequence[Any],
         from .executor import run_on_gpu
 
         return run_on_gpu(fd, values)
+    return _on_reference(fd, values)
+
+
+def _on_reference(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     FusionCache.get()._count("reference_runs")
     if run_context.ACTIVE and (ctx := run_context.current()) is not None:
         ctx.reference_runs += 1
@@ -67,8 +71,8 @@ def _dump_reference_run(fd: FusionDefinition, values: Sequence[Any], dumps: froz
 
 def _run_on(fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list[Any]:
     """execute(device=...): the tensors read must already be on `device` (0-dim CPU tensors,
-    scalars, may stay on the CPU), as nvFuser asks; outputs of a fusion that reads no tensor
-    there (only scalars) are placed on it."""
+    scalars, may stay on the CPU), as nvFuser asks; a fusion that reads no tensor there (only
+    scalars) runs on it: kernels for a CUDA device, the reference evaluator for the CPU."""
     if device is None:
         return run_fusion(fd, inputs)
     try:
@@ -83,6 +87,10 @@ def _run_on(fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list[An
         if isinstance(v, torch.Tensor) and v.device != dev and not (v.device.type == "cpu" and v.dim() == 0):
             raise ValueError(f"execute: input {i} is on {v.device}, but device={device!r} asks for "
                              f"{dev}; move the input there or leave device out")  # fmt: skip
+    if dev.type == "cpu":  # computed on the CPU, a fusion that reads no tensor too
+        values = validate_inputs(fd, inputs)
+        if not _on_gpu(values):
+            return _on_reference(fd, values)
     with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
         outs = run_fusion(fd, inputs)  # a fusion that reads no tensor goes to `dev`
     return [o.to(dev) if isinstance(o, torch.Tensor) and o.device != dev else o for o in outs]

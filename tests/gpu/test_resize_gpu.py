@@ -181,8 +181,11 @@ def test_thunder_cross_entropy():
 def test_random_resize_chains(seed):
     fd, x = chain_case(seed, 40)
     before = launches()
-    (got,) = fd.execute([x.to(CUDA)])
-    assert launches() - before == 1
+    xc = x.to(CUDA)
+    (got,) = fd.execute([xc])
+    # a chain of views only (seed 5: one permute) returns a view of the input, no kernel
+    view = got.untyped_storage().data_ptr() == xc.untyped_storage().data_ptr()
+    assert launches() - before == (0 if view else 1)
     torch.testing.assert_close(got.cpu(), fd.execute([x])[0], rtol=1e-5, atol=1e-5)
 
 
