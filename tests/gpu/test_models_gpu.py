@@ -33,8 +33,14 @@ def test_cuda_graph_mode_replays_and_matches_eager(name):
     launches nothing from Python (Note [CUDA-graph mode])."""
     case = next(c for c in model_cases(tiny=True) if c.name == name)
     eager = models.run_contender("eager", case, 6, "cuda")
+    plain = models.run_contender("fusion_cache", case, 6, "cuda")
     graphs = models.run_contender("fusion_cache_graphs", case, 6, "cuda")
-    for got, want in zip(graphs["losses"], eager["losses"]):
+    # replaying the same kernels changes only how they are launched: the losses follow the
+    # run without graphs step for step; against eager, the steps test_losses_match_eager
+    # bounds (ResNet-18 drifted 1.06e-3 from eager by its sixth f32 step, with graphs)
+    for got, want in zip(graphs["losses"], plain["losses"]):
+        assert got == pytest.approx(want, rel=1e-4)
+    for got, want in zip(graphs["losses"][:4], eager["losses"][:4]):
         assert got == pytest.approx(want, rel=TOLERANCE[name])
     launches = graphs["per_step"]["kernel_launches"]
     assert launches[0] > 0 and launches[-1] == 0, launches
