@@ -18,6 +18,7 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
     "core": (),
     "math": ("core",),
     "reduce": ("core", "math"),
+    "tile": ("core",),
 }
 FEATURES: tuple[str, ...] = tuple(_REQUIRES)
 

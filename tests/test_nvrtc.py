@@ -151,10 +151,28 @@ extern "C" __global__ void reduce_kernel(const float* f, const double* d, const 
 }
 """
 
+TILE_KERNEL = r"""
+extern "C" __global__ void tile_kernel(const float* f, const fc_bf16* h, float* of, fc_bf16* oh) {
+  __shared__ __align__(16) unsigned char s[1024];
+  const int i = threadIdx.x;
+  fc_cp_async<16>(s + 16 * i, f + 4 * i, i < 8);
+  fc_cp_async<8>(s + 512 + 8 * i, h + 4 * i, true);
+  fc_cp_async<4>(s + 768 + 4 * i, h + 2 * i, i > 1);
+  fc_cp_async_commit_group();
+  fc_cp_async_wait_groups<0>();
+  __syncthreads();
+  fc_store_vec<4>(of + 4 * i, fc_smem_get<4, float>(s + 16 * (i ^ 1)));
+  fc_smem_put<2, fc_bf16>(s + 768 + 4 * i, fc_smem_get<2, fc_bf16>(s + 512 + 8 * i));
+  oh[i] = fc_smem_get<1, fc_bf16>(s + 768 + 2 * i)[0];
+}
+"""
+
+
 FEATURE_KERNELS = {
     "core": ("core_kernel", CORE_KERNEL),
     "math": ("math_kernel", MATH_KERNEL),
     "reduce": ("reduce_kernel", REDUCE_KERNEL),
+    "tile": ("tile_kernel", TILE_KERNEL),
 }
 
 

@@ -164,7 +164,7 @@ def test_vector_reshape_compiles_and_plans_right_strides(case, target):
     inputs = vector_inputs(case, seed=3)
     spec = one_kernel_plan(fd, inputs, target)
     ex = scheduled_by(fd, "pointwise")
-    assert ex.refusals == []
+    assert [r.scheduler for r in ex.refusals] == ["transpose"]  # no permute: no layouts to tile
     assert REGROUPINGS[case][2] in spec.description
     want = vector_eager(*inputs)
     close(emulate_pointwise(fd, inputs), want)
@@ -255,8 +255,10 @@ def test_reshapes_nested_through_a_permute_and_a_second_input():
         inner = fd.ops.permute(fd.ops.reshape(x, [2, 3, -1]), [1, 0, 2])
         fd.add_output(fd.ops.exp(fd.ops.reshape(inner * m, [3, 2, 2, -1])))
     x, m = rand(2, 24, seed=8), rand(3, 2, 8, seed=9)
-    one_kernel_plan(fd, [x, m])
-    program = scheduled_by(fd, "pointwise").program
+    spec = one_kernel_plan(fd, [x, m])
+    # a permute of outer dims: the transpose scheduler finds nothing to tile
+    program = scheduled_by(fd, "transpose").program
+    assert spec.scheduler == "pointwise" and "not tiled" in spec.description
     assert sorted(len(a.frames) for a in program.accesses) == [1, 2]
     want = [torch.exp((x.reshape(2, 3, -1).permute(1, 0, 2) * m).reshape(3, 2, 2, -1))]
     close(emulate_pointwise(fd, [x, m]), want)
