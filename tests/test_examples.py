@@ -23,7 +23,7 @@ def test_warmup_then_restart_compiles_nothing(fresh_store):
     assert "0 kernels compiled, 5 already stored" in again.stdout
     listing = _run(cli + ["ls"], fresh_store)
     assert listing.returncode == 0 and len(listing.stdout.strip().splitlines()) == 6
-    shown = _run(cli + ["show", "0"], fresh_store)
+    shown = _run(cli + ["show", "0", "--ir"], fresh_store)
     assert "Fusion IR:" in shown.stdout and "scheduler: pointwise" in shown.stdout
     assert _run(cli + ["verify"], fresh_store).returncode == 0
 

@@ -2,18 +2,29 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 DUMP_VARS = ("FUSION_CACHE_DUMP", "NVFUSER_DUMP", "PYTORCH_NVFUSER_DUMP")
 DUMP_OPTIONS = frozenset({
     "python_definition", "fusion_ir", "cuda_kernel", "launch_param", "eff_bandwidth",
-    "print_args", "segments", "scheduler", "kernel_cache", "graph",
+    "print_args", "segments", "scheduler", "graph",
 })  # fmt: skip
+_warned: set[tuple[str, str]] = set()  # (variable, value) pairs already warned about
 
 
 def dump_options() -> frozenset[str]:
+    """The known dump options asked for; an unknown one warns once, naming the valid ones
+    (and is dropped: any option at all sends launches down the slower general path)."""
     found: set[str] = set()
     for var in DUMP_VARS:
-        found.update(x.strip() for x in os.environ.get(var, "").split(",") if x.strip())
+        asked = {x.strip() for x in os.environ.get(var, "").split(",") if x.strip()}
+        unknown = sorted(v for v in asked - DUMP_OPTIONS if (var, v) not in _warned)
+        if unknown:
+            _warned.update((var, v) for v in unknown)
+            warnings.warn(f"fusion_cache: {var}: unknown option{'s' * (len(unknown) > 1)} "
+                          f"{', '.join(unknown)} ignored; valid: {', '.join(sorted(DUMP_OPTIONS))}",
+                          stacklevel=2)  # fmt: skip
+        found |= asked & DUMP_OPTIONS
     return frozenset(found)
 
 

@@ -131,10 +131,11 @@ class FusionCache:
             return node.records
         entry = self.store.fusion_by_id(fid)
         if entry is None:
-            known = sorted(self._by_id)
+            # the store's ids, not only this process's: another process may have defined them
+            known = sorted({f.id for f in self.store.fusions()} | set(self._by_id))
             raise ValueError(
                 f"fusion id {fid} is not in this cache or its store ({self.store.url}); "
-                f"known ids here: {known[:20]}"
+                f"ids in the store: {known[:20]}{' ...' if len(known) > 20 else ''}"
             )
         return tuple(records_from_json(entry.records_json))
 

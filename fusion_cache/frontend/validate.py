@@ -15,15 +15,17 @@ if TYPE_CHECKING:
     from .definition import FusionDefinition
 
 
-def validate_inputs(fd: FusionDefinition, inputs: Sequence[Any]) -> list[Any]:
+def validate_inputs(fd: FusionDefinition, inputs: Sequence[Any],
+                    caller: str = "execute") -> list[Any]:  # fmt: skip
+    """`caller` (execute, precompile, segment) names the call in the messages."""
     if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (list, tuple)):
         raise TypeError(
-            f"execute: inputs must be a list or tuple of tensors and scalars, got {type(inputs).__name__}"
+            f"{caller}: inputs must be a list or tuple of tensors and scalars, got {type(inputs).__name__}"
         )
     refs = fd.input_refs()
     if len(inputs) != len(refs):
         raise ValueError(
-            f"execute: fusion {fd._fid} expects {len(refs)} inputs "
+            f"{caller}: fusion {fd._fid} expects {len(refs)} inputs "
             f"({', '.join(str(r) for r in refs)}), got {len(inputs)}"
         )
     out = []

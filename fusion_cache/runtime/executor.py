@@ -37,6 +37,11 @@ class FusionUnsupportedError(RuntimeError):
     """No scheduler took the fusion (or its kernel failed) and fallback is disabled."""
 
 
+class FallbackDisabledError(FusionUnsupportedError):
+    """Raised where a fusion would have fallen back, naming it; the runs around it (its own
+    first run, a segmented fusion holding it) pass it on unchanged."""
+
+
 class FusionExecutor:
     def __init__(self, fd: FusionDefinition) -> None:
         from fusion_cache.ir.decompose import expand_composites
@@ -235,7 +240,7 @@ def try_cached_launch(fd: FusionDefinition, inputs: Sequence[Any]) -> list | Non
 
 def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], why: str) -> list:
     if fallback_disabled():
-        raise FusionUnsupportedError(f"fusion {fd._fid}: {why} (fallback is disabled)")
+        raise FallbackDisabledError(f"fusion {fd._fid}: {why} (fallback is disabled)")
     if not ex.warned:
         ex.warned = True
         warnings.warn(f"fusion_cache: fusion {fd._fid} runs on the reference evaluator: {why}",
@@ -249,6 +254,8 @@ def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     try:
         plan = ex.plan(values, input_key(values))
         return ex.launch(plan, values)
+    except FallbackDisabledError:
+        raise  # named where it happened, perhaps in a segment
     except FusionUnsupportedError as err:
         return _fallback(fd, ex, values, str(err))
     except (ValueError, TypeError):

@@ -29,7 +29,7 @@ def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) 
     if target is None:
         target = default_target()
     profile = resolve_target(target)
-    values = validate_inputs(fd, inputs)
+    values = validate_inputs(fd, inputs, "precompile")
     ex = executor_for(fd)
     try:
         plan = ex.make_plan(values, profile, load=False)

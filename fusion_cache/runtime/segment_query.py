@@ -38,7 +38,7 @@ class SegmentMaps(dict):
 
 def segment_definition(fd: FusionDefinition, inputs: Sequence[Any],
                        target: Any) -> tuple[list, SegmentMaps]:  # fmt: skip
-    values = validate_inputs(fd, inputs)
+    values = validate_inputs(fd, inputs, "segment")
     ex = executor_for(fd)
     fd = ex.fd  # composite ops expanded: the definition the schedulers see
     target = default_target() if target is None else target

@@ -5,7 +5,7 @@
     cubin, compiled_here = store.compile_once(kernel_key, compile_fn)
 
 See store.py for the interface, sql_store.py for the SQLite/PostgreSQL implementation,
-memory.py for the in-memory one, and commands.py for `fusion-cache ls/stats/verify/...`.
+memory.py for the in-memory one; the `fusion-cache` commands live in fusion_cache/cli/.
 """
 from .entries import (
     BadEntry,

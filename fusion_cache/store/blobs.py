@@ -162,10 +162,10 @@ class BlobTier:
             self._failed("iterate", err)
 
     def usage(self) -> tuple[int, int]:
-        """(entries, bytes on disk)."""
+        """(entries, bytes of their files); volume() would add diskcache's own index."""
         try:
             cache = self._open()
-            return len(cache), cache.volume()
+            return len(cache), int(cache.reset("size"))  # reads the stored total
         except Exception as err:
             self._failed("stat", err)
             return 0, 0

@@ -175,7 +175,7 @@ class MemoryStore(Store):
                 "plans": len(self._plans),
                 "kernels": len(self._kernels),
                 "kernel_bytes": sum(e.size for _, e in self._kernels.values()),
-                "links": len(self._links),
+                "links": sum(key in self._kernels for _, key in self._links),
                 "hits": sum(e.hits for _, e in self._kernels.values()),
             }
 

@@ -500,7 +500,10 @@ class SqlStore(Store):
                 "plans": select(func.count()).select_from(plans),
                 "kernels": select(func.count()).select_from(kernels),
                 "kernel_bytes": select(func.sum(kernels.c.size)),
-                "links": select(func.count()).select_from(fusion_kernels),
+                # a link outlives its kernel's prune: count those that still lead somewhere
+                "links": select(func.count()).select_from(fusion_kernels).where(
+                    fusion_kernels.c.kernel_key.in_(select(kernels.c.key))
+                ),
                 "hits": select(func.sum(kernels.c.hits)),
             }
             with self._read() as conn:

@@ -1,4 +1,5 @@
-"""`fusion-cache demo`: define a few fusions, print them, run them, check them against torch."""
+"""`fusion-cache demo`: define a few fusions, print them, run them, check them against torch.
+It imports torch: main.py imports it only to run it."""
 from __future__ import annotations
 
 import time
@@ -6,7 +7,9 @@ from collections.abc import Callable
 
 import torch
 
-from . import DataType, FusionCache, FusionDefinition
+from fusion_cache import DataType, FusionCache, FusionDefinition
+
+from .common import USAGE, CliError
 
 
 def _pointwise(fd: FusionDefinition) -> None:
@@ -54,6 +57,12 @@ def _cases(device: str) -> list[tuple[str, Callable, list, Callable]]:
 def run_demo(device: str | None = None) -> int:
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device.startswith("cuda") and not torch.cuda.is_available():
+        raise CliError(f"--device {device}: no CUDA GPU here (torch {torch.__version__} finds "
+                       "none); try --device cpu", USAGE)  # fmt: skip
+    elif ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise CliError(f"--device {device}: this machine has {torch.cuda.device_count()} "
+                       "CUDA devices", USAGE)  # fmt: skip
     failures = 0
     for title, build, inputs, expected in _cases(device):
         with FusionDefinition() as fd:
@@ -71,7 +80,8 @@ def run_demo(device: str | None = None) -> int:
         except AssertionError as err:
             failures += 1
             verdict = f"DIFFERS from torch: {err}"
-        print(f"executed on {device} in {ms:.1f} ms; output {list(out.shape)} {out.dtype}: {verdict}\n")
+        print(f"executed on {device} in {ms:.1f} ms; output {list(out.shape)} {out.dtype}: "
+              f"{verdict}\n")  # fmt: skip
     print("stats:", FusionCache.get().stats())
     print(f"demo: {3 - failures} of 3 fusions match torch")
     return 1 if failures else 0
