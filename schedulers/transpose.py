@@ -177,8 +177,11 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
                 x % vec for d, x in enumerate(s) if d != along):  # fmt: skip
             vec = 1
     tiled = [ELEMENT_BYTES[dtypes[k]] for k in range(len(strides)) if modes[k] == "tile"]
-    side = max(16 * vec, 32, *(128 // z for z in tiled))
-    tile_a, tile_b = knob("transpose.tile_a", side), knob("transpose.tile_b", side)
+    # 16 x 16 blocks of V x V (one a thread of 256), rows of at least 128 bytes and as many
+    # rows as one wavefront of blocks needs (SmemTile.unfit)
+    tile_a = knob("transpose.tile_a", max(16 * vec, 32, *(vec * SmemTile(vec, z, 0, 0).lanes
+                                                         for z in tiled)))
+    tile_b = knob("transpose.tile_b", max(16 * vec, 32, *(128 // z for z in tiled)))
     # a dim shorter than the tile: the smallest tile over it whose swizzle still holds
     while tile_a // 2 >= n_a and all(
             SmemTile(vec, z, tile_a // 2, tile_b).unfit() is None for z in tiled):  # fmt: skip
@@ -207,12 +210,18 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     tiles_a, tiles_b = -(-n_a // tile_a), -(-n_b // tile_b)
     tiles = numel // (n_a * n_b) * tiles_a * tiles_b
     # one resident wave of blocks, each looping over its tiles (Note [Transpose tiles]); the
-    # kernel asks for as many blocks an SM as its registers allow: a thread keeps a V x V
-    # block of each input it reads along A or B and of each output through a tile, V values
-    # of each other output, and about 24 more (61 registers for
-    # the f32 add of a transposed input, 90 for bf16, which spilled capped at 80)
-    held = sum((vec if k >= n_acc and modes[k] == "vec" else vec * vec)
-               * ELEMENT_BYTES[dtypes[k]] // 4 for k in range(len(strides)) if modes[k] != "elem")  # fmt: skip
+    # kernel asks for as many blocks an SM as its registers allow. A thread keeps, for each
+    # block it computes (the loop is unrolled), V x V values of each input read along A or
+    # B and of each output through a tile and V of each other output; copies through
+    # registers hold a value and an address each; and about 24 more. Measured by ptxas:
+    # 61 registers for the f32 add of a transposed input, 120 for bf16 (capped at 80 for
+    # three blocks an SM it spilled), 16-bit values one at a time spilled at 64 in 64 x 64 tiles
+    blocks_each = -(-(tile_a // vec) * (tile_b // vec) // threads)
+    held = sum(-(-blocks_each * (vec if k >= n_acc and modes[k] == "vec" else vec * vec)
+                 * ELEMENT_BYTES[dtypes[k]] // 4) for k in range(len(strides)) if modes[k] != "elem")
+    if not stages:
+        held += 3 * -(-tile_a * (tile_b // vec) // threads) * sum(
+            1 for k in range(n_acc) if modes[k] == "tile")
     regs = -(-(24 + held) // 8) * 8
     per_sm = min(profile.max_threads_per_sm // threads, profile.max_blocks_per_sm,
                  profile.smem_per_sm // (smem + profile.smem_reserved_per_block),
