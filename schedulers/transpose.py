@@ -104,6 +104,11 @@ def plan_transpose(program: PointwiseProgram, values: Sequence[Any], env: dict,
                       f"{v.describe()} tiles={tiling.tiles}{notes}", tiling.wave)  # fmt: skip
 
 
+def output_strides(store: Any, shape: Sequence[int]) -> list[int]:
+    """The strides a fresh output is allocated with: row-major over the loop."""
+    return row_major(shape)
+
+
 def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
                profile: Any) -> Tiling | str:  # fmt: skip
     """The tiling for these inputs, or why the fusion is better run untiled."""
@@ -120,7 +125,7 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     rank = len(out_shape)
     seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
     strides = [access_strides(t, m, rank) for t, m in seen]
-    strides += [row_major(out_shape) for _ in program.stores]
+    strides += [output_strides(st, out_shape) for st in program.stores]
     ptrs = [values[a.input_pos].data_ptr() for a in program.accesses] + [0] * len(program.stores)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
     sizes, strides = collapse(list(out_shape), strides)

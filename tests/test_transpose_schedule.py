@@ -443,3 +443,33 @@ def test_arguments_are_pointers_then_strides_then_sizes():
     assert args[0] == ArgRef("input", 0) and args[3] == ArgRef("output", 0)
     assert list(args[1:3]) == [1, 96] and list(args[4:6]) == [64, 1]
     assert list(args[6:9]) == [96, 64, tiling.tiles]
+
+
+def test_outputs_through_tiles(monkeypatch):
+    """Outputs laid out along B go back through a tile (stride-order outputs, once the
+    pointwise lowering takes them): here the second output's strides are made column-major."""
+    import schedulers.transpose as tr
+
+    with FusionDefinition() as fd:
+        a, b = tensor(fd, 2, BF16), tensor(fd, 2, F32)
+        y = fd.ops.add(fd.ops.cast(fd.ops.permute(a, [1, 0]), DataType.Float), b)
+        fd.add_output(y)
+        fd.add_output(fd.ops.cast(fd.ops.neg(y), DataType.BFloat16))
+    states = []
+
+    def column_major(store, shape):
+        states.append(store.state)
+        if store.dtype is not DataType.BFloat16:
+            return tr.row_major(shape)
+        return [1, shape[0]]
+
+    monkeypatch.setattr(tr, "output_strides", column_major)
+    x, z = rand((136, 200), BF16, 15), rand((200, 136), F32, 16)
+    program, tiling = tiled_plan(fd, [x, z])
+    assert tiling.variant.store_modes == ("vec", "tile")
+    got = emulate_tiles(program, tiling, [x, z])
+    want = x.t().float() + z
+    torch.testing.assert_close(got[0], want)
+    # the emulator wrote the second output through its column-major strides
+    flat = got[1].view(-1)[:want.numel()].view(want.shape[1], want.shape[0]).t()
+    torch.testing.assert_close(flat, (-want).to(BF16))
