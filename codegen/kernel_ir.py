@@ -3,7 +3,7 @@ work as statements over one loop space, with the tensors it reads (accesses) and
 (stores); the renderers turn it, with a variant of launch choices, into CUDA C++.
 
 Note [Pointwise accesses] and Note [Reduction loop space] (schedulers/pointwise.py and
-schedulers/reduction.py) say how the schedulers build them.
+schedulers/reduction/lowering.py) say how the schedulers build them.
 """
 from __future__ import annotations
 

@@ -147,13 +147,13 @@ def lower_inner_outer(fd: Any) -> InnerOuterProgram:
 def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dict,
                      profile: Any) -> LaunchSpec:  # fmt: skip
     from codegen.cuda_ops import MEMORY_TYPE
-    from codegen.reduction_cuda import (
+    from codegen.reduction.column_finish import (
         COLUMN_FINISH_NAME,
         STRIP_COLUMNS,
         STRIP_THREADS,
-        acc_type,
         render_column_finish,
     )
+    from codegen.reduction.common import acc_type
     from fusion_cache.ir.shape_eval import runtime_shapes
 
     row_values = [values[p] for p in program.input_positions]

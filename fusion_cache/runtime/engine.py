@@ -44,7 +44,8 @@ class RuntimeEngine:
         ex = executor_for(fd)
         lines = [self.fusion_ir(fd)]
         if ex.program is not None:
-            lines.append(f"scheduler: {ex.scheduler}; {ex.program.describe()}")
+            what = ex.program.describe().removeprefix(f"{ex.scheduler}: ")  # named once
+            lines.append(f"scheduler: {ex.scheduler}; {what}")
         for r in ex.refusals:
             lines.append(f"refused by {r}")
         if hasattr(ex.last_plan, "segments"):

@@ -1,0 +1,34 @@
+"""The launch of a reduction program for one call's inputs: a row kernel (row_plan.py) or an
+outer kernel and its finish (outer_plan.py)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from codegen.kernel_ir import ReductionProgram
+
+from ..base import LaunchSpec, SchedulerRefused
+from .outer_plan import plan_columns
+from .problem import read_problem
+from .row_plan import plan_rows
+
+
+def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
+                   profile: Any, accumulate: tuple[int, ...] = (),
+                   finish: tuple[str, ...] = ()) -> LaunchSpec:  # fmt: skip
+    """The launch for these inputs. `accumulate`: element-level stores summed over rows
+    into per-block column partials instead of written (Note [Column partials]); they get
+    workspaces of [blocks, N] partials, in order, and no outputs. `finish`: the memory
+    types of the column sums, which the kernel may add up itself (Note [Finish in the row
+    kernel]); its launch is then cooperative and takes their outputs and a barrier."""
+    p = read_problem(program, values, env, profile, accumulate, finish)
+    if p.inner and p.primary is not None and p.ks[p.primary] not in (0, 1) and not p.pure:
+        # a row whose elements are strided apart is read uncoalesced, once per stage:
+        # outer reductions and a pointwise kernel (segments) read it coalesced instead
+        raise SchedulerRefused("a normalization along a strided dim (outer normalization) is "
+                               "not scheduled as one kernel")  # fmt: skip
+    if p.inner:
+        return plan_rows(p)
+    if accumulate:
+        raise SchedulerRefused("column partials ride on the inner kernel only")
+    return plan_columns(p)

@@ -1,0 +1,149 @@
+"""What planning a reduction reads from one call's inputs: the loop, each tensor's strides
+collapsed into reduced and kept runs, the rows, the outputs; and the refusals found on the
+way. The row plan (row_plan.py) and the outer plan (outer_plan.py) both start here."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from codegen.kernel_ir import ReductionProgram
+
+from ..base import ArgRef, OutputSpec, SchedulerRefused
+from ..layout import access_strides, collapse, row_major
+from ..views import resolve_access
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A reduction program at these inputs' shapes and strides. Tensors are the accesses,
+    then the stores; `i_` sizes and strides are the kept (row) dims collapsed, `k_sizes`
+    the reduced ones (two runs: Note [Two reduced dims]), `ks`/`k0s` each tensor's stride
+    along the inner/outer reduced run."""
+
+    program: ReductionProgram
+    values: Sequence[Any]
+    env: dict
+    profile: Any
+    accumulate: tuple[int, ...]  # Note [Column partials]
+    finish: tuple[str, ...]  # Note [Finish in the row kernel]
+    loop: tuple[int, ...]
+    tensors: list[Any]
+    outputs: list[OutputSpec]
+    strides: list[list[int]]
+    k_sizes: list[int]
+    k2: bool
+    N: int  # elements a row reduces
+    ks: list[int]
+    k0s: list[int]
+    i_sizes: list[int]
+    i_strides: list[list[int]]
+    rows: int
+    elem: list[int]  # accesses read along the reduced dims
+    ptrs: list[int]  # data pointers (alignment), 0 for the stores
+    primary: int | None  # the largest of `elem`
+    pure: bool  # row-level outputs only, one stage
+    inner: bool  # a row kernel, not an outer one
+    scalars: list[Any]
+
+    @property
+    def n_acc(self) -> int:
+        return len(self.program.accesses)
+
+    @property
+    def sm(self) -> int:
+        return self.profile.sm_count
+
+
+class _Shape:
+    """Shape and strides of a tensor that does not exist yet (a fresh output)."""
+
+    def __init__(self, shape: Sequence[int]) -> None:
+        self.shape = tuple(shape)
+        self._strides = row_major(shape)
+
+    def stride(self, d: int) -> int:
+        return self._strides[d]
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _check_fit(program: ReductionProgram, tensors: Sequence[Any], maps: Sequence[tuple],
+               loop: tuple[int, ...]) -> None:  # fmt: skip
+    """Sizes must agree with the loop where they are mapped. A reshape's output that does
+    not has regrouped the loop's dims, e.g. merged a reduced dim into a kept one."""
+    for k, (t, m) in enumerate(zip(tensors, maps)):
+        for i, d in enumerate(m):
+            if d is None or t.shape[i] in (1, loop[d]):
+                continue
+            frames = program.accesses[k].frames if k < len(program.accesses) else ()
+            if frames:
+                raise SchedulerRefused(
+                    f"reshape (T{frames[0].state}) gives shape {list(t.shape)} where the loop is "
+                    f"{list(loop)}: it mixes reduced and kept dims"
+                )
+            raise SchedulerRefused(f"a tensor of shape {list(t.shape)} does not fit the loop "
+                                   f"{list(loop)}")  # fmt: skip
+
+
+def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, profile: Any,
+                 accumulate: tuple[int, ...], finish: tuple[str, ...]) -> Problem:  # fmt: skip
+    rank, K = program.rank, program.reduced
+    loop = tuple(env[program.loop_state])
+    seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
+    tensors: list[Any] = [t for t, _ in seen]
+    maps = [m for _, m in seen]
+    outputs = []
+    for k, st in enumerate(program.stores):
+        shape = tuple(env[st.state])
+        if st.alias_input is not None:
+            # in place, as batch norm's running statistics: one value per row, written
+            # by one thread after the row is reduced
+            target = values[st.alias_input]
+            if tuple(target.shape) != shape or not program.store_rowlevel[k]:
+                raise SchedulerRefused(f"output {st.state} is written in place but varies "
+                                       "along the reduced dims")  # fmt: skip
+            outputs.append(OutputSpec(shape, st.dtype, st.alias_input))
+            tensors.append(target)
+        else:
+            if k not in accumulate:
+                outputs.append(OutputSpec(shape, st.dtype, None))
+            tensors.append(_Shape(shape))
+        maps.append(program.output_maps[k])
+    strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
+    _check_fit(program, tensors, maps, loop)
+    kept_dims = [d for d in range(rank) if d not in K]
+    k_sizes, k_strides = collapse(loop, strides, K)
+    if len(k_sizes) > 2:
+        raise SchedulerRefused(f"the reduced dims {list(K)} form {len(k_sizes)} strided runs; "
+                               "at most two are scheduled")  # fmt: skip
+    k2 = len(k_sizes) == 2  # Note [Two reduced dims]
+    N = k_sizes[0] * k_sizes[-1] if k2 else k_sizes[0]
+    ks = [s[-1] for s in k_strides]
+    k0s = [s[0] for s in k_strides]
+    i_sizes, i_strides = collapse(loop, strides, kept_dims)
+    rows = 1
+    for n in i_sizes:
+        rows *= n
+    if rows == 0 or N == 0:
+        raise SchedulerRefused("empty reduction")  # the reference handles identities for now
+    elem = [i for i, a in enumerate(program.accesses) if ks[i] != 0]
+    ptrs = [values[a.input_pos].data_ptr() for a in program.accesses] + [0] * len(program.stores)
+    written = {st.alias_input for st in program.stores if st.alias_input is not None}
+    for i, a in enumerate(program.accesses):
+        if a.input_pos in written and ks[i] != 0:
+            raise SchedulerRefused(f"input {a.input_pos} is read along the reduced dims and "
+                                   "written in place")  # fmt: skip
+    primary = max(elem, key=lambda i: values[program.accesses[i].input_pos].numel()) if elem else None
+    pure = all(program.store_rowlevel) and program.stages == 1
+    # outer kernels suit pure reductions whose reduced dim is strided; anything else takes
+    # the inner kernel, with strided loads where the reduced dim is not contiguous
+    inner = k2 or primary is None or ks[primary] == 1 or not pure or len(i_sizes) != 1 or (
+        i_strides[primary][0] != 1)
+    scalars = [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
+    scalars += [env[state] for state, _ in program.host_scalars]
+    return Problem(program, values, env, profile, accumulate, finish, loop, tensors, outputs,
+                   strides, k_sizes, k2, N, ks, k0s, i_sizes, i_strides, rows, elem, ptrs,
+                   primary, pure, inner, scalars)  # fmt: skip

@@ -1,0 +1,101 @@
+"""A row kernel's fixed facts, decided first: the vector width, how each tensor is read along
+the row, the values a thread keeps, which inputs the row caches and which are weights every
+row reads again; and how a row (or a cluster block's slice of it) splits over threads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codegen.cuda_ops import ELEMENT_BYTES
+
+from ..tuning import knob
+from .problem import Problem, next_pow2
+
+
+@dataclass(frozen=True)
+class RowShape:
+    p: Problem
+    vec: int
+    modes: tuple[str, ...]  # per access then per store, along the row: 'vec', 'strided', 'row'
+    nv: int  # vectors a row
+    welford: bool
+    per_thread: int  # vectors a thread keeps of a row (registers)
+    cached: tuple[int, ...]  # the accesses a row would keep (its own loads, not weights)
+    narrow: bool  # some tensor moving along the row has 16-bit elements
+    weight_ins: tuple[int, ...]  # element-level inputs every row reads again (the weights)
+
+    def split_row(self, cluster: int, most: int, kept: int) -> tuple[int, int]:
+        """(threads a row, vectors each) of a block's slice of the row; `kept`: values
+        of a vector a thread keeps in registers"""
+        nv, vec = self.nv, self.vec
+        nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
+        widest = most if cluster > 1 else 512
+        tx = knob("inner.tx", _row_threads(nv_block, vec, self.per_thread, widest))
+        if cluster > 1:
+            tx = max(tx, cluster)  # a row's threads hand out the cluster's partials, one each
+        iters = -(-nv_block // tx)
+        while self.p.accumulate and iters * vec * kept > 64 and tx < 512:
+            # the cached row and the column partials share the registers: more threads a
+            # row, fewer values each, so two blocks fit on an SM
+            tx = min(512, 2 * tx)
+            iters = -(-nv_block // tx)
+        return tx, iters
+
+
+def read_row_shape(p: Problem) -> RowShape:
+    program, accumulate, ks, k0s, i_strides = p.program, p.accumulate, p.ks, p.k0s, p.i_strides
+    n_acc = p.n_acc
+    moving = [program.accesses[i].dtype for i in p.elem]
+    moving += [s.dtype for k, s in enumerate(program.stores)
+               if not program.store_rowlevel[k] and k not in accumulate]  # fmt: skip
+    vec = max(1, min(8, 16 // max((ELEMENT_BYTES[d] for d in moving), default=4)))
+    while vec > 1 and p.k_sizes[-1] % vec:
+        vec //= 2
+    modes = []
+    for k in range(len(p.tensors)):
+        is_store = k >= n_acc
+        if is_store and k - n_acc in accumulate:
+            modes.append("vec")  # kept in registers: no memory access to shape
+            continue
+        rowlevel = program.store_rowlevel[k - n_acc] if is_store else ks[k] == 0
+        dt = program.stores[k - n_acc].dtype if is_store else program.accesses[k].dtype
+        if rowlevel:
+            modes.append("row")
+        elif ks[k] == 1 and p.ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and all(
+            x % vec == 0 for x in i_strides[k]
+        ) and (not p.k2 or k0s[k] % vec == 0):
+            modes.append("vec")
+        else:
+            modes.append("strided")
+    if vec > 1 and any(m == "strided" for m in modes):
+        vec = 1
+        modes = ["row" if m == "row" else "strided" for m in modes]
+    nv = -(-p.N // vec)
+    # about 32 values per thread and row (8 float4 or 4 bf16x8 vectors), at most 512
+    # threads a row so a thread keeps up to 128 registers; pure sums, maxima and minima
+    # keep two vectors (more threads a row, more loads in flight: sum f32 16384x4096
+    # 2735 -> 2843 GB/s on the H100, bf16 2572 -> 2659; benchmarks/results/sweep-pure_small.json)
+    welford = any(r.op == "welford" for r in program.reductions)
+    per_thread = max(1, knob("inner.values", 2 * vec if p.pure and not welford else 32) // vec)
+    # registers hold the loads that differ per row; weights shared by rows hit in L1/L2
+    # (a single row's strides collapse to 0: all of its loads are its own)
+    cached = tuple(sorted({s.operands[0] for s in program.stmts
+                           if s.op == "load" and s.var in program.element_vars
+                           and (any(i_strides[s.operands[0]]) or p.rows == 1)}))  # fmt: skip
+    narrow = any(ELEMENT_BYTES[d] < 4 for d in moving)
+    weight_ins = tuple(i for i in range(n_acc) if i not in cached and modes[i] != "row"
+                       and not any(i_strides[i]))  # fmt: skip
+    return RowShape(p, vec, tuple(modes), nv, welford, per_thread, cached, narrow, weight_ins)
+
+
+def _row_threads(nv: int, vec: int, per_thread: int, most: int) -> int:
+    """Threads a row of `nv` vectors gets in one block."""
+    if (vec >= 8 or per_thread >= 4) and nv <= 128:
+        # short rows: a few threads a row with four loads each in flight; one load a
+        # thread leaves 16-bit rows latency-bound. Pure f32 sums do best with two (one
+        # warp a row); f32 rows that keep more also take four: softmax, layer and rms
+        # norm f32 262144x256 +1% on the H100 (2842 -> 2870 GB/s, 2856 -> 2883, 2865 ->
+        # 2884; benchmarks/results/sweep-short_rows_tx.json)
+        return next_pow2(-(-nv // 4))
+    if nv <= 32:
+        return next_pow2(nv)
+    return min(most, max(32, (-(-nv // per_thread) + 31) // 32 * 32))
