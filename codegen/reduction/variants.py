@@ -99,8 +99,14 @@ class OuterVariant:
     unroll: int = 1  # rows a thread loads (all of them first) per loop iteration
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     cluster: bool = False  # the split blocks combine in one cluster (Note [Cluster columns])
+    # Note [Middle reductions]: the kept dims collapse to I_RANK runs (columns are their
+    # elements, vectors within the innermost run), the reduced ones to one or two (K2)
+    i_rank: int = 1
+    k2: bool = False
 
     def describe(self) -> str:
         return (f"outer {self.tx}x{self.ty} threads, vec {self.vec}, split {self.split}"
                 f"{' in a cluster' if self.cluster else ''}, unroll {self.unroll}, {self.index_type}"
-                f"{f', hint {self.load_hint}' if self.load_hint else ''}")  # fmt: skip
+                f"{f', hint {self.load_hint}' if self.load_hint else ''}"
+                f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}"
+                f"{', two reduced runs' if self.k2 else ''}")  # fmt: skip

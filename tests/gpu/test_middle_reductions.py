@@ -1,0 +1,92 @@
+"""Reductions over dims between kept ones on the GPU against torch eager (Note [Middle
+reductions]): odd sizes, splits in a cluster and through a finish kernel, f32 and bf16."""
+import pytest
+import torch
+
+from fusion_cache import DataType, FusionDefinition
+from fusion_cache.frontend.dtypes import from_torch
+from fusion_cache.runtime.executor import executor_for
+from schedulers.tuning import overriding
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator(device="cuda").manual_seed(29)
+
+
+def rand(shape, dtype, gen):
+    return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def close(got, want):
+    tol = TOL[want.dtype]
+    scale = want.float().abs().mean().item() or 1.0
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * scale)
+
+
+def outer(fd):
+    spec = executor_for(fd).last_plan.spec
+    assert spec.description.startswith("outer"), spec.description
+    return spec
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 1001, 37), (16, 4096, 1024), (2, 8192, 520)], ids=str)
+def test_sum_and_var_mean_over_the_middle_dim(shape, dtype, gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=from_torch(dtype))
+        xf = fd.ops.cast(x, DataType.Float)
+        fd.add_output(fd.ops.cast(fd.ops.sum(xf, dims=[1]), from_torch(dtype)))
+    x = rand(shape, dtype, gen)
+    close(fd.execute([x])[0], x.float().sum(1).to(dtype))
+    outer(fd)
+    with FusionDefinition() as fd2:
+        x2 = fd2.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=from_torch(dtype))
+        var, mean = fd2.ops.var_mean(fd2.ops.cast(x2, DataType.Float), dims=[1], correction=0)
+        fd2.add_output(fd2.ops.cast(var, from_torch(dtype)))
+        fd2.add_output(fd2.ops.cast(mean, from_torch(dtype)))
+    got_var, got_mean = fd2.execute([x])
+    want_var, want_mean = torch.var_mean(x.float(), dim=1, correction=0)
+    close(got_var, want_var.to(dtype))
+    close(got_mean, want_mean.to(dtype))
+    outer(fd2)
+
+
+@pytest.mark.parametrize("knobs", [{}, {"outer.cluster": 0}], ids=["cluster", "finish"])
+def test_splits(knobs, gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+        fd.add_output(fd.ops.max(x, dims=[1]))
+    for shape in [(2, 2048, 2304), (2, 4096, 64), (5, 3333, 100)]:
+        x = rand(shape, torch.float32, gen)
+        with overriding(knobs):
+            s, m = fd.execute([x])
+        close(s, x.sum(1))
+        assert torch.equal(m, x.amax(1))
+        outer(fd)
+
+
+def test_relatives(gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 5, contiguity=[True] * 5, dtype=DataType.BFloat16)
+        y = fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[1, 3])
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    x = rand((3, 20, 4, 30, 16), torch.bfloat16, gen)
+    close(fd.execute([x])[0], x.float().sum((1, 3)).to(torch.bfloat16))
+    assert "two reduced runs" in outer(fd).description
+    with FusionDefinition() as fd2:
+        y = fd2.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=DataType.Float)
+        var, mean = fd2.ops.var_mean(y, dims=[0, 2], correction=1)
+        fd2.add_output(var)
+        fd2.add_output(mean)
+    y = rand((12, 5, 33, 8), torch.float32, gen)
+    want_var, want_mean = torch.var_mean(y, dim=(0, 2), correction=1)
+    got_var, got_mean = fd2.execute([y])
+    close(got_var, want_var)
+    close(got_mean, want_mean)
+    outer(fd2)

@@ -1,0 +1,259 @@
+"""Without a GPU: reductions over dims between kept ones take the outer kernel (Note [Middle
+reductions] in schedulers/reduction/outer_plan.py), compile for sm_80 and sm_90, and their
+plans compute the right values.
+
+No kernel runs here, so each plan is replayed on CPU (`emulate_columns`): the kernel's
+arguments give every tensor's strides along the kept and reduced runs; column c's offset
+comes from its coordinates along the kept runs and row k's from its coordinates along the
+reduced ones, as the kernel computes them; the program's statements then run over the
+[rows, columns] values gathered that way and the results go out through the stores' offsets.
+"""
+import math
+
+import pytest
+import torch
+
+from fusion_cache import DataType, FusionDefinition
+from fusion_cache.frontend.dtypes import from_torch, to_torch
+from fusion_cache.frontend.ops.table import OPS
+from fusion_cache.ir.shape_eval import runtime_shapes
+from fusion_cache.runtime.executor import executor_for
+from fusion_cache.runtime.plans import LaunchPlan
+from schedulers.base import ArgRef
+from schedulers.device import resolve_target
+from schedulers.reduction.problem import read_problem
+from schedulers.tuning import overriding
+
+F32, BF16 = torch.float32, torch.bfloat16
+TOL = {F32: 2e-5, BF16: 1.6e-2}
+
+
+def rand(shape, dtype=F32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+def reduce_stmt(st, x):
+    op = dict(st.attrs)["op"]
+    if op == "welford":  # (mean, m2, count) over the rows
+        x = x.to(to_torch(st.dtype))
+        mean = x.mean(0)
+        return mean, ((x - mean) ** 2).sum(0), x.shape[0]
+    fn = {"sum": torch.sum, "max": torch.amax, "min": torch.amin, "prod": torch.prod}[op]
+    return fn(x.to(to_torch(st.compute)), 0).to(to_torch(st.dtype))
+
+
+def welford_value(op, attrs, mean, m2, count):
+    if op == "welford_var":
+        return m2 / (count - attrs.get("correction", 0.0))
+    if op == "welford_count":
+        return torch.full_like(mean, count)
+    return mean if op == "welford_mean" else m2
+
+
+def run_columns(program, load, values):
+    """The program over [rows, columns] values (`load(k)`); row-level results per column."""
+    env = {}
+    for st in program.stmts:
+        attrs = dict(st.attrs)
+        if st.op == "load":
+            env[st.var] = load(st.operands[0]).to(to_torch(st.dtype))
+        elif st.op == "const":
+            env[st.var] = attrs["value"]
+        elif st.op == "param":
+            env[st.var] = values[attrs["pos"]]
+        elif st.op == "cast":
+            env[st.var] = torch.as_tensor(env[st.operands[0]]).to(to_torch(st.dtype))
+        elif st.op == "reduce":
+            env[st.var] = reduce_stmt(st, env[st.operands[0]])
+        elif st.op.startswith("welford_"):
+            env[st.var] = welford_value(st.op, attrs, *env[st.operands[0]]).to(to_torch(st.dtype))
+        else:
+            ct = to_torch(st.compute)
+            args = [env[o].to(ct) if isinstance(env[o], torch.Tensor) else env[o]
+                    for o in st.operands]  # fmt: skip
+            env[st.var] = OPS[st.op].torch_fn(*args, dtype=st.compute).to(to_torch(st.dtype))
+    return env
+
+
+def emulate_columns(fd, values, target="h100"):
+    """The outputs of the last outer plan, replayed from its kernel's arguments."""
+    ex = executor_for(fd)
+    program, spec = ex.program, ex.last_plan.spec
+    p = read_problem(program, values, runtime_shapes(ex.fd, values), resolve_target(target), (), ())
+    args = list(spec.kernels[0].args)
+    m, count = len(p.i_sizes), len(program.accesses) + len(program.stores)
+    per = 1 + m + 1 + (1 if p.k2 else 0)
+    i_strides, ks, k0s = [], [], []
+    for t in range(count):
+        chunk = args[t * per:(t + 1) * per]
+        assert isinstance(chunk[0], ArgRef)
+        i_strides.append(chunk[1:1 + m])
+        ks.append(chunk[1 + m])
+        k0s.append(chunk[2 + m] if p.k2 else 0)
+    tail = args[count * per:]
+    cols, n = tail[0], tail[1]
+    sizes = [cols // math.prod(tail[2:1 + m])] + list(tail[2:1 + m]) if m > 1 else [cols]
+    k1 = tail[1 + m] if p.k2 else n
+    assert sizes == list(p.i_sizes) and n == p.N
+    c = torch.arange(cols)
+    coords, rest = [], c
+    for d in range(m - 1, 0, -1):
+        coords.insert(0, rest % sizes[d])
+        rest = rest // sizes[d]
+    coords.insert(0, rest)
+    k = torch.arange(n)
+
+    def col_off(t):
+        return sum(coords[d] * i_strides[t][d] for d in range(m))
+
+    def row_off(t):
+        return (k // k1) * k0s[t] + (k % k1) * ks[t]
+
+    def flat(x):
+        return x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+
+    def load(i):
+        x = values[program.accesses[i].input_pos]
+        return flat(x)[row_off(i)[:, None] + col_off(i)[None, :]]
+
+    env = run_columns(program, load, values)
+    outs = [torch.zeros(o.shape, dtype=to_torch(o.dtype)) for o in spec.outputs]
+    for s, st in enumerate(program.stores):
+        t = len(program.accesses) + s
+        flat(outs[s])[col_off(t)] = torch.as_tensor(env[st.var]).to(outs[s].dtype).expand(cols)
+    return outs
+
+
+def check(fd, inputs, want, target="h100", kept_runs=None):
+    refs = fd.precompile([x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs],
+                         target=target)
+    assert refs and refs[0].source.count("fc_outer_reduction(") == 1
+    plan = executor_for(fd).last_plan
+    assert isinstance(plan, LaunchPlan) and plan.spec.scheduler == "reduction"
+    assert plan.spec.description.startswith("outer"), plan.spec.description
+    if kept_runs:
+        assert f"{kept_runs} kept runs" in plan.spec.description
+    got = emulate_columns(fd, inputs, target)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[w.dtype], atol=TOL[w.dtype])
+    for g, w in zip(fd.execute(inputs), want, strict=True):  # CPU: the reference evaluator
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[w.dtype], atol=TOL[w.dtype])
+    return plan.spec
+
+
+def tensor(fd, rank, dtype):
+    return fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=from_torch(dtype))
+
+
+def up(fd, t, dtype):
+    return t if dtype == F32 else fd.ops.cast(t, DataType.Float)
+
+
+def down(fd, t, dtype):
+    return t if dtype == F32 else fd.ops.cast(t, from_torch(dtype))
+
+
+# ---- [B, R, I] over R -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["a100", "h100"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(4, 96, 64), (3, 50, 37), (2, 1000, 24), (5, 7, 1030)], ids=str)
+def test_sum_over_the_middle_dim(shape, dtype, target):
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, dtype)
+        fd.add_output(down(fd, fd.ops.sum(up(fd, x, dtype), dims=[1]), dtype))
+    x = rand(shape, dtype, 1)
+    check(fd, [x], [x.float().sum(1).to(dtype)], target, kept_runs=2)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_var_mean_over_the_middle_dim(dtype):
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, dtype)
+        var, mean = fd.ops.var_mean(up(fd, x, dtype), dims=[1], correction=1)
+        fd.add_output(down(fd, var, dtype))
+        fd.add_output(down(fd, mean, dtype))
+    x = rand((6, 300, 40), dtype, 2)
+    var, mean = torch.var_mean(x.float(), dim=1, correction=1)
+    check(fd, [x], [var.to(dtype), mean.to(dtype)], kept_runs=2)
+
+
+@pytest.mark.parametrize("shape, knobs, kernels", [
+    ((2, 2048, 2304), {}, 1),  # split 4 in a cluster
+    ((2, 2048, 2304), {"outer.cluster": 0}, 2),  # the same split through a finish kernel
+    ((2, 4096, 64), {}, 2),  # split 16: wider than a cluster
+], ids=["cluster", "finish kernel", "wide split"])  # fmt: skip
+def test_split_rows_combine_in_a_cluster_or_a_finish(shape, knobs, kernels):
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        var, mean = fd.ops.var_mean(x, dims=[1], correction=0)
+        fd.add_output(mean)
+        fd.add_output(var)
+    x = rand(shape, seed=3)
+    var, mean = torch.var_mean(x, dim=1, correction=0)
+    with overriding(knobs):
+        spec = check(fd, [x], [mean, var])
+    assert "split 1," not in spec.description
+    assert len(spec.kernels) == kernels, spec.description
+
+
+def test_max_and_a_scaled_sum_with_keepdim():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        s = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.max(x, dims=[1], keepdim=True))
+        fd.add_output(fd.ops.mul(fd.ops.sum(fd.ops.exp(x), dims=[1], keepdim=True), s))
+    x = rand((3, 70, 48), seed=4)
+    want = [x.amax(1, keepdim=True), x.exp().sum(1, keepdim=True) * 0.5]
+    check(fd, [x, 0.5], want, kept_runs=2)
+
+
+# ---- relatives: several middle dims, mixed with the first or the last ---------------------------
+
+
+def test_two_middle_dims_collapse_to_one_run():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 4, F32)
+        fd.add_output(fd.ops.sum(x, dims=[1, 2]))
+    x = rand((3, 10, 12, 40), seed=5)
+    check(fd, [x], [x.sum((1, 2))], kept_runs=2)
+
+
+def test_kept_dims_on_three_sides():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 5, BF16)
+        y = fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[1, 3])
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    x = rand((3, 20, 4, 30, 16), BF16, 6)
+    spec = check(fd, [x], [x.float().sum((1, 3)).to(BF16)], kept_runs=3)
+    assert "two reduced runs" in spec.description
+
+
+def test_reduced_dims_first_and_in_the_middle():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 4, F32)
+        var, mean = fd.ops.var_mean(x, dims=[0, 2], correction=0)
+        fd.add_output(var)
+        fd.add_output(mean)
+    x = rand((12, 5, 33, 8), seed=7)
+    var, mean = torch.var_mean(x, dim=(0, 2), correction=0)
+    spec = check(fd, [x], [var, mean], kept_runs=2)
+    assert "two reduced runs" in spec.description
+
+
+def test_reduced_last_dim_stays_a_row_reduction():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 4, F32)
+        fd.add_output(fd.ops.sum(x, dims=[1, 3]))
+    fd.precompile([torch.empty(4, 6, 8, 64, device="meta")], target="h100")
+    assert executor_for(fd).last_plan.spec.description.startswith("inner")
+
+
+def test_a_permuted_input_reduced_over_its_contiguous_dim_is_an_outer_reduction():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        fd.add_output(fd.ops.sum(fd.ops.permute(x, [0, 2, 1]), dims=[2]))
+    x = rand((4, 300, 64), seed=8)
+    check(fd, [x], [x.permute(0, 2, 1).sum(2)])
