@@ -63,6 +63,10 @@ KNOBS: dict[str, str] = {
     "outer.finish_tx": "columns a block of an outer reduction's finish kernel folds",
     "outer.finish_ty": "thread rows sharing a column's partials in an outer reduction's finish",
     "outer.cluster": "split blocks combine in one cluster (Note [Cluster columns]; 0: a second kernel)",
+    "split.threads": "threads a block of a few long rows split over the GPU (Note [Split rows])",
+    "split.unroll": "vectors a thread of a split row loads before accumulating",
+    "split.blocks_per_sm": "blocks an SM the slices of split rows aim at",
+    "split.max_rows": "rows under which long pure reductions are split over the GPU",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",
     "transpose.tile_b": "elements of a transpose tile along the staged inputs' innermost dim",

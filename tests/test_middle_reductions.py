@@ -257,3 +257,149 @@ def test_a_permuted_input_reduced_over_its_contiguous_dim_is_an_outer_reduction(
         fd.add_output(fd.ops.sum(fd.ops.permute(x, [0, 2, 1]), dims=[2]))
     x = rand((4, 300, 64), seed=8)
     check(fd, [x], [x.permute(0, 2, 1).sum(2)])
+
+
+# ---- reductions to a scalar or a few outputs: split rows (Note [Split rows]) ---------------------
+
+
+def emulate_split(fd, values, target="h100"):
+    """The outputs of a split plan: each block's slice as the kernel bounds it, its partial,
+    and the partials folded in slice order (sums; Welford by Chan's combine)."""
+    ex = executor_for(fd)
+    program, spec = ex.program, ex.last_plan.spec
+    p = read_problem(program, values, runtime_shapes(ex.fd, values), resolve_target(target), (), ())
+    part, finish = spec.kernels
+    (split, rows, _), (threads, _, _) = part.grid, part.block
+    vec = int(part.source.split("#define FC_VEC ")[1].split()[0])
+    step = threads * vec
+    n = p.N
+    per = (-(-n // step) + split - 1) // split * step
+    bounds = [(s * per, min(n, s * per + per)) for s in range(split)]
+    covered = torch.zeros(n, dtype=torch.int32)
+    for lo, hi in bounds:
+        covered[lo:max(lo, hi)] += 1
+    assert bool((covered == 1).all()), "the slices must cover every element once"
+
+    def flat(x):
+        return x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+
+    outs = [torch.zeros(o.shape, dtype=to_torch(o.dtype)) for o in spec.outputs]
+    for r in range(rows):
+        def load(i, r=r):
+            x = flat(values[program.accesses[i].input_pos])
+            k = torch.arange(n)
+            return x[r * p.i_strides[i][0] + k * p.ks[i]][:, None]
+
+        loaded = {i: load(i) for i in range(len(program.accesses))}
+        parts = []
+        for lo, hi in bounds:
+            if hi <= lo:
+                continue
+            env = run_columns(program, lambda i, lo=lo, hi=hi, got=loaded: got[i][lo:hi], values)
+            parts.append({red.var: env[red.var] for red in program.reductions})
+        env = run_columns(program, loaded.__getitem__, values)  # row-level values, then replaced
+        for red in program.reductions:
+            env[red.var] = fold(red, [q[red.var] for q in parts])
+        env = rerun_row_level(program, env, values)
+        for s, st in enumerate(program.stores):
+            t = len(program.accesses) + s
+            flat(outs[s])[r * p.i_strides[t][0]] = torch.as_tensor(env[st.var]).reshape(-1)[0]
+    return outs
+
+
+def fold(red, parts):
+    if red.op != "welford":
+        op = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum, "prod": torch.mul}
+        acc = parts[0]
+        for q in parts[1:]:
+            acc = op[red.op](acc, q)
+        return acc
+    mean, m2, count = parts[0]
+    for b_mean, b_m2, b_count in parts[1:]:
+        total = count + b_count
+        delta = b_mean - mean
+        mean = mean + delta * (b_count / total)
+        m2 = m2 + b_m2 + delta * delta * count * (b_count / total)
+        count = total
+    return mean, m2, count
+
+
+def rerun_row_level(program, env, values):
+    """Row-level statements again, from the folded reductions."""
+    for st in program.stmts:
+        if st.var in program.element_vars or st.op in ("reduce", "load"):
+            continue
+        attrs = dict(st.attrs)
+        if st.op.startswith("welford_"):
+            env[st.var] = welford_value(st.op, attrs, *env[st.operands[0]]).to(to_torch(st.dtype))
+        elif st.op == "cast":
+            env[st.var] = torch.as_tensor(env[st.operands[0]]).to(to_torch(st.dtype))
+        elif st.op not in ("const", "param"):
+            ct = to_torch(st.compute)
+            args = [env[o].to(ct) if isinstance(env[o], torch.Tensor) else env[o]
+                    for o in st.operands]  # fmt: skip
+            env[st.var] = OPS[st.op].torch_fn(*args, dtype=st.compute).to(to_torch(st.dtype))
+    return env
+
+
+def check_split(fd, inputs, want, target="h100"):
+    fd.precompile([x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs],
+                  target=target)  # fmt: skip
+    spec = executor_for(fd).last_plan.spec
+    assert spec.description.startswith("split rows"), spec.description
+    assert [k.name for k in spec.kernels] == ["fc_split_reduction", "fc_outer_finish"]
+    assert spec.kernels[1].dependent == (target == "h100")
+    for g, w in zip(emulate_split(fd, inputs, target), want, strict=True):
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[w.dtype], atol=TOL[w.dtype])
+    for g, w in zip(fd.execute(inputs), want, strict=True):
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[w.dtype], atol=TOL[w.dtype])
+    return spec
+
+
+@pytest.mark.parametrize("target", ["a100", "h100"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("n", [2**18, 2**18 + 3], ids=str)
+def test_sum_and_mean_to_a_scalar(n, dtype, target):
+    with FusionDefinition() as fd:
+        x = up(fd, tensor(fd, 1, dtype), dtype)
+        total = fd.ops.sum(x, dims=[0])
+        fd.add_output(down(fd, total, dtype))
+        fd.add_output(down(fd, fd.ops.mul(total, fd.define_scalar(1.0 / n)), dtype))
+    x = rand((n,), dtype, 9)
+    spec = check_split(fd, [x], [x.float().sum().to(dtype), x.float().mean().to(dtype)], target)
+    assert ("vec 1," in spec.description) == (n % 2 == 1)
+
+
+def test_var_mean_max_of_every_dim():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        var, mean = fd.ops.var_mean(x, dims=[0, 1, 2], correction=1)
+        fd.add_output(var)
+        fd.add_output(mean)
+    x = rand((32, 130, 100), seed=10)
+    var, mean = torch.var_mean(x, correction=1)
+    check_split(fd, [x], [var, mean])
+    with FusionDefinition() as fd2:
+        y = tensor(fd2, 2, F32)
+        fd2.add_output(fd2.ops.max(y, dims=[0, 1]))
+    check_split(fd2, [x.view(64, -1)], [x.amax()])
+
+
+def test_a_few_outputs_with_a_per_row_scale():
+    with FusionDefinition() as fd:
+        x, s = tensor(fd, 2, BF16), tensor(fd, 1, F32)
+        y = fd.ops.mul(fd.ops.cast(x, DataType.Float), fd.ops.broadcast_in_dim(s, fd.ops.shape(x), [0]))
+        fd.add_output(fd.ops.sum(y, dims=[1]))
+    x, s = rand((3, 200000), BF16, 11), rand((3,), F32, 12)
+    spec = check_split(fd, [x, s], [(x.float() * s[:, None]).sum(1)])
+    assert spec.kernels[0].grid[1] == 3
+
+
+def test_many_rows_keep_the_row_kernel():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 2, F32)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+    fd.precompile([torch.empty(64, 2**20, device="meta")], target="h100")
+    assert executor_for(fd).last_plan.spec.description.startswith("inner")
+    fd.precompile([torch.empty(16, 2**20, device="meta")], target="h100")
+    assert executor_for(fd).last_plan.spec.description.startswith("split rows")

@@ -110,3 +110,22 @@ class OuterVariant:
                 f"{f', hint {self.load_hint}' if self.load_hint else ''}"
                 f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}"
                 f"{', two reduced runs' if self.k2 else ''}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SplitVariant:
+    """A few long rows split over the whole GPU (Note [Split rows] in
+    schedulers/reduction/split_plan.py)."""
+
+    threads: int
+    vec: int
+    unroll: int  # vectors a thread loads (all of them first) per loop iteration
+    split: int  # blocks a row
+    index_type: str
+    modes: tuple[str, ...]  # per access: 'vec', 'strided' (along K) or 'row' (K stride 0)
+    load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
+
+    def describe(self) -> str:
+        return (f"split rows: {self.split} blocks a row of {self.threads} threads, vec "
+                f"{self.vec}, unroll {self.unroll}, {self.index_type}"
+                f"{f', hint {self.load_hint}' if self.load_hint else ''}")  # fmt: skip

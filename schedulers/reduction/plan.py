@@ -11,6 +11,7 @@ from ..base import LaunchSpec, SchedulerRefused
 from .outer_plan import plan_columns
 from .problem import read_problem
 from .row_plan import plan_rows
+from .split_plan import split_rows
 
 
 def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
@@ -28,7 +29,7 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         raise SchedulerRefused("a normalization along a strided dim (outer normalization) is "
                                "not scheduled as one kernel")  # fmt: skip
     if p.inner:
-        return plan_rows(p)
+        return split_rows(p) or plan_rows(p)
     if accumulate:
         raise SchedulerRefused("column partials ride on the inner kernel only")
     return plan_columns(p)

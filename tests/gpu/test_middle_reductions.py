@@ -90,3 +90,53 @@ def test_relatives(gen):
     close(got_var, want_var)
     close(got_mean, want_mean)
     outer(fd2)
+
+
+def split(fd):
+    spec = executor_for(fd).last_plan.spec
+    assert spec.description.startswith("split rows"), spec.description
+    return spec
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [2**24, 2**22 + 3, 1234567], ids=str)
+def test_sum_mean_var_max_to_a_scalar(n, dtype, gen):
+    with FusionDefinition() as fd:
+        x = fd.ops.cast(fd.define_tensor(shape=[-1], contiguity=[True], dtype=from_torch(dtype)),
+                        DataType.Float)  # fmt: skip
+        total = fd.ops.sum(x, dims=[0])
+        fd.add_output(total)
+        fd.add_output(fd.ops.mul(total, fd.define_scalar(1.0 / n)))
+    x = rand((n,), dtype, gen)
+    s, m = fd.execute([x])
+    close(s, x.double().sum().float())
+    close(m, x.double().mean().float())
+    split(fd)
+    with FusionDefinition() as fd2:
+        y = fd2.ops.cast(fd2.define_tensor(shape=[-1], contiguity=[True], dtype=from_torch(dtype)),
+                         DataType.Float)  # fmt: skip
+        var, mean = fd2.ops.var_mean(y, dims=[0], correction=1)
+        fd2.add_output(var)
+        fd2.add_output(mean)
+        fd2.add_output(fd2.ops.max(y, dims=[0]))
+    var, mean, mx = fd2.execute([x])
+    want_var, want_mean = torch.var_mean(x.double(), correction=1)
+    close(var, want_var.float())
+    close(mean, want_mean.float())
+    assert torch.equal(mx, x.float().amax())
+    split(fd2)
+
+
+def test_a_few_rows_and_every_dim_of_a_tensor(gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+    x = rand((5, 3000001), torch.float32, gen)
+    close(fd.execute([x])[0], x.double().sum(1).float())
+    assert split(fd).kernels[0].grid[1] == 5
+    with FusionDefinition() as fd2:
+        y = fd2.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=DataType.BFloat16)
+        fd2.add_output(fd2.ops.sum(fd2.ops.cast(y, DataType.Float), dims=[0, 1, 2]))
+    y = rand((33, 257, 129), torch.bfloat16, gen)
+    close(fd2.execute([y])[0], y.double().sum().float())
+    split(fd2)
