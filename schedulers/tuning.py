@@ -67,6 +67,10 @@ KNOBS: dict[str, str] = {
     "split.unroll": "vectors a thread of a split row loads before accumulating",
     "split.blocks_per_sm": "blocks an SM the slices of split rows aim at",
     "split.max_rows": "rows under which long pure reductions are split over the GPU",
+    "colnorm.values": "values a thread of a column norm keeps in registers (Note [Column norms])",
+    "colnorm.tx": "column threads of a column norm block (VEC columns each)",
+    "colnorm.ty": "thread rows of a column norm block",
+    "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",
     "transpose.tile_b": "elements of a transpose tile along the staged inputs' innermost dim",

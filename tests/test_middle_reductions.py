@@ -121,17 +121,22 @@ def emulate_columns(fd, values, target="h100"):
     outs = [torch.zeros(o.shape, dtype=to_torch(o.dtype)) for o in spec.outputs]
     for s, st in enumerate(program.stores):
         t = len(program.accesses) + s
-        flat(outs[s])[col_off(t)] = torch.as_tensor(env[st.var]).to(outs[s].dtype).expand(cols)
+        value = torch.as_tensor(env[st.var]).to(outs[s].dtype)
+        if program.store_rowlevel[s]:
+            flat(outs[s])[col_off(t)] = value.reshape(-1).expand(cols)
+        else:  # along the reduced dim too (a column norm's outputs)
+            flat(outs[s])[row_off(t)[:, None] + col_off(t)[None, :]] = value.expand(n, cols)
     return outs
 
 
-def check(fd, inputs, want, target="h100", kept_runs=None):
+def check(fd, inputs, want, target="h100", kept_runs=None, kernel="fc_outer_reduction"):
     refs = fd.precompile([x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs],
                          target=target)
-    assert refs and refs[0].source.count("fc_outer_reduction(") == 1
+    assert refs and refs[0].source.count(f"{kernel}(") == 1
     plan = executor_for(fd).last_plan
     assert isinstance(plan, LaunchPlan) and plan.spec.scheduler == "reduction"
-    assert plan.spec.description.startswith("outer"), plan.spec.description
+    word = {"fc_outer_reduction": "outer", "fc_column_norm": "column norm"}[kernel]
+    assert plan.spec.description.startswith(word), plan.spec.description
     if kept_runs:
         assert f"{kept_runs} kept runs" in plan.spec.description
     got = emulate_columns(fd, inputs, target)
@@ -403,3 +408,71 @@ def test_many_rows_keep_the_row_kernel():
     assert executor_for(fd).last_plan.spec.description.startswith("inner")
     fd.precompile([torch.empty(16, 2**20, device="meta")], target="h100")
     assert executor_for(fd).last_plan.spec.description.startswith("split rows")
+
+
+# ---- normalizations over a middle dim: column norms (Note [Column norms]) -----------------------
+
+
+def column_norm_rows(spec):
+    """(thread rows, rows a thread, cluster) of a column norm kernel, from its source."""
+    src = spec.kernels[0].source
+    return tuple(int(src.split(f"#define {name} ")[1].split()[0])
+                 for name in ("FC_TY", "FC_RT", "FC_CLUSTER"))  # fmt: skip
+
+
+def define_mid_softmax(fd, dtype, rank=3, dim=1):
+    x = up(fd, tensor(fd, rank, dtype), dtype)
+    shape = fd.ops.shape(x)
+    kept = [d for d in range(rank) if d != dim]
+    mx = fd.ops.broadcast_in_dim(fd.ops.max(x, dims=[dim]), shape, kept)
+    e = fd.ops.exp(fd.ops.sub(x, mx))
+    y = fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[dim]), shape, kept))
+    fd.add_output(down(fd, y, dtype))
+
+
+@pytest.mark.parametrize("target", ["h100"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(4, 256, 64), (3, 1000, 37), (2, 4096, 48), (5, 33, 130)], ids=str)
+def test_softmax_over_the_middle_dim(shape, dtype, target):
+    with FusionDefinition() as fd:
+        define_mid_softmax(fd, dtype)
+    x = rand(shape, dtype, 13)
+    spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], target, 2, "fc_column_norm")
+    ty, rt, cluster = column_norm_rows(spec)
+    assert ty * rt * cluster >= shape[1] > ty * (rt - 1) * cluster  # every row, once
+    assert spec.kernels[0].grid[0] % cluster == 0
+
+
+def test_layer_norm_like_over_the_middle_dim_and_its_statistics():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        shape = fd.ops.shape(x)
+        var, mean = fd.ops.var_mean(x, dims=[1], correction=0)
+        rstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(1e-5)))
+        y = fd.ops.mul(fd.ops.sub(x, fd.ops.broadcast_in_dim(mean, shape, [0, 2])),
+                       fd.ops.broadcast_in_dim(rstd, shape, [0, 2]))  # fmt: skip
+        fd.add_output(y)
+        fd.add_output(mean)
+    x = rand((3, 500, 40), seed=14) * 3 + 1
+    var, mean = torch.var_mean(x, dim=1, correction=0, keepdim=True)
+    want = [(x - mean) * torch.rsqrt(var + 1e-5), mean.squeeze(1)]
+    check(fd, [x], want, kernel="fc_column_norm")
+
+
+def test_softmax_over_the_first_dim_of_many_columns():
+    with FusionDefinition() as fd:
+        define_mid_softmax(fd, F32, rank=2, dim=0)
+    x = rand((300, 520), seed=15)
+    check(fd, [x], [torch.softmax(x, 0)], kernel="fc_column_norm")
+
+
+def test_knobs_and_a_reduced_dim_too_long_for_a_cluster():
+    with FusionDefinition() as fd:
+        define_mid_softmax(fd, F32)
+    x = rand((2, 600, 64), seed=16)
+    with overriding({"colnorm.cluster": 2, "colnorm.ty": 64}):
+        spec = check(fd, [x], [torch.softmax(x, 1)], kernel="fc_column_norm")
+    assert column_norm_rows(spec) == (64, 5, 2)
+    fd.precompile([torch.empty(2, 200000, 64, device="meta")], target="h100")
+    plan = executor_for(fd).last_plan
+    assert not isinstance(plan, LaunchPlan)  # segmented: a reduction and pointwise kernels

@@ -129,3 +129,26 @@ class SplitVariant:
         return (f"split rows: {self.split} blocks a row of {self.threads} threads, vec "
                 f"{self.vec}, unroll {self.unroll}, {self.index_type}"
                 f"{f', hint {self.load_hint}' if self.load_hint else ''}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ColumnNormVariant:
+    """A normalization along a strided reduced dim (Note [Column norms] in
+    schedulers/reduction/column_norm_plan.py)."""
+
+    i_rank: int  # kept runs (Note [Middle reductions])
+    tx: int  # threads along the columns, VEC columns each
+    ty: int  # thread rows sharing the reduced dim
+    vec: int
+    rows: int  # rows of the reduced dim a thread keeps in registers (RT)
+    cluster: int  # blocks sharing a tile of columns
+    index_type: str
+    modes: tuple[str, ...]  # per access then per store, along the columns: 'vec', 'bcast', 'strided'
+    cached: tuple[int, ...]  # accesses read along the reduced dim, kept in registers
+    load_hint: int = 0
+    store_hint: int = 0
+
+    def describe(self) -> str:
+        return (f"column norm: {self.tx}x{self.ty} threads, vec {self.vec}, {self.rows} rows a "
+                f"thread, clusters of {self.cluster}, {self.index_type}"
+                f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}")  # fmt: skip

@@ -8,6 +8,7 @@ from typing import Any
 from codegen.kernel_ir import ReductionProgram
 
 from ..base import LaunchSpec, SchedulerRefused
+from .column_norm_plan import column_norm
 from .outer_plan import plan_columns
 from .problem import read_problem
 from .row_plan import plan_rows
@@ -24,10 +25,13 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     kernel]); its launch is then cooperative and takes their outputs and a barrier."""
     p = read_problem(program, values, env, profile, accumulate, finish)
     if p.inner and p.primary is not None and p.ks[p.primary] not in (0, 1) and not p.pure:
-        # a row whose elements are strided apart is read uncoalesced, once per stage:
-        # outer reductions and a pointwise kernel (segments) read it coalesced instead
-        raise SchedulerRefused("a normalization along a strided dim (outer normalization) is "
-                               "not scheduled as one kernel")  # fmt: skip
+        # a row whose elements are strided apart would be read uncoalesced, once per stage:
+        # a column kernel keeps it in registers (Note [Column norms]); where it cannot,
+        # outer reductions and a pointwise kernel (segments) read it coalesced
+        plan = column_norm(p)
+        if isinstance(plan, str):
+            raise SchedulerRefused(f"a normalization along a strided dim: {plan}")
+        return plan
     if p.inner:
         return split_rows(p) or plan_rows(p)
     if accumulate:
