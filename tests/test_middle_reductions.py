@@ -476,3 +476,31 @@ def test_knobs_and_a_reduced_dim_too_long_for_a_cluster():
     fd.precompile([torch.empty(2, 200000, 64, device="meta")], target="h100")
     plan = executor_for(fd).last_plan
     assert not isinstance(plan, LaunchPlan)  # segmented: a reduction and pointwise kernels
+
+
+# ---- permuted inputs -------------------------------------------------------------------------
+
+
+def test_softmax_of_a_transposed_input_reads_it_along_columns():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        xt = fd.ops.permute(x, [0, 2, 1])  # [B, I, R]: softmax over R, strided in x
+        shape = fd.ops.shape(xt)
+        mx = fd.ops.broadcast_in_dim(fd.ops.max(xt, dims=[2]), shape, [0, 1])
+        e = fd.ops.exp(fd.ops.sub(xt, mx))
+        fd.add_output(fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[2]), shape, [0, 1])))
+    x = rand((3, 200, 64), seed=17)
+    spec = check(fd, [x], [torch.softmax(x.permute(0, 2, 1), 2)], kernel="fc_column_norm")
+    # the output runs along the reduced dim: stored a value at a time
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert "fc_store_vec_hint" not in body and "fc_load_vec_if" in body
+
+
+def test_a_row_reduction_of_a_transposed_and_a_plain_input_compiles_and_runs():
+    with FusionDefinition() as fd:
+        x, y = tensor(fd, 2, F32), tensor(fd, 2, F32)
+        fd.add_output(fd.ops.sum(fd.ops.mul(x, fd.ops.permute(y, [1, 0])), dims=[1]))
+    x, y = rand((96, 160), seed=18), rand((160, 96), seed=19)
+    fd.precompile([x.to("meta"), y.to("meta")], target="h100")
+    assert executor_for(fd).last_plan.spec.description.startswith("inner")
+    torch.testing.assert_close(fd.execute([x, y])[0], (x * y.t()).sum(1))

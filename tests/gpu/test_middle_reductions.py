@@ -188,3 +188,25 @@ def test_column_norm_knobs_and_welford(knobs, gen):
     close(y, (x - want_mean) * torch.rsqrt(var + 1e-5))
     close(mean, want_mean.squeeze(1))
     column_norm(fd)
+
+
+def test_permuted_inputs(gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=DataType.Float)
+        xt = fd.ops.permute(x, [0, 2, 1])
+        shape = fd.ops.shape(xt)
+        mx = fd.ops.broadcast_in_dim(fd.ops.max(xt, dims=[2]), shape, [0, 1])
+        e = fd.ops.exp(fd.ops.sub(xt, mx))
+        fd.add_output(fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[2]), shape, [0, 1])))
+    x = rand((3, 777, 64), torch.float32, gen)
+    close(fd.execute([x])[0], torch.softmax(x.permute(0, 2, 1), 2))
+    column_norm(fd)
+    with FusionDefinition() as fd2:
+        a = fd2.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        b = fd2.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd2.add_output(fd2.ops.sum(fd2.ops.mul(a, fd2.ops.permute(b, [1, 0])), dims=[1]))
+        fd2.add_output(fd2.ops.sum(fd2.ops.permute(b, [1, 0]), dims=[0]))
+    a, b = rand((300, 1000), torch.float32, gen), rand((1000, 300), torch.float32, gen)
+    s, t = fd2.execute([a, b])
+    close(s, (a * b.t()).sum(1))
+    close(t, b.t().sum(0))
