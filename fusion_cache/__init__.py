@@ -12,6 +12,7 @@ import importlib
 from typing import Any
 
 from fusion_cache.frontend import engine as _engine
+from fusion_cache.store import upcalls as _upcalls
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,20 @@ def _load_runtime() -> _engine.Engine:
 
 
 _engine.install_loader(_load_runtime)
+
+
+def _load_records_codec() -> _upcalls.RecordsCodec:
+    """Note [Store upcalls]: what the store asks of the frontend to check a bundle."""
+    from fusion_cache.frontend.ops import Operators
+    from fusion_cache.frontend.records import records_from_json, records_to_json
+    from fusion_cache.frontend.trie import definition_key
+
+    ops = frozenset(n for n in dir(Operators)
+                    if not n.startswith("_") and callable(getattr(Operators, n)))  # fmt: skip
+    return _upcalls.RecordsCodec(records_from_json, records_to_json, definition_key, ops)
+
+
+_upcalls.install_records_loader(_load_records_codec)
 
 
 def version() -> str:

@@ -3,6 +3,7 @@ errors, a store that cannot be used, warmup and demo mistakes, and commands that
 without importing torch (Note [No torch in the CLI's modules])."""
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -36,13 +37,16 @@ def one_line(err: str) -> str:
 def bundle(tmp_path, capsys) -> Path:
     """A bundle of one fusion, one plan and one kernel, written from a store of its own."""
     from fusion_cache.store import KernelMeta, open_store
+    from fusion_cache.store.keys import kernel_key
 
+    # import checks a bundle's keys: the key of no records, the key of this kernel's source
+    def_key, kern_key = hashlib.sha256(b"[]").hexdigest(), kernel_key("// src", ("-O3",), 90)
     with open_store(cache_dir=tmp_path / "source") as store:
-        fid = store.fusion_id_for("def-key", "[]", "def nvfuser_fusion_id(fd):\n    pass\n")
+        fid = store.fusion_id_for(def_key, "[]", "def nvfuser_fusion_id(fd):\n    pass\n")
         store.put_plan(fid, "[]", "sm_90", '{"scheduler": "pointwise", "plan": "p"}')
         meta = KernelMeta("k", 90, "13.0", ("-O3",), "// src", "pointwise", "{}", 1.0)
-        store.put_kernel("kern-key", b"\x7fELF" * 100, meta)
-        store.link_kernel(fid, "kern-key")
+        store.put_kernel(kern_key, b"\x7fELF" * 100, meta)
+        store.link_kernel(fid, kern_key)
         store.export_bundle(tmp_path / "b.zip")
     return tmp_path / "b.zip"
 
@@ -87,19 +91,21 @@ def test_unreachable_database_is_exit_2(capsys, monkeypatch, tmp_path, bundle):
 
 
 def test_a_store_that_degrades_midway_makes_a_persisting_command_exit_1(capsys, monkeypatch, bundle):
+    from sqlalchemy import event
+
     from fusion_cache.store import default_store
 
     store = default_store()
-    real = store.put_kernel
 
-    def failing(*args, **kwargs):
-        store._warn_once("put_kernel", OSError(28, "No space left on device"))
-        return real(*args, **kwargs)
+    @event.listens_for(store._engine, "before_cursor_execute")
+    def full(conn, cursor, statement, params, context, executemany):
+        if statement.startswith("INSERT INTO fc_kernels"):  # the disk fills up midway
+            raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store, "put_kernel", failing)
     code, out, err = run(capsys, "import", str(bundle))
     assert code == 1, (out, err)
-    assert "No space left on device" in err and "not kept" in err
+    # an import is one transaction: it fails whole, and says so
+    assert "No space left on device" in err and "nothing was imported" in err
 
 
 # ---- item 2: argument validation, one line, tracebacks with --debug ------------------------

@@ -3,6 +3,7 @@ driven through fusion_cache.cli.main as the `fusion-cache` entry point drives th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import sqlite3
@@ -14,6 +15,7 @@ from fusion_cache.cli import main
 from fusion_cache.cli.output import Status, print_table
 from fusion_cache.cli.store_commands import parse_size
 from fusion_cache.store import KernelMeta, default_store, reset_default_store
+from fusion_cache.store.keys import kernel_key
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -48,12 +50,16 @@ def define_reduction() -> int:
     return fd.id()
 
 
-def fill(fid: int | None = None, key: str = "kern-key") -> int:
+DEF_KEY = hashlib.sha256(b"[]").hexdigest()  # the key of no records: bundles check keys
+KERN_KEY = kernel_key("// src", ("-O3",), 90)  # the key of the kernel fill() stores
+
+
+def fill(fid: int | None = None, key: str = KERN_KEY) -> int:
     """A fusion with a plan and a kernel that has been hit once."""
     store = default_store()
     if fid is None:
         text = "def nvfuser_fusion_id(fd : FusionDefinition) -> None :\n    pass\n"
-        fid = store.fusion_id_for("def-key", "[]", text)
+        fid = store.fusion_id_for(DEF_KEY, "[]", text)
     plan = {"scheduler": "pointwise", "plan": "rank=2 vec=4", "kernels": [{"key": key}]}
     sig = json.dumps(["(torch.float32, torch.Size([64, 128]), (128, 1), 16, -1)", "<class 'float'>"])
     store.put_plan(fid, sig, "sm_90", json.dumps(plan))
@@ -198,7 +204,7 @@ def test_prune_dry_run_lists_what_prune_removes(capsys):
     fill()
     fill(key="second-kernel")
     code, out, _ = run(capsys, "prune", "--max-size", "2KB", "--dry-run")
-    assert code == 0 and out.count("would remove kern-key") == 1
+    assert code == 0 and out.count(f"would remove {KERN_KEY[:16]}") == 1
     assert "would remove 1 kernels (2.0 KB); would keep 1 (2.0 KB)" in out
     assert len(default_store().kernels()) == 2
     code, out, _ = run(capsys, "prune", "--max-age-days", "30")
@@ -219,7 +225,7 @@ def test_export_import_counts_only_new_entries(capsys, tmp_path, monkeypatch):
     assert "imported 3 new entries" in out and "(1 fusions, 1 plans, 1 kernels); 0 were already" in out
     code, out, _ = run(capsys, "import", str(tmp_path / "b.zip"))
     assert code == 0 and "imported 0 new entries" in out and "3 were already in the store" in out
-    assert default_store().get_kernel("kern-key") == b"\x7fELF" * 500
+    assert default_store().get_kernel(KERN_KEY) == b"\x7fELF" * 500
 
 
 def test_import_of_junk_or_a_damaged_bundle(capsys, tmp_path):
@@ -236,7 +242,8 @@ def test_import_of_junk_or_a_damaged_bundle(capsys, tmp_path):
             dst.writestr(info, data[:-1] + b"X" if info.filename.endswith(".cubin") else data)
     reset_default_store()
     code, out, err = run(capsys, "import", str(tmp_path / "bad.zip"))
-    assert code == 1 and "fails its sha256" in err and "1 entries of the bundle were skipped" in out
+    # all or nothing: one damaged cubin fails the whole import
+    assert code == 1 and "fails its size or sha256" in err and "imported" not in out
 
 
 def test_export_into_a_missing_directory_creates_nothing(capsys, tmp_path):

@@ -163,14 +163,6 @@ def test_disk_full_during_put(fresh_store):
     store.close()
 
 
-@pytest.mark.parametrize("value", ["", "abc", "-1"])
-def test_bad_timeout_setting_falls_back_to_default(monkeypatch, value):
-    from fusion_cache.store.engine import DEFAULT_TIMEOUT_S, env_timeout
-
-    monkeypatch.setenv("FUSION_CACHE_DB_TIMEOUT", value)
-    assert env_timeout() == DEFAULT_TIMEOUT_S
-
-
 def test_kernel_locks_that_cannot_be_taken_compile_without_them(tmp_path):
     # a file where the lock folder should be: compile_once still compiles and stores the
     # kernel, and its one warning says what it does instead of the lock

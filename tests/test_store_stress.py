@@ -21,13 +21,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-WORKER = r'''
-import hashlib, json, os, random, sys, time, types
-root = os.environ["FC_TEST_ROOT"]
+# The start of every worker script (here and in the other store tests): the repository on
+# sys.path and fusion_cache as a bare package, so importing the store skips fusion_cache's
+# __init__. The root comes from FC_TEST_ROOT (worker_env), else the first argument.
+BARE = r'''
+import os, sys, types
+root = os.environ.get("FC_TEST_ROOT") or sys.argv[1]
 sys.path.insert(0, root)
 pkg = types.ModuleType("fusion_cache")
 pkg.__path__ = [os.path.join(root, "fusion_cache")]
 sys.modules.setdefault("fusion_cache", pkg)
+'''
+
+WORKER = BARE + r'''
+import hashlib, json, random, time
 from fusion_cache.store import KernelMeta, open_store
 
 args = json.loads(sys.argv[1])

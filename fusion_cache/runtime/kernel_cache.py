@@ -1,14 +1,10 @@
 """Kernel source -> cubin (through the store, compiled once) -> loaded function.
 
-Note [Kernel key]: the key hashes a format version, the generated source, the NVRTC
-options and the target arch. The NVRTC version is recorded with the cubin but kept out of
-the key, so a store filled on a CPU machine (NVRTC from pip) serves GPU nodes whose NVRTC
-differs; a cubin that fails to load there is treated as a miss and compiled locally.
+The kernel key is the store's (Note [Kernel key] in store/keys.py): a bundle's keys are
+checked against the same function.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 import warnings
@@ -16,8 +12,7 @@ from dataclasses import dataclass, field
 
 from codegen.nvrtc import compile_cubin, default_options, nvrtc_version
 from fusion_cache.frontend.trie import FusionCache
-
-KERNEL_FORMAT = "fc-kernel-1"
+from fusion_cache.store.keys import kernel_key
 
 
 @dataclass(frozen=True)
@@ -30,11 +25,6 @@ class KernelRef:
 
     def to_json(self) -> dict:
         return {"key": self.key, "name": self.name, "arch": self.arch}
-
-
-def kernel_key(source: str, options: tuple[str, ...], arch: int) -> str:
-    parts = [KERNEL_FORMAT, str(arch), json.dumps(list(options)), source]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def cubin_for(source: str, name: str, arch: int, *, fusion_id: int | None, scheduler: str,

@@ -10,30 +10,54 @@ Note [Blob tier]
     directory must not become code execution). Each value is framed as
     MAGIC + sha256(payload) + payload, so a truncated or altered file is caught without
     asking the database.
+    The index (diskcache's own SQLite file) is trusted no more than the files: a row may
+    name `../store.db`, an absolute path, a symlink or `/dev/zero`. `BytesOnlyDisk` reads
+    only regular files inside the tier's directory, no more bytes than the store recorded
+    for the key, and deletes nothing outside it; anything else is a miss that the store
+    repairs by writing the entry again.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
+import re
+import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import diskcache
-from diskcache.core import MODE_PICKLE, UNKNOWN
+from diskcache.core import MODE_BINARY, MODE_PICKLE, MODE_RAW, UNKNOWN
+
+from .entries import MAX_CUBIN_BYTES
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"FCB1"
 _HEADER = len(MAGIC) + 32
 SIZE_LIMIT = 4 << 30  # bytes; diskcache evicts the oldest stored entries beyond it
+# The only file names diskcache.Disk.filename gives our entries.
+_ENTRY_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
 
 
 class UnsafeBlobError(Exception):
-    """A value or key in the blob tier is pickled; we never unpickle."""
+    """A value or key in the blob tier is pickled, or its row names a file we must not read;
+    we never unpickle and never leave the tier's directory."""
 
 
 class BytesOnlyDisk(diskcache.Disk):
+    """diskcache's Disk, for bytes only and confined to its directory (Note [Blob tier])."""
+
+    def __init__(self, directory, **kwargs) -> None:
+        super().__init__(directory, **kwargs)
+        self._root = os.path.realpath(directory)
+        self._limit = threading.local()  # the most bytes the current read may return
+
+    def read_limit(self, limit: int) -> None:
+        self._limit.value = limit
+
     def put(self, key):
         if type(key) is not str:
             raise TypeError("blob tier keys are str")
@@ -52,7 +76,66 @@ class BytesOnlyDisk(diskcache.Disk):
     def fetch(self, mode, filename, value, read):
         if mode == MODE_PICKLE:
             raise UnsafeBlobError("pickled value in the blob tier")
-        return super().fetch(mode, filename, value, read)
+        limit = getattr(self._limit, "value", MAX_CUBIN_BYTES + _HEADER)
+        if mode == MODE_RAW and not read:
+            data = bytes(value)
+            if len(data) > limit:
+                raise UnsafeBlobError(f"value of {len(data)} bytes, over the {limit} expected")
+            return data
+        if mode != MODE_BINARY or read:
+            raise UnsafeBlobError(f"blob stored in mode {mode}, not as bytes")
+        return self._read_inside(filename, limit)
+
+    def _inside(self, filename: object) -> str:
+        """The full path of an entry file named by the index, if it has the shape diskcache
+        gives our files (`ab/cd/<28 hex>.val`) and its folders resolve inside the tier. The
+        file itself is not followed: reads refuse a link, remove() drops only the link."""
+        if not isinstance(filename, str) or not _ENTRY_FILE.fullmatch(filename):
+            raise UnsafeBlobError(f"index names a path outside the tier: {filename!r}")
+        folder = os.path.realpath(os.path.join(self._root, os.path.dirname(filename)))
+        if os.path.commonpath([folder, self._root]) != self._root:
+            raise UnsafeBlobError(f"index names a path outside the tier: {filename!r}")
+        return os.path.join(folder, os.path.basename(filename))
+
+    def _read_inside(self, filename: object, limit: int) -> bytes:
+        full = self._inside(filename)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise UnsafeBlobError(f"index names a link: {filename!r}") from None
+            raise  # missing: diskcache reads that as a miss
+        with os.fdopen(fd, "rb") as reader:
+            info = os.fstat(reader.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise UnsafeBlobError(f"index names a path outside the tier: {filename!r} is "
+                                      "not a regular file")  # fmt: skip
+            if info.st_size > limit:
+                raise UnsafeBlobError(f"blob of {info.st_size} bytes, over the {limit} expected")
+            data = reader.read(limit + 1)
+        if len(data) > limit:  # grew while we read
+            raise UnsafeBlobError(f"blob over the {limit} bytes expected")
+        return data
+
+    def remove(self, file_path):
+        """Delete an entry's file (and its emptied subfolders) only inside the tier."""
+        try:
+            full = self._inside(file_path)
+        except UnsafeBlobError:
+            log.warning("fusion-cache blob tier: refused to delete %r, outside %s",
+                        file_path, self._root)  # fmt: skip
+            return
+        try:
+            os.remove(full)
+        except OSError:
+            return  # another process removed it first
+        for folder in (os.path.dirname(full), os.path.dirname(os.path.dirname(full))):
+            if folder == self._root or os.path.commonpath([folder, self._root]) != self._root:
+                break
+            try:
+                os.rmdir(folder)  # only once empty
+            except OSError:
+                break
 
 
 def frame(payload: bytes) -> bytes:
@@ -107,11 +190,20 @@ class BlobTier:
         self._warned = True
         log.log(level, "fusion-cache blob tier %s failed at %s: %r", op, self.directory, err)
 
-    def get(self, key: str) -> tuple[str, bytes] | None:
+    def _fetch(self, key: str, size: int | None):
+        """The raw value of `key`, reading at most the frame of a `size`-byte payload."""
+        cache = self._open()
+        limit = MAX_CUBIN_BYTES if size is None else size
+        cache.disk.read_limit(limit + _HEADER)
+        return cache.get(key)
+
+    def get(self, key: str, size: int | None = None) -> tuple[str, bytes] | None:
+        """(sha256 hex, payload) of an intact entry whose payload is at most `size` bytes
+        (the size the store recorded), else None; a damaged or refused entry is dropped."""
         try:
-            value = self._open().get(key)
+            value = self._fetch(key, size)
         except UnsafeBlobError as err:
-            log.warning("fusion-cache: refused %s for %s; dropping it", err, key)
+            log.warning("fusion-cache: refused the blob of %s (%s); dropping it", key, err)
             self.delete(key)
             return None
         except Exception as err:
@@ -131,17 +223,24 @@ class BlobTier:
         except Exception as err:
             self._failed("put", err)
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str) -> bool:
+        """True when the key is gone from the tier afterwards (or the tier is off)."""
         try:
-            self._open().delete(key)
+            cache = self._open()
+            cache.delete(key)
+            return key not in cache
+        except _TierOff:
+            return True
         except Exception as err:
             self._failed("delete", err)
+            return False
 
-    def inspect(self, key: str) -> tuple[str | None, tuple[str, bytes] | None]:
+    def inspect(self, key: str, size: int | None = None
+                ) -> tuple[str | None, tuple[str, bytes] | None]:  # fmt: skip
         """(problem, (sha256 hex, payload)) without dropping anything: problem is None for
         an intact or absent entry; the pair is None unless the entry is intact."""
         try:
-            value = self._open().get(key)
+            value = self._fetch(key, size)
         except UnsafeBlobError as err:
             return str(err), None
         except _TierOff:

@@ -1,4 +1,7 @@
-"""Where a store lives (URL, cache dir) and the SQLAlchemy engine that talks to it.
+"""The SQLAlchemy engine that talks to a store, and the SQL helpers every writer shares.
+
+Imported only when a store needs SQLAlchemy (a write, a miss, maintenance, a server store):
+a warm SQLite hit reads through sqlite_reader.py and never imports it (Note [Warm path]).
 
 Note [SQLite transactions]
     The database is shared by every process of a node. WAL lets readers run beside one
@@ -10,100 +13,31 @@ Note [SQLite transactions]
 """
 from __future__ import annotations
 
-import os
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
 
-from .models import VERSION_TABLE
-
-DEFAULT_DIR = "~/.cache/fusion_cache"
-DEFAULT_TIMEOUT_S = 30.0
-DB_FILE = "store.db"
-MEMORY_URL = "memory://"
+from .location import (  # noqa: F401  (re-exported: where a store lives)
+    DB_FILE,
+    DEFAULT_DIR,
+    DEFAULT_TIMEOUT_S,
+    MAX_TIMEOUT_S,
+    MEMORY_URL,
+    Location,
+    check_timeout,
+    display_url,
+    env_cache_dir,
+    env_timeout,
+    normalize_url,
+    resolve_location,
+)
+from .schema import VERSION_TABLE
 
 # Execution option that makes the SQLite 'begin' hook take the write lock at BEGIN.
 _WRITE = "fusion_cache_write"
-
-
-@dataclass(frozen=True)
-class Location:
-    """A resolved store: the SQLAlchemy URL and the node-local directory (blobs, locks)."""
-
-    url: str
-    cache_dir: Path
-    db_path: Path | None = None  # the SQLite file; None for a server database
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.url.startswith("sqlite")
-
-    @property
-    def is_memory(self) -> bool:
-        return self.url == MEMORY_URL
-
-
-def env_cache_dir() -> Path:
-    return Path(os.environ.get("FUSION_CACHE_DIR") or DEFAULT_DIR).expanduser()
-
-
-def env_timeout() -> float:
-    """Busy timeout and lock wait in seconds: FUSION_CACHE_DB_TIMEOUT, default 30."""
-    try:
-        value = float(os.environ.get("FUSION_CACHE_DB_TIMEOUT") or DEFAULT_TIMEOUT_S)
-    except ValueError:
-        return DEFAULT_TIMEOUT_S
-    return value if value >= 0 else DEFAULT_TIMEOUT_S
-
-
-def normalize_url(url: str) -> str:
-    """postgres:// and postgresql:// -> postgresql+psycopg:// (psycopg 3 is our driver)."""
-    for prefix in ("postgres://", "postgresql://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
-
-
-def resolve_location(url: str | None, cache_dir: str | os.PathLike | None) -> Location:
-    """url None -> FUSION_CACHE_DB_URL, else SQLite in the cache dir.
-
-    The cache dir is `cache_dir`, else the SQLite file's folder for an explicit SQLite URL,
-    else FUSION_CACHE_DIR, else ~/.cache/fusion_cache.
-    """
-    url = url or os.environ.get("FUSION_CACHE_DB_URL") or None
-    explicit_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
-    if url is None:
-        root = explicit_dir or env_cache_dir()
-        db = root / DB_FILE
-        return Location(f"sqlite:///{db}", root, db)
-    url = normalize_url(url.strip())
-    if url in (MEMORY_URL, "memory:", "memory"):
-        return Location(MEMORY_URL, explicit_dir or env_cache_dir())
-    if url.startswith("sqlite"):
-        parsed = make_url(url)
-        database = parsed.database or ""
-        if database in ("", ":memory:") or "mode=memory" in url:
-            raise ValueError(f"an in-memory SQLite URL cannot be shared: use {MEMORY_URL}")
-        # A URI filename ("file:...?mode=ro&uri=true") keeps its parameters.
-        db = Path(database.removeprefix("file:")).expanduser()
-        url = url if parsed.query else f"sqlite:///{db}"
-        return Location(url, explicit_dir or db.parent, db)
-    return Location(url, explicit_dir or env_cache_dir())
-
-
-def display_url(url: str) -> str:
-    """The URL with any password masked, for messages and stats."""
-    if url == MEMORY_URL:
-        return url
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
 
 
 def create_store_engine(loc: Location, timeout_s: float) -> Engine:
@@ -136,7 +70,8 @@ def _sqlite_engine(loc: Location, timeout_s: float) -> Engine:
 def _server_engine(loc: Location, timeout_s: float) -> Engine:
     connect_args = {}
     if loc.url.startswith("postgresql"):
-        connect_args["connect_timeout"] = max(1, int(timeout_s))
+        # whole seconds, and libpq waits at least 2; one connect attempt per open (migrate.py)
+        connect_args["connect_timeout"] = max(2, math.ceil(timeout_s))
     # pre_ping: a server restart between two operations costs a reconnect, not an error.
     engine = create_engine(loc.url, connect_args=connect_args, pool_pre_ping=True)
     if engine.dialect.name == "postgresql":
@@ -145,8 +80,11 @@ def _server_engine(loc: Location, timeout_s: float) -> Engine:
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn, _record) -> None:
             # Waiting for a row or advisory lock gives up after the timeout instead of hanging.
+            # The keepalives end the session of a vanished node (and free its kernel locks)
+            # in about 30 s (Note [Cluster single flight]); ignored over a Unix socket.
             with dbapi_conn.cursor() as cur:
-                cur.execute(f"SET lock_timeout = {lock_ms}")
+                cur.execute(f"SET lock_timeout = {lock_ms}; SET tcp_keepalives_idle = 15; "
+                            "SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3")
             dbapi_conn.commit()
 
     return engine

@@ -9,6 +9,10 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+# The largest cubin the store takes from a file it did not just write (the blob tier, a
+# bundle): real ones are kilobytes to a few megabytes.
+MAX_CUBIN_BYTES = 256 << 20
+
 
 class StoreWarning(UserWarning):
     """The store degraded (in-memory for the process, or for one entry) instead of failing."""
@@ -131,12 +135,19 @@ class BadEntry:
 
 @dataclass(frozen=True)
 class VerifyReport:
+    """checked: kernels looked at; repaired: repairs made and confirmed (never those only
+    tried); unusable: why the persistent store that was asked for could not be opened, so
+    that only this process's in-memory stand-in was checked (ok then says nothing about the
+    store: the CLI refuses such a store unless told --allow-memory)."""
+
     checked: int
     bad: tuple[BadEntry, ...] = ()
     repaired: int = 0
+    unusable: str | None = None
 
     @property
     def ok(self) -> bool:
+        """No problem among what was checked."""
         return not self.bad
 
 

@@ -1,4 +1,5 @@
-"""Cross-process locks for one node: fcntl.flock on files in the cache directory.
+"""Cross-process locks: fcntl.flock on files in the cache directory (one node), and
+PostgreSQL advisory locks (every node that shares the database).
 
 Note [Why flock]
     The kernel releases a flock when the last descriptor of its holder closes, which
@@ -8,6 +9,17 @@ Note [Why flock]
     every waiter. Each acquisition opens its own descriptor, so two threads of one process
     exclude each other too. Waiting is a poll with a deadline: a lock held too long is
     reported (False), never waited on forever.
+
+Note [Cluster single flight]
+    On PostgreSQL, compile once means once per cluster, so the kernel lock lives in the
+    database: a session-level advisory lock keyed by (schema, kernel key), taken on a
+    connection of its own that stays checked out (and idle, outside any transaction) while
+    the holder compiles. Its lease is the holder's session: the server drops the lock when
+    the connection closes, at once when the holder process dies (its socket is closed), and
+    within about 30 s when its node vanishes (server-side TCP keepalives, set in engine.py).
+    A holder alive but stuck past the caller's timeout is not waited on (compile_once
+    compiles anyway, with a warning). A node's processes first queue on the node's flock,
+    so one connection per node, not per process, waits in the database.
 """
 from __future__ import annotations
 
@@ -18,6 +30,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
 
 # Kernel locks are striped over a fixed set of files: lock files are never deleted (deleting
 # a lock file races with a process that just opened it), so one file per key would grow
@@ -80,3 +96,57 @@ def kernel_lock_path(cache_dir: Path, key: str) -> Path:
 def migration_lock_path(db_path: Path) -> Path:
     """Beside the SQLite file whose schema it guards (PostgreSQL uses an advisory lock)."""
     return db_path.with_name(db_path.name + ".migrate.lock")
+
+
+class AdvisoryLock:
+    """A PostgreSQL session-level advisory lock (Note [Cluster single flight])."""
+
+    def __init__(self, engine: Engine, name: str) -> None:
+        self._engine = engine
+        self._name = name
+        self._conn: Connection | None = None
+
+    def acquire(self, timeout_s: float) -> bool:
+        """Take the lock, waiting at most timeout_s; False if it stayed held. Raises on a
+        database error (the caller decides what to do without the lock)."""
+        from sqlalchemy import text
+        from sqlalchemy.exc import OperationalError
+
+        conn = self._engine.connect()
+        try:
+            # lock_timeout bounds the wait; SET LOCAL ends with this transaction
+            conn.execute(text(f"SET LOCAL lock_timeout = {max(1, int(timeout_s * 1000))}"))
+            try:
+                conn.execute(text(f"SELECT pg_advisory_lock({_LOCK_ID})"), {"n": self._name})
+            except OperationalError as err:
+                if getattr(err.orig, "sqlstate", None) != "55P03":  # lock_not_available
+                    raise
+                conn.rollback()
+                conn.close()
+                return False
+            conn.commit()  # the lock outlives the transaction; the session holds it idle
+        except BaseException:
+            conn.invalidate()  # closing the session drops whatever it holds
+            conn.close()
+            raise
+        self._conn = conn
+        return True
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        from sqlalchemy import text
+
+        try:
+            conn.execute(text(f"SELECT pg_advisory_unlock({_LOCK_ID})"), {"n": self._name})
+            conn.commit()
+        except Exception:
+            conn.invalidate()  # the server drops the lock with the session
+        finally:
+            conn.close()
+
+
+# The lock's 64-bit id, computed by the server from the schema and the name, so two stores in
+# one database (two schemas) never wait on each other.
+_LOCK_ID = "hashtextextended('fusion_cache.kernel:' || current_schema() || ':' || :n, 0)"

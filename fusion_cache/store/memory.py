@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from .engine import MEMORY_URL
 from .entries import (
     BadEntry,
     FusionEntry,
@@ -26,7 +26,11 @@ from .entries import (
     choose_prunable,
     kernel_entry,
 )
+from .location import MEMORY_URL
 from .store import Store
+
+if TYPE_CHECKING:
+    from .bundle import BundleContents
 
 
 class MemoryStore(Store):
@@ -138,6 +142,19 @@ class MemoryStore(Store):
         with self._lock:
             return sorted(self._links)
 
+    def import_entries(self, bundle: BundleContents) -> int:
+        cubins = {k.key: bundle.cubin(k) for k in bundle.kernels}  # checked before any change
+        with self._lock:
+            ids = {f.id: self.fusion_id_for(f.definition_key, f.records_json,
+                                            f.python_definition) for f in bundle.fusions}  # fmt: skip
+            for p in bundle.plans:
+                self.put_plan(ids[p.fusion_id], p.signature_key, p.target, p.plan_json)
+            for k in bundle.kernels:
+                self.put_kernel(k.key, cubins[k.key], k.meta)
+            for fid, key in bundle.links:
+                self.link_kernel(ids[fid], key)
+        return bundle.entries
+
     def verify(self, repair: bool = False) -> VerifyReport:
         with self._lock:
             bad = []
@@ -146,7 +163,9 @@ class MemoryStore(Store):
                     bad.append(BadEntry(key, "memory", "sha256 mismatch"))
                     if repair:
                         del self._kernels[key]
-            return VerifyReport(len(self._kernels), tuple(bad), len(bad) if repair else 0)
+            # reason: a persistent store was asked for and could not be opened
+            return VerifyReport(len(self._kernels), tuple(bad), len(bad) if repair else 0,
+                                unusable=self.reason)
 
     def prune(
         self, max_age_days: float | None = None, max_bytes: int | None = None

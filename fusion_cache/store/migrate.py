@@ -27,16 +27,12 @@ import migrations
 from .engine import Location, prepare_sqlite_file, write_transaction
 from .entries import NewerSchemaError, StoreError
 from .locks import file_lock, migration_lock_path
-from .models import VERSION_TABLE
+from .schema import HEAD_REVISION, VERSION_TABLE
 
 if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-# The newest revision in migrations/versions. Opening a store whose schema is already here
-# reads one row and never imports Alembic (a quarter second of a warm start);
-# tests/test_store_migrations.py checks this constant against Alembic's own head.
-HEAD_REVISION = "0002"
 
 SCRIPT_LOCATION = Path(migrations.__file__).resolve().parent
 
@@ -127,12 +123,13 @@ def _upgrade_locked(engine: Engine, want: str) -> str:
 
 
 def _fast_revision(engine: Engine) -> str | None:
-    """The stored revision by one plain query; None when the table is missing or unreadable."""
-    try:
-        with engine.connect() as conn:
+    """The stored revision by one plain query; None when the table is missing or unreadable.
+    A database that cannot be reached raises here: trying again would wait a second timeout."""
+    with engine.connect() as conn:
+        try:
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).fetchall()
-    except SQLAlchemyError:
-        return None
+        except SQLAlchemyError:
+            return None
     return rows[0][0] if len(rows) == 1 else None
 
 

@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-VERSION_TABLE = "fc_alembic_version"
+from .schema import VERSION_TABLE  # noqa: E402,F401  (re-exported)
 
 # Stable constraint names, so later migrations (and SQLite batch mode) can refer to them.
 NAMING = {

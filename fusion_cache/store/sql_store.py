@@ -5,6 +5,16 @@ database work runs through `_guard`, which on an error warns once and falls back
 in-memory overlay. Overlay fusion ids start at OVERLAY_ID_BASE so they can never collide
 with the database's ids, and anything keyed by such an id stays in memory.
 
+Note [Store file watch]
+    A process keeps its SQLite file open, so a cache directory deleted (or a store.db
+    replaced, say by a restored backup) under it used to go unnoticed: the process wrote on
+    into an unlinked file. At most once a second, the first operation compares the file's
+    (device, inode) with the one opened; on a change it warns once and reopens a store at
+    the same path (creating it if it is gone). Kernels are keyed by content and go to the new
+    store; fusion ids are per store, so this process keeps the ids it handed out and takes
+    its new fusions, plans and links into the in-memory overlay (`_detached`): an id of the
+    old store never names a fusion of the new one.
+
 Note [Hit counting]
     get_kernel is the hot path (a warm process loads every kernel through it), so hits and
     last-use times are gathered in memory and written in one transaction every few seconds,
@@ -15,6 +25,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import hashlib
+import importlib
 import logging
 import os
 import threading
@@ -23,28 +34,17 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
-
-from . import migrate
 from .blobs import BlobTier
-from .engine import (
-    Location,
-    create_store_engine,
-    display_url,
-    insert_ignore,
-    lock_fusion_ids,
-    probe_writable,
-    upsert,
-    write_transaction,
-)
 from .entries import (
     FusionEntry,
     KernelEntry,
     KernelMeta,
     PlanEntry,
     PruneReport,
+    StoreError,
     StoreWarning,
     VerifyReport,
     check_kernel_args,
@@ -53,16 +53,49 @@ from .entries import (
     options_from_json,
     options_to_json,
 )
-from .locks import FileLock, kernel_lock_path
+from .location import Location, display_url
+from .locks import AdvisoryLock, FileLock, kernel_lock_path
 from .memory import MemoryStore
-from .models import fusion_kernels, fusions, kernels, plans
+from .schema import HEAD_REVISION
+from .sqlite_reader import FusionRows, SqliteReader
 from .store import Store, iter_chunks
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from .bundle import BundleContents
+
+
+class _Lazy:
+    """A module imported on first attribute access (Note [Warm path]: a warm hit on a SQLite
+    store never imports SQLAlchemy)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, attr: str):
+        module = self._module
+        if module is None:
+            with self._lock:
+                if self._module is None:
+                    self._module = importlib.import_module(self._name)
+                module = self._module
+        return getattr(module, attr)
+
+
+sa = _Lazy("sqlalchemy")
+E = _Lazy("fusion_cache.store.engine")  # engines and the SQL helpers writers share
+M = _Lazy("fusion_cache.store.models")  # the tables
+migrate = _Lazy("fusion_cache.store.migrate")
 
 log = logging.getLogger("fusion_cache.store")
 
 OVERLAY_ID_BASE = 1 << 40
 HIT_FLUSH_S = 2.0
 HIT_FLUSH_COUNT = 512
+WATCH_S = 1.0  # how often the SQLite file's identity is checked (Note [Store file watch])
 
 T = TypeVar("T")
 
@@ -70,14 +103,18 @@ T = TypeVar("T")
 class SqlStore(Store):
     persistent = True
 
-    def __init__(self, loc: Location, engine: Engine, timeout_s: float, revision: str,
-                 local_dir: bool = True) -> None:  # fmt: skip
+    def __init__(self, loc: Location, engine: Engine | None, timeout_s: float, revision: str,
+                 local_dir: bool = True, reader: SqliteReader | None = None) -> None:  # fmt: skip
         super().__init__()
         self.location = loc
         self.url = display_url(loc.url)
         self.cache_dir = loc.cache_dir
         self.revision = revision
-        self._engine = engine
+        self._engine_now = engine  # None until something needs SQLAlchemy (Note [Warm path])
+        self._engine_lock = threading.Lock()
+        self._reader = reader  # a plain SQLite file's warm read path; None for servers
+        self._known: dict[int, FusionRows] = {}  # fusion id -> what the store held for it
+        self._kernel_rows: dict[str, tuple[str, int]] = {}  # key -> (sha256, size), from those
         self._timeout = timeout_s
         self._pid = os.getpid()
         self._local_dir = local_dir  # False: no cubin tier, no compile locks (a server store)
@@ -88,6 +125,11 @@ class SqlStore(Store):
         self._hits_lock = threading.Lock()
         self._last_flush = time.monotonic()
         self._closed = False
+        self._detached = False  # Note [Store file watch]
+        self._lost: StoreError | None = None  # the file is gone and reopening failed
+        self._watch_lock = threading.Lock()
+        self._identity = _file_identity(loc.db_path)
+        self._next_check = time.monotonic() + WATCH_S
         atexit.register(_flush_at_exit, weakref.ref(self))
 
     @classmethod
@@ -96,6 +138,8 @@ class SqlStore(Store):
         Raises on any problem; open_store turns that into a MemoryStore."""
         local_dir = True
         try:
+            if loc.cache_dir.exists() and not loc.cache_dir.is_dir():
+                raise NotADirectoryError(f"the cache directory {loc.cache_dir} is not a directory")
             loc.cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             local_dir = False
@@ -107,26 +151,88 @@ class SqlStore(Store):
                           f"({type(err).__name__}: {err}); the store at {display_url(loc.url)} "
                           "works without its cubin tier and compile locks", StoreWarning,
                           stacklevel=3)  # fmt: skip
-        engine = create_store_engine(loc, timeout_s)
-        try:
-            revision = migrate.upgrade(engine, loc, timeout_s)
-            probe_writable(engine)
-        except BaseException:
-            engine.dispose()
-            raise
-        return cls(loc, engine, timeout_s, revision, local_dir)
+        reader = _warm_reader(loc, timeout_s)
+        if reader is not None:
+            return cls(loc, None, timeout_s, HEAD_REVISION, local_dir, reader)
+        engine, revision = _open_engine(loc, timeout_s)
+        return cls(loc, engine, timeout_s, revision, local_dir, _reader_for(loc, timeout_s))
 
     # -- plumbing ---------------------------------------------------------------------------
 
     @property
-    def _db(self) -> Engine:
+    def _engine(self) -> Engine:
+        """The SQLAlchemy engine, created on first need (Note [Warm path])."""
+        engine = self._engine_now
+        if engine is None:
+            with self._engine_lock:
+                if self._engine_now is None:
+                    self._engine_now = E.create_store_engine(self.location, self._timeout)
+                engine = self._engine_now
+        return engine
+
+    def _checked(self) -> None:
+        """Before any database work: a fork, a deleted or replaced file (Note [Store file
+        watch]), a store that could not be reopened."""
         if self._pid != os.getpid():
             # Forked: the parent's pooled connections are not ours to use (or close).
-            self._engine.dispose(close=False)
+            if self._engine_now is not None:
+                self._engine_now.dispose(close=False)
             self._pid = os.getpid()
             with self._hits_lock:
                 self._hits.clear()
+        if self._identity is not None and time.monotonic() >= self._next_check:
+            self._check_file()
+        if self._lost is not None:
+            raise self._lost
+
+    @property
+    def _db(self) -> Engine:
+        self._checked()
         return self._engine
+
+    @property
+    def _rd(self) -> SqliteReader | None:
+        """The warm read path, when there is one (a plain SQLite file)."""
+        if self._reader is not None:
+            self._checked()
+        return self._reader
+
+    def _check_file(self) -> None:
+        """Note [Store file watch]: reopen if the SQLite file was deleted or replaced."""
+        with self._watch_lock:
+            if time.monotonic() < self._next_check:
+                return  # another thread just checked
+            self._next_check = time.monotonic() + WATCH_S
+            path = self.location.db_path
+            if self._lost is None:
+                now = _file_identity(path)
+                if now == self._identity:
+                    return
+                what = "was deleted" if now is None else "was replaced"
+                warnings.warn(
+                    f"fusion-cache store {self.url}: the database file {what} while this "
+                    f"process ran; reopening a store at {path}: new kernels go there, and "
+                    "this process keeps its new fusion ids in memory (ids are per store)",
+                    StoreWarning, stacklevel=5)  # fmt: skip
+                self._detached = True
+                with self._hits_lock:
+                    self._hits.clear()  # counts for the old file's rows
+                self._blobs.close()  # its directory may have gone too; reopened on use
+            try:
+                self.location.cache_dir.mkdir(parents=True, exist_ok=True)
+                engine, self.revision = _open_engine(self.location, self._timeout)
+            except Exception as err:  # every operation degrades until a retry works
+                self._lost = StoreError(f"the database file {path} is gone and could not be "
+                                        f"reopened ({type(err).__name__}: {err})")  # fmt: skip
+                return
+            old, self._engine_now, self._lost = self._engine_now, engine, None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = _reader_for(self.location, self._timeout)
+            self._known.clear()
+            self._identity = _file_identity(path)
+            if old is not None:
+                old.dispose()
 
     def _guard(self, op: str, work: Callable[[], T], fallback: Callable[[], T]) -> T:
         try:
@@ -141,34 +247,48 @@ class SqlStore(Store):
             yield conn
 
     def _in_overlay(self, fusion_id: int) -> bool:
-        return fusion_id >= OVERLAY_ID_BASE
+        return fusion_id >= OVERLAY_ID_BASE or self._detached
 
     # -- level 1 ----------------------------------------------------------------------------
 
     def fusion_id_for(self, definition_key: str, records_json: str, python_definition: str) -> int:
         fid = self._ids.get(definition_key)
         if fid is None:
+            in_memory = lambda: self._mem.fusion_id_for(  # noqa: E731
+                definition_key, records_json, python_definition)
             fid = self._guard(
                 "fusion_id_for",
-                lambda: self._db_fusion_id(definition_key, records_json, python_definition),
-                lambda: self._mem.fusion_id_for(definition_key, records_json, python_definition),
+                lambda: in_memory() if self._detached_now() else self._db_fusion_id(
+                    definition_key, records_json, python_definition),
+                in_memory,
             )
             self._ids[definition_key] = fid
         return fid
 
+    def _detached_now(self) -> bool:
+        self._checked()
+        return self._detached
+
     def _db_fusion_id(self, key: str, records_json: str, python_definition: str) -> int:
-        find = select(fusions.c.id).where(fusions.c.definition_key == key)
+        reader = self._rd
+        if reader is not None:  # one query: the id, its plans and kernels (Note [Warm path])
+            rows = reader.fusion(key)
+            if rows is not None:
+                self._known[rows.id] = rows
+                self._kernel_rows.update((k, r) for k, r in rows.links.items() if r is not None)
+                return rows.id
+        find = sa.select(M.fusions.c.id).where(M.fusions.c.definition_key == key)
         with self._read() as conn:
             fid = conn.execute(find).scalar()
         if fid is not None:
             return fid
-        with write_transaction(self._db) as conn:
-            lock_fusion_ids(conn)
+        with E.write_transaction(self._db) as conn:
+            E.lock_fusion_ids(conn)
             fid = conn.execute(find).scalar()  # re-check under the writer lock
             if fid is None:
-                fid = conn.execute(select(func.coalesce(func.max(fusions.c.id) + 1, 0))).scalar()
+                fid = conn.execute(sa.select(sa.func.coalesce(sa.func.max(M.fusions.c.id) + 1, 0))).scalar()
                 conn.execute(
-                    fusions.insert().values(
+                    M.fusions.insert().values(
                         id=fid,
                         definition_key=key,
                         records_json=records_json,
@@ -183,8 +303,12 @@ class SqlStore(Store):
             return self._mem.fusion_by_id(fid)
 
         def work() -> FusionEntry | None:
+            reader = self._rd
+            if reader is not None:
+                row = reader.fusion_by_id(fid)
+                return FusionEntry(*row) if row else None
             with self._read() as conn:
-                row = conn.execute(select(fusions).where(fusions.c.id == fid)).first()
+                row = conn.execute(sa.select(M.fusions).where(M.fusions.c.id == fid)).first()
             return _fusion(row) if row else None
 
         return self._guard("fusion_by_id", work, lambda: None)
@@ -192,9 +316,11 @@ class SqlStore(Store):
     def fusions(self) -> list[FusionEntry]:
         def work() -> list[FusionEntry]:
             with self._read() as conn:
-                rows = conn.execute(select(fusions).order_by(fusions.c.id)).all()
+                rows = conn.execute(sa.select(M.fusions).order_by(M.fusions.c.id)).all()
             return [_fusion(r) for r in rows]
 
+        if self._detached_now():
+            return self._mem.fusions()
         return self._guard("fusions", work, list) + self._mem.fusions()
 
     # -- level 2 ----------------------------------------------------------------------------
@@ -203,10 +329,16 @@ class SqlStore(Store):
         found = self._mem.get_plan(fusion_id, signature_key, target)
         if found is not None or self._in_overlay(fusion_id):
             return found
-        query = select(plans.c.plan_json).where(
-            plans.c.fusion_id == fusion_id,
-            plans.c.signature_key == signature_key,
-            plans.c.target == target,
+        known = self._known.get(fusion_id)
+        if known is not None and (signature_key, target) in known.plans:
+            return known.plans[(signature_key, target)]
+        if self._reader is not None:
+            return self._guard("get_plan", lambda: self._rd.plan(fusion_id, signature_key,
+                                                                 target), lambda: None)  # fmt: skip
+        query = sa.select(M.plans.c.plan_json).where(
+            M.plans.c.fusion_id == fusion_id,
+            M.plans.c.signature_key == signature_key,
+            M.plans.c.target == target,
         )
 
         def work() -> str | None:
@@ -221,6 +353,9 @@ class SqlStore(Store):
 
         if self._in_overlay(fusion_id):
             return keep_in_memory()
+        known = self._known.get(fusion_id)
+        if known is not None and known.plans.get((signature_key, target)) == plan_json:
+            return  # the store holds this plan already: nothing to write (Note [Warm path])
         row = dict(
             fusion_id=fusion_id,
             signature_key=signature_key,
@@ -230,17 +365,19 @@ class SqlStore(Store):
         )
 
         def work() -> None:
-            with write_transaction(self._db) as conn:
-                upsert(conn, plans, row, ["fusion_id", "signature_key", "target"])
+            with E.write_transaction(self._db) as conn:
+                E.upsert(conn, M.plans, row, ["fusion_id", "signature_key", "target"])
+            if known is not None:
+                known.plans[(signature_key, target)] = plan_json
 
         self._guard("put_plan", work, keep_in_memory)
 
     def plans_for(self, fusion_id: int) -> list[PlanEntry]:
         def work() -> list[PlanEntry]:
             query = (
-                select(plans)
-                .where(plans.c.fusion_id == fusion_id)
-                .order_by(plans.c.signature_key, plans.c.target)
+                sa.select(M.plans)
+                .where(M.plans.c.fusion_id == fusion_id)
+                .order_by(M.plans.c.signature_key, M.plans.c.target)
             )
             with self._read() as conn:
                 return [_plan(r) for r in conn.execute(query)]
@@ -266,38 +403,52 @@ class SqlStore(Store):
     def _load(self, key: str) -> bytes | None:
         """The database decides whether an entry exists and what its hash is; the bytes
         come from the blob tier when its copy matches, else from the database."""
-        with self._read() as conn:
-            row = conn.execute(
-                select(kernels.c.sha256, kernels.c.size).where(kernels.c.key == key)
-            ).first()
+        row = self._kernel_rows.get(key)
         if row is None:
-            return None
-        local = self._blobs.get(key)
-        if local is not None and local[0] == row.sha256 and len(local[1]) == row.size:
+            row = self._kernel_row(key)
+            if row is None:
+                return None
+        sha256, size = row
+        local = self._blobs.get(key, size)
+        if local is not None and local[0] == sha256 and len(local[1]) == size:
             return local[1]
-        with self._read() as conn:
-            row = conn.execute(
-                select(kernels.c.sha256, kernels.c.size, kernels.c.cubin, kernels.c.created_at)
-                .where(kernels.c.key == key)
-            ).first()
-        if row is None:
+        self._kernel_rows.pop(key, None)  # the database's row may have changed: ask again
+        found = self._kernel_cubin(key)
+        if found is None:
             return None
-        data = bytes(row.cubin)
-        if len(data) != row.size or hashlib.sha256(data).hexdigest() != row.sha256:
+        sha256, size, cubin, created_at = found
+        data = bytes(cubin)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
             log.warning("fusion-cache: kernel %s is damaged in the database; removing it", key)
-            self._remove_kernel(key, row.created_at)
+            self._remove_kernel(key, created_at)
             return None
         self._blobs.put(key, data)
         return data
 
+    def _kernel_row(self, key: str) -> tuple[str, int] | None:
+        reader = self._rd
+        if reader is not None:
+            return reader.kernel_row(key)
+        with self._read() as conn:
+            return conn.execute(sa.select(M.kernels.c.sha256, M.kernels.c.size)
+                                .where(M.kernels.c.key == key)).first()  # fmt: skip
+
+    def _kernel_cubin(self, key: str) -> tuple[str, int, bytes, float] | None:
+        reader = self._rd
+        if reader is not None:
+            return reader.kernel_cubin(key)
+        columns = (M.kernels.c.sha256, M.kernels.c.size, M.kernels.c.cubin, M.kernels.c.created_at)
+        with self._read() as conn:
+            return conn.execute(sa.select(*columns).where(M.kernels.c.key == key)).first()
+
     def _remove_kernel(self, key: str, created_at: float | None = None) -> None:
         """Drop a kernel everywhere; with created_at, only that version of it (so a repair
         written meanwhile by another process survives)."""
-        cond = kernels.c.key == key
+        cond = M.kernels.c.key == key
         if created_at is not None:
-            cond = and_(cond, kernels.c.created_at == created_at)
-        with write_transaction(self._db) as conn:
-            conn.execute(delete(kernels).where(cond))
+            cond = sa.and_(cond, M.kernels.c.created_at == created_at)
+        with E.write_transaction(self._db) as conn:
+            conn.execute(sa.delete(M.kernels).where(cond))
         self._blobs.delete(key)
 
     def put_kernel(self, key: str, cubin: bytes, meta: KernelMeta) -> None:
@@ -308,8 +459,8 @@ class SqlStore(Store):
         def work() -> None:
             # One row in one transaction: readers see all of it or none of it, also if we
             # are killed halfway. The key names the content, so an existing row stays.
-            with write_transaction(self._db) as conn:
-                insert_ignore(conn, kernels, row)
+            with E.write_transaction(self._db) as conn:
+                E.insert_ignore(conn, M.kernels, row)
             self._blobs.put(key, cubin)
 
         self._guard("put_kernel", work, lambda: self._mem.put_kernel(key, cubin, meta))
@@ -321,7 +472,7 @@ class SqlStore(Store):
 
         def work() -> KernelEntry | None:
             with self._read() as conn:
-                row = conn.execute(_kernel_columns().where(kernels.c.key == key)).first()
+                row = conn.execute(_kernel_columns().where(M.kernels.c.key == key)).first()
             return _kernel(key, row) if row else None
 
         return self._guard("kernel_meta", work, lambda: None)
@@ -330,12 +481,12 @@ class SqlStore(Store):
         self.flush_hits()
 
         def work() -> list[KernelEntry]:
-            query = _kernel_columns().order_by(kernels.c.key)
+            query = _kernel_columns().order_by(M.kernels.c.key)
             if fusion_id is not None:
-                linked = select(fusion_kernels.c.kernel_key).where(
-                    fusion_kernels.c.fusion_id == fusion_id
+                linked = sa.select(M.fusion_kernels.c.kernel_key).where(
+                    M.fusion_kernels.c.fusion_id == fusion_id
                 )
-                query = query.where(kernels.c.key.in_(linked))
+                query = query.where(M.kernels.c.key.in_(linked))
             with self._read() as conn:
                 return [_kernel(r.key, r) for r in conn.execute(query)]
 
@@ -352,10 +503,15 @@ class SqlStore(Store):
 
         if self._in_overlay(fusion_id):
             return keep_in_memory()
+        known = self._known.get(fusion_id)
+        if known is not None and key in known.links:
+            return  # linked already: nothing to write (Note [Warm path])
 
         def work() -> None:
-            with write_transaction(self._db) as conn:
-                insert_ignore(conn, fusion_kernels, {"fusion_id": fusion_id, "kernel_key": key})
+            with E.write_transaction(self._db) as conn:
+                E.insert_ignore(conn, M.fusion_kernels, {"fusion_id": fusion_id, "kernel_key": key})
+            if known is not None:
+                known.links.setdefault(key, None)
 
         self._guard("link_kernel", work, keep_in_memory)
 
@@ -363,16 +519,87 @@ class SqlStore(Store):
         """Every (fusion id, kernel key) link, whether or not the kernel is stored."""
 
         def work() -> list[tuple[int, str]]:
-            query = select(fusion_kernels.c.fusion_id, fusion_kernels.c.kernel_key)
+            query = sa.select(M.fusion_kernels.c.fusion_id, M.fusion_kernels.c.kernel_key)
             with self._read() as conn:
                 return [tuple(r) for r in conn.execute(query)]
 
-        return sorted(set(self._guard("links", work, list)) | set(self._mem.links()))
+        found = [] if self._detached_now() else self._guard("links", work, list)
+        return sorted(set(found) | set(self._mem.links()))
+
+    # -- bundles (Note [Bundle trust] in bundle.py) ------------------------------------------
+
+    def import_entries(self, bundle: BundleContents) -> int:
+        from .bundle import BundleError, BundleImportError
+
+        try:
+            with E.write_transaction(self._db) as conn:
+                self._import_in(conn, bundle)
+        except BundleError:
+            raise
+        except Exception as err:
+            raise BundleImportError(f"the store at {self.url} failed while importing "
+                                    f"({type(err).__name__}: {err}); nothing was imported"
+                                    ) from err  # fmt: skip
+        return bundle.entries
+
+    def _import_in(self, conn, bundle: BundleContents) -> None:
+        E.lock_fusion_ids(conn)
+        known: dict[str, int] = {}
+        for chunk in iter_chunks([f.definition_key for f in bundle.fusions], 500):
+            find = sa.select(M.fusions.c.definition_key, M.fusions.c.id)
+            known.update(conn.execute(find.where(M.fusions.c.definition_key.in_(chunk))).all())
+        next_id = conn.execute(sa.select(sa.func.coalesce(sa.func.max(M.fusions.c.id) + 1, 0))).scalar()
+        now = time.time()
+        ids, new = {}, []
+        for f in bundle.fusions:
+            fid = known.get(f.definition_key)
+            if fid is None:
+                fid, next_id = next_id, next_id + 1
+                new.append(dict(id=fid, definition_key=f.definition_key, created_at=now,
+                                records_json=f.records_json,
+                                python_definition=f.python_definition))  # fmt: skip
+            ids[f.id] = fid
+        if new:
+            conn.execute(M.fusions.insert(), new)
+        for p in bundle.plans:
+            row = dict(fusion_id=ids[p.fusion_id], signature_key=p.signature_key,
+                       target=p.target, plan_json=p.plan_json, created_at=now)  # fmt: skip
+            E.upsert(conn, M.plans, row, ["fusion_id", "signature_key", "target"])
+        for k in bundle.kernels:
+            cubin = bundle.cubin(k)  # read once, checked; a bad one rolls everything back
+            E.insert_ignore(conn, M.kernels, _kernel_row(kernel_entry(k.key, cubin, k.meta, now),
+                                                     cubin))  # fmt: skip
+        links = sorted({(ids[fid], key) for fid, key in bundle.links})
+        for chunk in iter_chunks(links, 500):
+            E.insert_ignore(conn, M.fusion_kernels,
+                          [{"fusion_id": fid, "kernel_key": key} for fid, key in chunk])
 
     @contextmanager
     def _kernel_lock(self, key: str, timeout_s: float) -> Iterator[bool | None]:
+        """The node's flock, then on PostgreSQL the cluster's advisory lock (Note [Cluster
+        single flight]); None where neither can be had."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._node_lock(key, timeout_s) as node_held:
+            if node_held is False or self._db.dialect.name != "postgresql":
+                yield node_held
+                return
+            lock = AdvisoryLock(self._db, key)
+            try:
+                held = lock.acquire(max(0.0, deadline - time.monotonic()))
+            except Exception as err:
+                self._warn_once("cluster kernel lock", err,
+                                then="compiling without it (another node may compile the same "
+                                     "kernel)")  # fmt: skip
+                held = node_held  # the node's lock alone
+            try:
+                yield held
+            finally:
+                lock.release()
+
+    @contextmanager
+    def _node_lock(self, key: str, timeout_s: float) -> Iterator[bool | None]:
         if not self._local_dir:
-            yield None  # no lock to take: compiles may overlap, results are the same
+            yield None  # no node-local directory
             return
         lock = FileLock(kernel_lock_path(self.cache_dir, key))
         try:
@@ -406,14 +633,22 @@ class SqlStore(Store):
             self._last_flush = time.monotonic()
         if not pending or self._closed:
             return
-        stmt = (
-            update(kernels)
-            .where(kernels.c.key == bindparam("k"))
-            .values(hits=kernels.c.hits + bindparam("n"), last_used=bindparam("t"))
-        )
         params = [{"k": k, "n": n, "t": t} for k, (n, t) in sorted(pending.items())]
         try:
-            with write_transaction(self._db) as conn:
+            reader = self._rd
+            if reader is not None:
+                reader.add_hits(params)
+                return
+        except Exception as err:  # usage statistics only: never worth a warning
+            log.debug("fusion-cache: could not record %d kernel hits: %r", len(params), err)
+            return
+        stmt = (
+            sa.update(M.kernels)
+            .where(M.kernels.c.key == sa.bindparam("k"))
+            .values(hits=M.kernels.c.hits + sa.bindparam("n"), last_used=sa.bindparam("t"))
+        )
+        try:
+            with E.write_transaction(self._db) as conn:
                 conn.execute(stmt, params)
         except Exception as err:  # usage statistics only: never worth a warning
             log.debug("fusion-cache: could not record %d kernel hits: %r", len(params), err)
@@ -434,18 +669,18 @@ class SqlStore(Store):
         self.flush_hits()
 
         def work() -> PruneReport:
-            query = select(
-                kernels.c.key, kernels.c.size, kernels.c.last_used, kernels.c.created_at
-            ).order_by(kernels.c.last_used, kernels.c.key)
+            query = sa.select(
+                M.kernels.c.key, M.kernels.c.size, M.kernels.c.last_used, M.kernels.c.created_at
+            ).order_by(M.kernels.c.last_used, M.kernels.c.key)
             with self._read() as conn:
                 rows = conn.execute(query).all()
             doomed = choose_prunable(rows, max_age_days, max_bytes, time.time())
             # Delete a kernel only if nobody used it since we looked.
-            stmt = delete(kernels).where(
-                kernels.c.key == bindparam("k"), kernels.c.last_used == bindparam("t")
+            stmt = sa.delete(M.kernels).where(
+                M.kernels.c.key == sa.bindparam("k"), M.kernels.c.last_used == sa.bindparam("t")
             )
             for chunk in iter_chunks(doomed, 500):
-                with write_transaction(self._db) as conn:
+                with E.write_transaction(self._db) as conn:
                     conn.execute(stmt, [{"k": r.key, "t": r.last_used} for r in chunk])
             for r in doomed:
                 self._blobs.delete(r.key)
@@ -472,7 +707,7 @@ class SqlStore(Store):
     def _sweep_blobs(self) -> None:
         """Drop local blobs whose kernel left the database (pruned here or on another node)."""
         with self._read() as conn:
-            known = set(conn.execute(select(kernels.c.key)).scalars())
+            known = set(conn.execute(sa.select(M.kernels.c.key)).scalars())
         for key in list(self._blobs.keys()):
             if key not in known:
                 self._blobs.delete(key)
@@ -496,15 +731,15 @@ class SqlStore(Store):
 
         def work() -> dict:
             counts = {
-                "fusions": select(func.count()).select_from(fusions),
-                "plans": select(func.count()).select_from(plans),
-                "kernels": select(func.count()).select_from(kernels),
-                "kernel_bytes": select(func.sum(kernels.c.size)),
+                "fusions": sa.select(sa.func.count()).select_from(M.fusions),
+                "plans": sa.select(sa.func.count()).select_from(M.plans),
+                "kernels": sa.select(sa.func.count()).select_from(M.kernels),
+                "kernel_bytes": sa.select(sa.func.sum(M.kernels.c.size)),
                 # a link outlives its kernel's prune: count those that still lead somewhere
-                "links": select(func.count()).select_from(fusion_kernels).where(
-                    fusion_kernels.c.kernel_key.in_(select(kernels.c.key))
+                "links": sa.select(sa.func.count()).select_from(M.fusion_kernels).where(
+                    M.fusion_kernels.c.kernel_key.in_(sa.select(M.kernels.c.key))
                 ),
-                "hits": select(func.sum(kernels.c.hits)),
+                "hits": sa.select(sa.func.sum(M.kernels.c.hits)),
             }
             with self._read() as conn:
                 out = {name: conn.execute(q).scalar() or 0 for name, q in counts.items()}
@@ -525,10 +760,63 @@ class SqlStore(Store):
         self.flush_hits()
         self._closed = True
         self._blobs.close()
+        if self._reader is not None:
+            self._reader.close()
+        engine = self._engine_now
+        if engine is None:
+            return
         if self._pid == os.getpid():
-            self._engine.dispose()
+            engine.dispose()
         else:
-            self._engine.dispose(close=False)
+            engine.dispose(close=False)
+
+
+def _open_engine(loc: Location, timeout_s: float) -> tuple[Engine, str]:
+    """An engine on a migrated store we can write (Note [Serialised migrations])."""
+    engine = E.create_store_engine(loc, timeout_s)
+    try:
+        revision = migrate.upgrade(engine, loc, timeout_s)
+        E.probe_writable(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine, revision
+
+
+def _reader_for(loc: Location, timeout_s: float) -> SqliteReader | None:
+    """The warm read path for a plain SQLite file (not a URI filename with parameters, such
+    as mode=ro, which only SQLAlchemy's URL carries)."""
+    if loc.db_path is None or loc.url != f"sqlite:///{loc.db_path}":
+        return None
+    return SqliteReader(loc.db_path, timeout_s)
+
+
+def _warm_reader(loc: Location, timeout_s: float) -> SqliteReader | None:
+    """A reader on a store already at head that we can write: then opening is done
+    (Note [Warm path]). None sends the opener down the full path (create, migrate, probe),
+    which also raises the errors worth reporting."""
+    reader = _reader_for(loc, timeout_s)
+    if reader is None:
+        return None
+    try:
+        if reader.revision() == HEAD_REVISION:
+            reader.probe_writable()
+            return reader
+    except Exception as err:  # sqlite3.Error, OSError: the full path will say what it is
+        log.debug("fusion-cache: warm open of %s failed (%r); opening in full", loc.url, err)
+    reader.close()
+    return None
+
+
+def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of the SQLite file; None for a server store or a missing file."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _flush_at_exit(ref: weakref.ref) -> None:
@@ -538,7 +826,7 @@ def _flush_at_exit(ref: weakref.ref) -> None:
 
 
 def _kernel_columns():
-    return select(*[c for c in kernels.c if c.name != "cubin"])
+    return sa.select(*[c for c in M.kernels.c if c.name != "cubin"])
 
 
 def _fusion(row) -> FusionEntry:

@@ -19,6 +19,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from .entries import (
     FusionEntry,
@@ -29,6 +30,9 @@ from .entries import (
     StoreWarning,
     VerifyReport,
 )
+
+if TYPE_CHECKING:
+    from .bundle import BundleContents
 
 log = logging.getLogger("fusion_cache.store")
 
@@ -140,10 +144,17 @@ class Store(ABC):
         return export_bundle(self, path)
 
     def import_bundle(self, path: str | os.PathLike) -> int:
-        """Merge a bundle in (fusion ids remapped by definition key); returns entries taken."""
+        """Merge a bundle in, all or nothing (fusion ids remapped by definition key); returns
+        entries taken. Raises BundleError for a bundle that fails a check (Note [Bundle
+        trust] in bundle.py) or a store that fails while taking it."""
         from .bundle import import_bundle
 
         return import_bundle(self, path)
+
+    @abstractmethod
+    def import_entries(self, bundle: BundleContents) -> int:
+        """Take a checked bundle in one transaction: every entry or none. Raises BundleError
+        (a cubin fails its check) or BundleImportError (the store failed)."""
 
     def _warn_once(self, op: str, err: BaseException,
                    then: str = "keeping the affected entries in memory for this process and "
