@@ -12,10 +12,11 @@ import math
 
 import pytest
 import torch
+from fusion_patterns import define, softmax, standardize
+from program_replay import eval_stmts
 
 from fusion_cache import DataType, FusionDefinition
 from fusion_cache.frontend.dtypes import from_torch, to_torch
-from fusion_cache.frontend.ops.table import OPS
 from fusion_cache.ir.shape_eval import runtime_shapes
 from fusion_cache.runtime.executor import executor_for
 from fusion_cache.runtime.plans import LaunchPlan
@@ -43,37 +44,10 @@ def reduce_stmt(st, x):
     return fn(x.to(to_torch(st.compute)), 0).to(to_torch(st.dtype))
 
 
-def welford_value(op, attrs, mean, m2, count):
-    if op == "welford_var":
-        return m2 / (count - attrs.get("correction", 0.0))
-    if op == "welford_count":
-        return torch.full_like(mean, count)
-    return mean if op == "welford_mean" else m2
-
-
 def run_columns(program, load, values):
     """The program over [rows, columns] values (`load(k)`); row-level results per column."""
-    env = {}
-    for st in program.stmts:
-        attrs = dict(st.attrs)
-        if st.op == "load":
-            env[st.var] = load(st.operands[0]).to(to_torch(st.dtype))
-        elif st.op == "const":
-            env[st.var] = attrs["value"]
-        elif st.op == "param":
-            env[st.var] = values[attrs["pos"]]
-        elif st.op == "cast":
-            env[st.var] = torch.as_tensor(env[st.operands[0]]).to(to_torch(st.dtype))
-        elif st.op == "reduce":
-            env[st.var] = reduce_stmt(st, env[st.operands[0]])
-        elif st.op.startswith("welford_"):
-            env[st.var] = welford_value(st.op, attrs, *env[st.operands[0]]).to(to_torch(st.dtype))
-        else:
-            ct = to_torch(st.compute)
-            args = [env[o].to(ct) if isinstance(env[o], torch.Tensor) else env[o]
-                    for o in st.operands]  # fmt: skip
-            env[st.var] = OPS[st.op].torch_fn(*args, dtype=st.compute).to(to_torch(st.dtype))
-    return env
+    return eval_stmts(program, lambda k: load(k).to(to_torch(program.accesses[k].dtype)),
+                      values, reduce_stmt)  # fmt: skip
 
 
 def emulate_columns(fd, values, target="h100"):
@@ -331,20 +305,9 @@ def fold(red, parts):
 
 def rerun_row_level(program, env, values):
     """Row-level statements again, from the folded reductions."""
-    for st in program.stmts:
-        if st.var in program.element_vars or st.op in ("reduce", "load"):
-            continue
-        attrs = dict(st.attrs)
-        if st.op.startswith("welford_"):
-            env[st.var] = welford_value(st.op, attrs, *env[st.operands[0]]).to(to_torch(st.dtype))
-        elif st.op == "cast":
-            env[st.var] = torch.as_tensor(env[st.operands[0]]).to(to_torch(st.dtype))
-        elif st.op not in ("const", "param"):
-            ct = to_torch(st.compute)
-            args = [env[o].to(ct) if isinstance(env[o], torch.Tensor) else env[o]
-                    for o in st.operands]  # fmt: skip
-            env[st.var] = OPS[st.op].torch_fn(*args, dtype=st.compute).to(to_torch(st.dtype))
-    return env
+    again = [st for st in program.stmts if st.var not in program.element_vars
+             and st.op not in ("reduce", "load", "const", "param")]  # fmt: skip
+    return eval_stmts(program, None, values, env=env, stmts=again)
 
 
 def check_split(fd, inputs, want, target="h100"):
@@ -420,22 +383,11 @@ def column_norm_rows(spec):
                  for name in ("FC_TY", "FC_RT", "FC_CLUSTER"))  # fmt: skip
 
 
-def define_mid_softmax(fd, dtype, rank=3, dim=1):
-    x = up(fd, tensor(fd, rank, dtype), dtype)
-    shape = fd.ops.shape(x)
-    kept = [d for d in range(rank) if d != dim]
-    mx = fd.ops.broadcast_in_dim(fd.ops.max(x, dims=[dim]), shape, kept)
-    e = fd.ops.exp(fd.ops.sub(x, mx))
-    y = fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[dim]), shape, kept))
-    fd.add_output(down(fd, y, dtype))
-
-
 @pytest.mark.parametrize("target", ["h100"])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("shape", [(4, 256, 64), (3, 1000, 37), (2, 4096, 48), (5, 33, 130)], ids=str)
 def test_softmax_over_the_middle_dim(shape, dtype, target):
-    with FusionDefinition() as fd:
-        define_mid_softmax(fd, dtype)
+    fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand(shape, dtype, 13)
     spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], target, 2, "fc_column_norm")
     ty, rt, cluster = column_norm_rows(spec)
@@ -444,31 +396,20 @@ def test_softmax_over_the_middle_dim(shape, dtype, target):
 
 
 def test_layer_norm_like_over_the_middle_dim_and_its_statistics():
-    with FusionDefinition() as fd:
-        x = tensor(fd, 3, F32)
-        shape = fd.ops.shape(x)
-        var, mean = fd.ops.var_mean(x, dims=[1], correction=0)
-        rstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(1e-5)))
-        y = fd.ops.mul(fd.ops.sub(x, fd.ops.broadcast_in_dim(mean, shape, [0, 2])),
-                       fd.ops.broadcast_in_dim(rstd, shape, [0, 2]))  # fmt: skip
-        fd.add_output(y)
-        fd.add_output(mean)
+    build, ref = standardize(dim=1)
+    fd = define(build, F32, 3)
     x = rand((3, 500, 40), seed=14) * 3 + 1
-    var, mean = torch.var_mean(x, dim=1, correction=0, keepdim=True)
-    want = [(x - mean) * torch.rsqrt(var + 1e-5), mean.squeeze(1)]
-    check(fd, [x], want, kernel="fc_column_norm")
+    check(fd, [x], ref(x), kernel="fc_column_norm")
 
 
 def test_softmax_over_the_first_dim_of_many_columns():
-    with FusionDefinition() as fd:
-        define_mid_softmax(fd, F32, rank=2, dim=0)
+    fd = define(softmax(dim=0)[0], F32, 2)
     x = rand((300, 520), seed=15)
     check(fd, [x], [torch.softmax(x, 0)], kernel="fc_column_norm")
 
 
 def test_knobs_and_a_reduced_dim_too_long_for_a_cluster():
-    with FusionDefinition() as fd:
-        define_mid_softmax(fd, F32)
+    fd = define(softmax(dim=1)[0], F32, 3)
     x = rand((2, 600, 64), seed=16)
     with overriding({"colnorm.cluster": 2, "colnorm.ty": 64}):
         spec = check(fd, [x], [torch.softmax(x, 1)], kernel="fc_column_norm")
@@ -504,3 +445,12 @@ def test_a_row_reduction_of_a_transposed_and_a_plain_input_compiles_and_runs():
     fd.precompile([x.to("meta"), y.to("meta")], target="h100")
     assert executor_for(fd).last_plan.spec.description.startswith("inner")
     torch.testing.assert_close(fd.execute([x, y])[0], (x * y.t()).sum(1))
+
+
+def test_column_norms_without_clusters_take_short_reduced_dims():
+    fd = define(softmax(dim=1)[0], F32, 3)
+    x = rand((3, 200, 64), seed=20)
+    spec = check(fd, [x], [torch.softmax(x, 1)], "a100", kernel="fc_column_norm")
+    assert column_norm_rows(spec)[2] == 1
+    fd.precompile([torch.empty(2, 4096, 64, device="meta")], target="a100")
+    assert not isinstance(executor_for(fd).last_plan, LaunchPlan)  # too long for one block

@@ -9,10 +9,10 @@ ops. Wrong strides through a reshape give wrong values there, as they would on t
 """
 import pytest
 import torch
+from program_replay import eval_stmts
 
 from fusion_cache import DataType, FusionDefinition
 from fusion_cache.frontend.dtypes import to_torch
-from fusion_cache.frontend.ops.table import OPS
 from fusion_cache.ir.shape_eval import evaluate_shapes, runtime_shapes
 from fusion_cache.runtime.executor import executor_for
 from fusion_cache.runtime.plans import LaunchPlan
@@ -41,24 +41,12 @@ def one_kernel_plan(fd, inputs, target="h100"):
 
 def run_stmts(program, load, reduce_dims=None):
     """The program's statements as torch ops; `load(k)` gives access k over the loop."""
-    env = {}
-    for st in program.stmts:
-        if st.op == "load":
-            env[st.var] = load(st.operands[0])
-        elif st.op == "const":
-            env[st.var] = dict(st.attrs)["value"]
-        elif st.op == "cast":
-            env[st.var] = torch.as_tensor(env[st.operands[0]]).to(to_torch(st.dtype))
-        elif st.op == "reduce":
-            x = env[st.operands[0]].to(to_torch(st.compute))
-            fn = {"sum": torch.sum, "max": torch.amax, "min": torch.amin}[dict(st.attrs)["op"]]
-            env[st.var] = fn(x, reduce_dims, keepdim=True).to(to_torch(st.dtype))
-        else:
-            ct = to_torch(st.compute)
-            args = [env[o].to(ct) if isinstance(env[o], torch.Tensor) else env[o]
-                    for o in st.operands]  # fmt: skip
-            env[st.var] = OPS[st.op].torch_fn(*args, dtype=st.compute).to(to_torch(st.dtype))
-    return env
+
+    def reduce(st, x):
+        fn = {"sum": torch.sum, "max": torch.amax, "min": torch.amin}[dict(st.attrs)["op"]]
+        return fn(x.to(to_torch(st.compute)), reduce_dims, keepdim=True).to(to_torch(st.dtype))
+
+    return eval_stmts(program, load, reduce=reduce)
 
 
 def emulate_pointwise(fd, values):

@@ -11,11 +11,11 @@ Wrong strides, a wrong swizzle or a lost tail give wrong values there, as on the
 """
 import pytest
 import torch
+from program_replay import eval_stmts
 
 from codegen.transpose_cuda import SmemTile, block_slot, copy_slot
 from fusion_cache import DataType, FusionDefinition
 from fusion_cache.frontend.dtypes import from_torch, to_torch
-from fusion_cache.frontend.ops.table import OPS
 from fusion_cache.ir.shape_eval import runtime_shapes
 from fusion_cache.runtime.executor import executor_for
 from fusion_cache.runtime.plans import LaunchPlan
@@ -51,23 +51,7 @@ def strided(shape, order, dtype=F32, seed=0):
 
 def run_stmts(program, load, values):
     """The statements as torch ops on V x V blocks; `load(k)` gives access k's block."""
-    env = {}
-    for st in program.stmts:
-        attrs = dict(st.attrs)
-        if st.op == "load":
-            env[st.var] = load(st.operands[0]).to(to_torch(st.dtype))
-        elif st.op == "const":
-            env[st.var] = attrs["value"]
-        elif st.op == "param":
-            env[st.var] = values[attrs["pos"]]
-        elif st.op == "cast":
-            env[st.var] = torch.as_tensor(env[st.operands[0]]).to(to_torch(st.dtype))
-        else:
-            ct = to_torch(st.compute)
-            args = [env[o].to(ct) if isinstance(env[o], torch.Tensor) else env[o]
-                    for o in st.operands]  # fmt: skip
-            env[st.var] = OPS[st.op].torch_fn(*args, dtype=st.compute).to(to_torch(st.dtype))
-    return env
+    return eval_stmts(program, lambda k: load(k).to(to_torch(program.accesses[k].dtype)), values)
 
 
 def emulate_tiles(program, tiling, values):

@@ -37,8 +37,8 @@ from .problem import Problem
 def column_norm(p: Problem) -> LaunchSpec | str:
     """The plan, or why this normalization is not one column kernel."""
     program, profile = p.program, p.profile
-    if p.k2 or p.accumulate or p.finish or not profile.supports_clusters:
-        return "an outer normalization over two reduced runs, with partials, or without clusters"
+    if p.k2 or p.accumulate or p.finish:
+        return "an outer normalization over two reduced runs or with column partials"
     if any(st.alias_input is not None for st in program.stores):
         return "an outer normalization written in place"
     if p.i_strides[p.primary][-1] != 1:
@@ -65,7 +65,8 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     choice = None
     # blocks of 256 threads first (two or three an SM beside the cluster's barriers), then 512
     for ty in (32, 64):
-        for cluster in [c for c in (1, 2, 4, 8, 16) if c <= profile.max_cluster]:
+        widths = (1, 2, 4, 8, 16) if profile.supports_clusters else (1,)
+        for cluster in [c for c in widths if c <= profile.max_cluster]:
             rows = -(-p.N // (ty * cluster))
             if choice is None and tx * ty <= 1024 and rows * vec * len(cached) <= budget:
                 choice = (cluster, ty, rows)
@@ -75,8 +76,9 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         ty = forced[1] or (choice[1] if choice else 32)
         choice = (cluster, ty, -(-p.N // (ty * cluster)))
     if choice is None:
+        widest = profile.max_cluster if profile.supports_clusters else 1
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
-                f"thread in clusters of {profile.max_cluster}")  # fmt: skip
+                f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,

@@ -2,6 +2,7 @@
 reductions]): odd sizes, splits in a cluster and through a finish kernel, f32 and bf16."""
 import pytest
 import torch
+from fusion_patterns import define, softmax, standardize
 
 from fusion_cache import DataType, FusionDefinition
 from fusion_cache.frontend.dtypes import from_torch
@@ -148,22 +149,10 @@ def column_norm(fd):
     return spec
 
 
-def define_softmax(fd, dtype, rank, dim):
-    x = fd.ops.cast(fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank,
-                                     dtype=from_torch(dtype)), DataType.Float)  # fmt: skip
-    shape = fd.ops.shape(x)
-    kept = [d for d in range(rank) if d != dim]
-    mx = fd.ops.broadcast_in_dim(fd.ops.max(x, dims=[dim]), shape, kept)
-    e = fd.ops.exp(fd.ops.sub(x, mx))
-    y = fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[dim]), shape, kept))
-    fd.add_output(fd.ops.cast(y, from_torch(dtype)))
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(32, 4096, 512), (3, 1001, 37), (5, 33, 1030)], ids=str)
 def test_softmax_over_the_middle_dim(shape, dtype, gen):
-    with FusionDefinition() as fd:
-        define_softmax(fd, dtype, 3, 1)
+    fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand(shape, dtype, gen)
     close(fd.execute([x])[0], torch.softmax(x.float(), 1).to(dtype))
     column_norm(fd)
@@ -172,21 +161,13 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.cluster": 1, "colnorm.ty": 64},
                                    {"colnorm.values": 64}, {"colnorm.cluster": 8}], ids=str)  # fmt: skip
 def test_column_norm_knobs_and_welford(knobs, gen):
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=DataType.Float)
-        shape = fd.ops.shape(x)
-        var, mean = fd.ops.var_mean(x, dims=[1], correction=0)
-        rstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(1e-5)))
-        y = fd.ops.mul(fd.ops.sub(x, fd.ops.broadcast_in_dim(mean, shape, [0, 2])),
-                       fd.ops.broadcast_in_dim(rstd, shape, [0, 2]))  # fmt: skip
-        fd.add_output(y)
-        fd.add_output(mean)
+    build, ref = standardize(dim=1)
+    fd = define(build, torch.float32, 3)
     x = rand((6, 700, 96), torch.float32, gen) * 3 + 1
     with overriding(knobs):
-        y, mean = fd.execute([x])
-    var, want_mean = torch.var_mean(x, dim=1, correction=0, keepdim=True)
-    close(y, (x - want_mean) * torch.rsqrt(var + 1e-5))
-    close(mean, want_mean.squeeze(1))
+        got = fd.execute([x])
+    for g, w in zip(got, ref(x), strict=True):
+        close(g, w)
     column_norm(fd)
 
 
