@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -28,7 +28,7 @@ DefineFn = Callable[[Any, torch.dtype, Shape], None]  # (fd, dtype, shape) -> No
 InputsFn = Callable[[Shape, torch.dtype, Any], Tensors]  # (shape, dtype, device) -> inputs
 EagerFn = Callable[..., Any]  # (*inputs) -> Tensor or tuple of Tensors
 
-FAMILIES = ("pointwise", "reduction", "normalization", "host", "layouts")
+FAMILIES = ("pointwise", "reduction", "normalization", "host", "aten", "layouts")
 DTYPES = (torch.float32, torch.bfloat16)
 LARGE_BYTES = 256 * 2**20  # "a large size" in PERFORMANCE.md's first target
 EPS = 1e-5
@@ -74,6 +74,9 @@ class Case:
     make_inputs: InputsFn
     atol: float
     rtol: float
+    # for random cases: the reference from the inputs and the fusion's own outputs (eager
+    # on the fusion's dropout mask), as eager draws other numbers
+    replay: Callable[[Tensors, Tensors], Tensors] | None = None
 
     @cached_property
     def bytes_moved(self) -> int:
@@ -99,8 +102,12 @@ class Case:
             self.define(fd, self.dtype, shape or self.shape)
         return fd
 
-    def reference(self, inputs: Sequence[torch.Tensor]) -> Tensors:
-        """Eager on f32 copies of the inputs, rounded to the dtypes eager itself returns."""
+    def reference(self, inputs: Sequence[torch.Tensor],
+                  outputs: Sequence[torch.Tensor] | None = None) -> Tensors:  # fmt: skip
+        """Eager on f32 copies of the inputs, rounded to the dtypes eager itself returns; a
+        random case replays eager on the fusion's `outputs` (its mask) instead."""
+        if self.replay is not None:
+            return as_list(self.replay(list(inputs), as_list(outputs)))
         wide = [t.float() if t.is_floating_point() else t for t in inputs]
         dtypes = [o.dtype for o in as_list(self.eager(*[t.to("meta") for t in inputs]))]
         return [o.to(d) for o, d in zip(as_list(self.eager(*wide)), dtypes)]
@@ -609,7 +616,26 @@ def _registry() -> list[Case]:
     ]
 
 
-CASES: list[Case] = _registry()
+def _aten_cases() -> list[Case]:
+    """Issue 29: GEMMs and attention as ATen segments, dropout drawn in kernels."""
+    from . import aten_cases as a
+
+    bf16 = (torch.bfloat16,)
+    out = [
+        *_cases("linear_bias_gelu", "aten", a.define_linear_bias_gelu, a.eager_linear_bias_gelu,
+                a.linear_inputs, ((8192, 768),), bf16),
+        *_cases("gpt_mlp", "aten", a.define_mlp, a.eager_mlp, a.mlp_inputs, ((8192, 768),), bf16),
+        *_cases("attention", "aten", a.define_attention, a.eager_attention, a.attention_inputs,
+                ((8, 1024, 768),), bf16),
+        *_cases("dropout_ln_bwd", "aten", a.define_dropout_ln_bwd, a.eager_dropout_ln_bwd,
+                a.dropout_ln_bwd_inputs, ((16384, 4096),), bf16),
+    ]
+    return out + [replace(c, replay=a.replay_dropout_ln) for c in _cases(
+        "dropout_ln", "aten", a.define_dropout_ln, a.eager_dropout_ln, a.dropout_ln_inputs,
+        ((16384, 4096),), bf16)]  # fmt: skip
+
+
+CASES: list[Case] = _registry() + _aten_cases()
 
 
 def select(

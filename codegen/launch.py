@@ -19,7 +19,8 @@ from cuda.bindings import driver
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _DEFAULT_MAX_DYNAMIC_SMEM = 48 * 1024
-_STRUCT_CODES = {"ptr": "Q", "i64": "q", "i32": "i", "f64": "d", "f32": "f", "bool": "?"}
+_STRUCT_CODES = {"ptr": "Q", "i64": "q", "u64": "Q", "i32": "i", "f64": "d", "f32": "f",
+                 "bool": "?"}
 ARG_TYPES = frozenset(_STRUCT_CODES)
 
 
@@ -225,8 +226,8 @@ class LoadedKernel:
     ) -> None:
         """Launch on `stream` (a raw cudaStream_t int; None: torch's current stream).
 
-        arg_types items: 'ptr' (an int such as tensor.data_ptr()), 'i64', 'i32', 'f64', 'f32',
-        'bool', in the kernel's parameter order. `cooperative`: every block resident at once
+        arg_types items: 'ptr' (an int such as tensor.data_ptr()), 'i64', 'u64', 'i32',
+        'f64', 'f32', 'bool', in the kernel's parameter order. `cooperative`: every block resident at once
         or no launch (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), for kernels with a grid barrier.
         `dependent`: may start before the stream's previous kernel ends; the kernel must call
         fc_wait_prior_grid before touching memory (Note [Dependent launch]).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE
+from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE, prelude_features, random_setup
 from .kernel_ir import PointwiseProgram
 from .prelude import prelude_source
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
@@ -50,8 +50,13 @@ def arg_types(program: PointwiseProgram, variant: PointwiseVariant) -> tuple[str
 
 def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> str:
     R, V, U = variant.rank, variant.vec, variant.unroll
-    lines: list[str] = [prelude_source("core", "math"), f"#define FC_VEC {V}",
+    features = prelude_features(program.stmts, program.stores)
+    lines: list[str] = [prelude_source("core", "math", *features), f"#define FC_VEC {V}",
                         f"#define FC_UNROLL {U}", ""]  # fmt: skip
+    # the loop is the outputs' shape in row-major order, so a random op of that shape (the
+    # only kind the scheduler lets in) numbers its elements as the loop does
+    define, caches = random_setup(program.stmts, "base0 + (idx_t)u * blockDim.x * FC_VEC + j")
+    lines += define
     params: list[str] = []
     tensors = [("a", i, acc.dtype, True) for i, acc in enumerate(program.accesses)]
     tensors += [("o", i, st.dtype, False) for i, st in enumerate(program.stores)]
@@ -67,6 +72,7 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     lines.append("    " + ",\n    ".join(params) + ") {")
     # Each iteration a thread takes UNROLL vectors a block apart: their loads are all issued
     # before any is used, so a compute-heavy body still keeps memory busy.
+    lines += ["  " + c for c in caches]
     lines.append("  const idx_t step = (idx_t)gridDim.x * blockDim.x * FC_VEC * FC_UNROLL;")
     lines.append("  for (idx_t base0 = ((idx_t)blockIdx.x * blockDim.x * FC_UNROLL + threadIdx.x)"
                  " * FC_VEC; base0 < numel; base0 += step) {")  # fmt: skip

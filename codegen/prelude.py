@@ -18,6 +18,9 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
     "core": (),
     "math": ("core",),
     "reduce": ("core", "math"),
+    "complex": ("core", "math"),
+    "float8": ("core",),
+    "philox": ("core",),
     "tile": ("core",),
 }
 FEATURES: tuple[str, ...] = tuple(_REQUIRES)

@@ -7,9 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fusion_cache.frontend.dtypes import DataType
+from fusion_cache.frontend.dtypes import COMPLEX, DataType, real_part
 
-from .cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert, literal, render_op
+from .cuda_ops import (
+    COMPLEX_TO_BOOL,
+    COMPLEX_TO_REAL,
+    MEMORY_TYPE,
+    NARROW_FLOAT,
+    RANDOM_STMTS,
+    REGISTER_TYPE,
+    convert,
+    literal,
+    render_op,
+)
 
 
 def decl(ctype: str, var: str, expr: str) -> str:
@@ -18,18 +28,14 @@ def decl(ctype: str, var: str, expr: str) -> str:
 
 def widen(raw: str, dtype: DataType) -> str:
     """A value read from memory, in its register type."""
-    if MEMORY_TYPE[dtype] in ("fc_half", "fc_bf16"):
+    if MEMORY_TYPE[dtype] in NARROW_FLOAT:
         return f"fc_to_float({raw})"
     return raw
 
 
 def to_memory(var: str, dtype: DataType) -> str:
-    mt = MEMORY_TYPE[dtype]
-    if mt == "fc_half":
-        return f"fc_to_half({var})"
-    if mt == "fc_bf16":
-        return f"fc_to_bf16({var})"
-    return var
+    narrow = NARROW_FLOAT.get(MEMORY_TYPE[dtype])
+    return f"{narrow}({var})" if narrow else var
 
 
 def render_stmt(stmt, dtypes: dict[str, DataType], load: Callable[[int], str]) -> str:
@@ -44,6 +50,14 @@ def render_stmt(stmt, dtypes: dict[str, DataType], load: Callable[[int], str]) -
         return decl(rt, stmt.var, f"({rt})p{attrs['pos']}")
     if stmt.op == "hostval":
         return decl(rt, stmt.var, f"({rt})h{attrs['state']}")
+    if stmt.op in RANDOM_STMTS:  # Note [Philox numbers]
+        a, b, seed, offset = stmt.operands
+        lo, hi = (convert(x, dtypes[x], stmt.compute) for x in (a, b))
+        return decl(rt, stmt.var, f"fc_rng_{stmt.op}({stmt.var}_rc, (unsigned long long)({seed}), "
+                                  f"(unsigned long long)({offset}), FC_ELEM_INDEX, {lo}, {hi})")
+    if stmt.op == "complex":  # Note [Complex sums]: two real parts joined
+        re, im = stmt.operands
+        return decl(rt, stmt.var, f"fc_make_complex<{REGISTER_TYPE[stmt.compute]}>({re}, {im})")
     if stmt.op == "cast":
         (src,) = stmt.operands
         return decl(rt, stmt.var, convert(src, dtypes[src], stmt.dtype))
@@ -64,8 +78,13 @@ def render_stmt(stmt, dtypes: dict[str, DataType], load: Callable[[int], str]) -
         target = DataType.Bool if (stmt.op == "where" and k == 0) else compute
         args.append(convert(v, dtypes[v], target))
     expr = render_op(stmt.op, args, compute)
-    if compute is not None and REGISTER_TYPE[compute] != REGISTER_TYPE[stmt.dtype]:
-        expr = convert(expr, compute, stmt.dtype)
+    made = compute  # the type of `expr`: not complex for some ops of complex values
+    if compute in COMPLEX and stmt.op in COMPLEX_TO_REAL:
+        made = real_part(compute)
+    elif compute in COMPLEX and stmt.op in COMPLEX_TO_BOOL:
+        made = DataType.Bool
+    if made is not None and REGISTER_TYPE[made] != REGISTER_TYPE[stmt.dtype]:
+        expr = convert(expr, made, stmt.dtype)
     return decl(rt, stmt.var, expr)
 
 
@@ -73,6 +92,8 @@ def scalar_param(dtype: DataType) -> tuple[str, str]:
     """(C type, launch arg type) of a scalar kernel parameter."""
     if dtype is DataType.Bool:
         return "bool", "bool"
+    if dtype is DataType.UInt64:
+        return "unsigned long long", "u64"
     if dtype in (DataType.Int, DataType.Int32):
         return "long long", "i64"
     return "double", "f64"

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from codegen.cuda_ops import COMPLEX_OPS, RANDOM_STMTS, kernel_refusal
 from codegen.kernel_ir import Access, PointwiseProgram, Stmt, Store
 from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_integral
 from fusion_cache.frontend.ops.table import OPS, promoted_dtype
@@ -30,6 +31,13 @@ from .tuning import knob
 from .views import ReshapeFrame, describe_views, resolve_access
 
 NAME = "pointwise"
+
+
+def check_kernel_dtype(dtype: DataType, rec: Record) -> None:
+    """Refuse values no generated kernel can hold (packed float4), naming the op."""
+    why = kernel_refusal(dtype)
+    if why is not None:
+        raise SchedulerRefused(f"{rec.name} ({rec.outputs[0]}): {why}")
 VIEW_OPS = {"broadcast", "broadcast_in_dim", "expand", "permute", "squeeze"}
 
 
@@ -68,6 +76,8 @@ class _Lowering:
             raise SchedulerRefused(f"{ref} is not a scalar")
         if info.is_const:
             var = self.emit(info.dtype, "const", attrs=(("value", info.value),))
+        elif info.is_input and is_complex(info.dtype):
+            raise SchedulerRefused(f"the complex scalar input {ref} has no kernel parameter type")
         elif info.is_input:
             self.scalar_inputs[self.input_pos[ref.index]] = info.dtype
             var = self.emit(info.dtype, "param", attrs=(("pos", self.input_pos[ref.index]),))
@@ -109,6 +119,9 @@ class _Lowering:
             return self.memo[key]
         info = self.info(index)
         if index in self.input_pos:
+            why = kernel_refusal(info.dtype)
+            if why is not None:
+                raise SchedulerRefused(f"input T{index}: {why}")
             self.accesses.append(Access(self.input_pos[index], index, dim_map, info.dtype,
                                         self.frame))  # fmt: skip
             var = self.emit(info.dtype, "load", (len(self.accesses) - 1,))
@@ -128,6 +141,8 @@ class _Lowering:
             return self.tensor(src.index, self.view_map(rec, out_map))
         if name == "reshape":
             return self.reshaped(rec, out_map)
+        if name in RANDOM_STMTS:
+            return self.random(rec, out_map)
         if name == "full":
             fill = self.scalar(rec.kw("fill_value"))
             dt = rec.kw("dtype")
@@ -136,8 +151,10 @@ class _Lowering:
 
     def elementwise(self, rec: Record, out_map: tuple) -> str:
         out_info = self.info(rec.outputs[0].index)
-        if is_complex(out_info.dtype):
-            raise SchedulerRefused(f"{rec.name} produces complex values")
+        check_kernel_dtype(out_info.dtype, rec)
+        if rec.name != "cast" and any(is_complex(self.info(a.index).dtype) for a in rec.args
+                                      ) and rec.name not in COMPLEX_OPS:  # fmt: skip
+            raise SchedulerRefused(f"{rec.name} ({rec.outputs[0]}) of complex values has no kernel")
         rank = len(out_map)
         operands = []
         for a in rec.args:
@@ -145,8 +162,7 @@ class _Lowering:
                 operands.append(self.scalar(a))
                 continue
             ainfo = self.info(a.index)
-            if is_complex(ainfo.dtype):
-                raise SchedulerRefused(f"{a} is complex")
+            check_kernel_dtype(ainfo.dtype, rec)
             shift = rank - ainfo.ndim
             amap = tuple(None if code == 1 else out_map[i + shift] for i, code in enumerate(ainfo.shape))
             operands.append(self.tensor(a.index, amap))
@@ -157,6 +173,26 @@ class _Lowering:
         if is_integral(compute) and is_float(out_info.dtype):
             compute = out_info.dtype  # sin(int), truediv(int, int): math happens in the float
         return self.emit(out_info.dtype, rec.name, tuple(operands), compute=compute)
+
+    def random(self, rec: Record, out_map: tuple) -> str:
+        """uniform or normal numbers (Note [Philox numbers]); the kernel's element index
+        is the op's own only when the op has the loop's shape, unpermuted."""
+        if self.frame or tuple(out_map) != tuple(range(self.loop_rank(out_map))):
+            raise SchedulerRefused(f"{rec.name} ({rec.outputs[0]}) is read through a view or "
+                                   "broadcast: its numbers follow its own element order")  # fmt: skip
+        seed, offset = rec.kw("rng_seed"), rec.kw("rng_offset")
+        if seed is None:
+            raise SchedulerRefused(f"{rec.name} ({rec.outputs[0]}) has no rng_seed (the executor "
+                                   "gives it one: Note [Random seeds])")  # fmt: skip
+        out = self.info(rec.outputs[0].index).dtype
+        compute = DataType.Double if out is DataType.Double else DataType.Float
+        operands = tuple(self.scalar(x) for x in (rec.args[0], rec.args[1], seed, offset))
+        var = self.emit(compute, rec.name, operands, compute)
+        return var if out is compute else self.emit(out, "cast", (var,), compute=out)
+
+    def loop_rank(self, out_map: tuple) -> int:
+        """The rank of the loop a value is read in (the outputs' rank here)."""
+        return len(out_map)
 
     def reshaped(self, rec: Record, out_map: tuple) -> str:
         """The reshape's output read through `out_map`: its source, lowered in its own dims

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .aten import NAME as ATEN
+from .aten import lower_aten, plan_aten
 from .base import LaunchSpec, Reject, SchedulerRefused
 from .inner_outer import NAME as INNER_OUTER
 from .inner_outer import lower_inner_outer, plan_inner_outer
@@ -20,6 +22,7 @@ SCHEDULERS: list[tuple[str, Any, Any]] = [
     (POINTWISE, lower_pointwise, plan_pointwise),
     (REDUCTION, lower_reduction, plan_reduction),
     (INNER_OUTER, lower_inner_outer, plan_inner_outer),
+    (ATEN, lower_aten, plan_aten),  # Note [ATen segments]
 ]
 
 

@@ -18,12 +18,16 @@ from typing import Any
 
 from fusion_cache.ir.subfusion import FusionGraph, SubFusion, stand_ins
 
+from .aten import ATEN_OPS
+from .aten import NAME as ATEN
 from .base import SchedulerRefused
+from .pointwise import NAME as POINTWISE
 from .registry import plan_for, schedule
 
-# cheap elementwise work is worth redoing; these are not
+# cheap elementwise work is worth redoing; these are not. Random ops are: the definitions
+# scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers
 _NOT_RECOMPUTED = {"sum", "prod", "max", "min", "var", "var_mean", "welford", "batch_norm",
-                   "segment_set", "uniform", "normal", "rand_like", "cat", "pad", "slice"}
+                   "segment_set", "cat", "pad", "slice"} | ATEN_OPS
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class SegmentDraft:
     ops: frozenset[int]  # record positions of the original's tensor ops
     sub: SubFusion
     scheduler: str | None  # None: no scheduler takes it; it runs on the reference
+    # 'aten' (Note [ATen segments]): one torch call
 
 
 def scheduler_taking(fd: Any, values: Sequence[Any], env: dict,
@@ -289,9 +294,15 @@ def segment(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> list[Seg
         if r.args[0].kind != "T":
             raise SchedulerRefused(f"output {r.args[0]} is a scalar; segments pass tensors only")
     groups = seg.order(seg.run())
+    outs = [seg.outputs_of(groups, i, g.owned, g.ops) for i, g in enumerate(groups)]
+    kinds = [seg.scheduler_for(g.ops, *o) for g, o in zip(groups, outs)]
+    # an ATen segment's results keep torch's strides where the reader takes any strides
+    # (a pointwise kernel, another torch call); other readers get them contiguous
+    from_aten = {v for g, kind in zip(groups, kinds) if kind == ATEN
+                 for v in seg.graph.produced(g.owned)}  # fmt: skip
     drafts = []
-    for i, g in enumerate(groups):
-        finals, shared = seg.outputs_of(groups, i, g.owned, g.ops)
-        sub = seg.graph.carve(g.ops, set(finals), set(shared))
-        drafts.append(SegmentDraft(g.ops, sub, seg.scheduler_for(g.ops, finals, shared)))
+    for g, (finals, shared), kind in zip(groups, outs, kinds):
+        strided = from_aten if kind in (ATEN, POINTWISE) else set()
+        sub = seg.graph.carve(g.ops, set(finals), set(shared), strided)
+        drafts.append(SegmentDraft(g.ops, sub, kind))
     return drafts

@@ -21,7 +21,7 @@ from benchmarks import cases as bench_cases
 from benchmarks import report
 from benchmarks.cases import CASES, FAMILIES, Case
 
-SMALL = {1: (48,), 2: (6, 40), 3: (3, 5, 8), 4: (3, 5, 4, 2)}  # a small shape per rank, non-square to catch mix-ups
+SMALL = {1: (48,), 2: (6, 40), 3: (2, 6, 128), 4: (3, 5, 4, 2)}  # a small shape per rank, non-square
 
 
 def small_shape(case: Case) -> tuple[int, ...]:
@@ -55,7 +55,7 @@ def test_quick_keeps_one_shape_per_op_and_dtype():
 def test_eager_runs_on_small_cpu_tensors(case: Case):
     torch.manual_seed(0)
     inputs = case.inputs("cpu", small_shape(case))
-    assert all(t.abs().sum() > 0 for t in inputs)  # random, never zeros
+    assert all(t.abs().sum() > 0 for t in inputs if t.is_floating_point())  # never zeros
     outputs = bench_cases.as_list(case.eager(*inputs))
     assert outputs and all(torch.isfinite(o.float()).all() for o in outputs)
 
@@ -132,6 +132,9 @@ class EagerFd:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_definition_matches_eager(case: Case, monkeypatch):
+    if case.family == "aten":
+        pytest.skip("GEMM, attention and random ops: run through the library on the CPU in "
+                    "tests/test_aten_benchmarks.py")
     import fusion_cache
 
     monkeypatch.setattr(fusion_cache, "DataType", FakeDataType, raising=False)

@@ -167,12 +167,49 @@ extern "C" __global__ void tile_kernel(const float* f, const fc_bf16* h, float* 
 }
 """
 
+COMPLEX_KERNEL = r"""
+extern "C" __global__ void complex_kernel(const fc_complex<float>* a, const fc_complex<double>* b,
+                                          fc_complex<float>* o, double* od, bool* ob) {
+  const int i = threadIdx.x;
+  const fc_complex<float> x = a[i], y = fc_conj(x) * x / (x - fc_make_complex<float>(1.f, 2.f));
+  const fc_complex<double> z = fc_to_complex<double>(y) + b[i];
+  o[i] = -y + fc_reciprocal(x) + fc_to_complex<float>(2.5);
+  od[i] = fc_abs(z) + z.re * z.im;
+  ob[i] = (x == y) || fc_isnan(z) || !fc_isfinite(x) || fc_isinf(z);
+}
+"""
+
+FLOAT8_KERNEL = r"""
+extern "C" __global__ void float8_kernel(const fc_e4m3* a, const fc_e5m2* b, const fc_e8m0* c,
+                                         const double* d, fc_e4m3* oa, fc_e5m2* ob, fc_e8m0* oc,
+                                         float* of) {
+  const int i = threadIdx.x;
+  of[i] = fc_to_float(a[i]) + fc_widen(b[i]) + fc_to_float(c[i]);
+  oa[i] = fc_to_e4m3(d[i]);
+  ob[i] = fc_to_e5m2(of[i]);
+  oc[i] = fc_to_e8m0((long long)i);
+}
+"""
+
+PHILOX_KERNEL = r"""
+extern "C" __global__ void philox_kernel(long long seed, long long offset, float* of, double* od) {
+  fc_rng_cache c = fc_rng_cache_init(), d = fc_rng_cache_init();
+  for (int j = 0; j < 4; ++j) {
+    const unsigned long long i = threadIdx.x * 4ull + j;
+    of[i] = fc_rng_uniform(c, seed, offset, i, -1.f, 1.f) + fc_rng_normal(c, seed, offset, i, 0.f, 1.f);
+    od[i] = fc_rng_uniform(d, seed, offset, i, 0.0, 1.0) + fc_rng_normal(d, seed, offset, i, 0.0, 2.0);
+  }
+}
+"""
 
 FEATURE_KERNELS = {
     "core": ("core_kernel", CORE_KERNEL),
     "math": ("math_kernel", MATH_KERNEL),
     "reduce": ("reduce_kernel", REDUCE_KERNEL),
     "tile": ("tile_kernel", TILE_KERNEL),
+    "complex": ("complex_kernel", COMPLEX_KERNEL),
+    "float8": ("float8_kernel", FLOAT8_KERNEL),
+    "philox": ("philox_kernel", PHILOX_KERNEL),
 }
 
 

@@ -3,7 +3,7 @@ blocks share the reduced dim; the split blocks combine in one cluster (Note [Clu
 columns]) or through workspaces and a finish kernel (Note [Outer finish])."""
 from __future__ import annotations
 
-from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE
+from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, prelude_features
 from ..kernel_ir import ReductionProgram, needed
 from ..prelude import prelude_source
 from ..stmt_cuda import render_stmt, scalar_arg_types, to_memory
@@ -39,7 +39,8 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
     """finish=False: the partial kernel (and the whole job when split == 1);
     finish=True: combine `split` partials per column and run the epilogue."""
     dtypes = {s.var: s.dtype for s in program.stmts}
-    L: list[str] = [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
+    features = prelude_features(program.stmts, program.stores)
+    L: list[str] = [prelude_source("core", "math", "reduce", *features), f"typedef {v.index_type} idx_t;",
                     f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}"]  # fmt: skip
     extra = ["idx_t cols", "idx_t N"]
     mid = v.i_rank > 1 or v.k2  # Note [Middle reductions]

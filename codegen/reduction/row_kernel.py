@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert
+from ..cuda_ops import (
+    MEMORY_TYPE,
+    RANDOM_STMTS,
+    REGISTER_TYPE,
+    convert,
+    prelude_features,
+    random_setup,
+)
 from ..kernel_ir import ReductionProgram, needed
 from ..prelude import prelude_source
 from ..stmt_cuda import render_stmt, scalar_arg_types, to_memory
@@ -116,7 +123,9 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
     def signature(self) -> None:
         """The prelude, the kernel's parameters and its shared buffers for row reductions."""
         program, v, L = self.program, self.v, self.L
-        L += [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
+        L += [prelude_source("core", "math", "reduce", *prelude_features(program.stmts,
+                                                                          program.stores)),
+              f"typedef {v.index_type} idx_t;",
               f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}",
               f"#define FC_CLUSTER {v.cluster}"]  # fmt: skip
         extra = ["idx_t rows", "idx_t N"] + [f"idx_t n{d}" for d in range(v.i_rank)]
@@ -137,6 +146,11 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
             if v.alternate:
                 L.append(f"  unsigned rr_{ident(t)} = 0;")
             L.extend(self.cluster_buffers(t))
+        # random numbers (the scheduler lets them in only with the reduced dims innermost):
+        # element k of row `row` is element row * N + k of the loop, row-major
+        define, caches = random_setup(program.stmts, "(unsigned long long)row * N + kb + j")
+        L[1:1] = define
+        L.extend("  " + c for c in caches)
         L.append("  const int tx = threadIdx.x;")
 
     def row_offsets(self, row: str, pre: str, which: Sequence[int]) -> list[str]:
@@ -208,7 +222,12 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         # registers spoken for: the cached row, or for a row read from memory its column
         # partials (beside a cached row they fit: its 16-bit values pack two a register)
         budget = 64 - v.iters * v.vec * ((0 if v.rows_in_smem else len(v.cached)) or len(v.acc))
-        return out if v.iters * v.vec * len(out) <= budget else []
+        out = out if v.iters * v.vec * len(out) <= budget else []
+        # random numbers cost some 25 instructions an element to draw again (Philox): kept
+        # whenever a later pass reads them, so a row draws them once
+        now = {st.var for st in needed(program, [r.input for r in reds])[0]}
+        return out + [st.var for st in program.stmts if st.op in RANDOM_STMTS
+                      and st.var in reused and st.var in now and st.var not in out]  # fmt: skip
 
     def row_stmts(self, stage: int) -> None:
         """The row-level statements of `stage`, then the reciprocals of the row divisors

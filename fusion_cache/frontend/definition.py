@@ -30,9 +30,11 @@ def _coerce_scalar(value: Any, dtype: DataType, what: str) -> Any:
         if not isinstance(value, (bool, int)) or value not in (0, 1):
             raise TypeError(f"{what}: {value!r} is not a Bool")
         return bool(value)
-    if dtype in (DataType.Int, DataType.Int32):
+    if dtype in (DataType.Int, DataType.Int32, DataType.UInt64):
         if isinstance(value, float) and not value.is_integer() or isinstance(value, complex):
             raise TypeError(f"{what}: {value!r} is not an integer for dtype {dtype!r}")
+        if dtype is DataType.UInt64 and not 0 <= int(value) < 2**64:
+            raise TypeError(f"{what}: {value!r} is out of range for dtype {dtype!r}")
         return int(value)
     if is_float(dtype):
         if isinstance(value, complex):

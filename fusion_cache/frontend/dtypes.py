@@ -1,4 +1,12 @@
-"""DataType: the dtypes a fusion speaks, their torch and CUDA names, and torch's promotion rules."""
+"""DataType: the dtypes a fusion speaks, their torch names, and torch's promotion rules.
+
+Note [Storage-only dtypes]: the float8 and float4 members are formats to store and move
+values in, not to compute in: torch promotes none of them with any other dtype and has
+almost no arithmetic kernels for them. A fusion casts them to a computing dtype (Float)
+and back; arithmetic on them is refused when the definition is built, naming the op.
+Float4_e2m1fn has no torch dtype at all (torch keeps e2m1 values only packed two a byte,
+as float4_e2m1fn_x2), so no execute can take or return it.
+"""
 from __future__ import annotations
 
 import enum
@@ -14,9 +22,15 @@ class DataType(enum.Enum):
     BFloat16 = "BFloat16"
     Int = "Int"
     Int32 = "Int32"
+    UInt64 = "UInt64"
     Bool = "Bool"
     ComplexFloat = "ComplexFloat"
     ComplexDouble = "ComplexDouble"
+    Float8_e4m3fn = "Float8_e4m3fn"
+    Float8_e5m2 = "Float8_e5m2"
+    Float8_e8m0fnu = "Float8_e8m0fnu"
+    Float4_e2m1fn = "Float4_e2m1fn"
+    Float4_e2m1fn_x2 = "Float4_e2m1fn_x2"
     Null = "Null"
 
     def __repr__(self) -> str:
@@ -32,21 +46,32 @@ _TO_TORCH = {
     DataType.BFloat16: torch.bfloat16,
     DataType.Int: torch.int64,
     DataType.Int32: torch.int32,
+    DataType.UInt64: torch.uint64,
     DataType.Bool: torch.bool,
     DataType.ComplexFloat: torch.complex64,
     DataType.ComplexDouble: torch.complex128,
+    DataType.Float8_e4m3fn: torch.float8_e4m3fn,
+    DataType.Float8_e5m2: torch.float8_e5m2,
+    DataType.Float8_e8m0fnu: torch.float8_e8m0fnu,
+    DataType.Float4_e2m1fn_x2: torch.float4_e2m1fn_x2,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 
 FLOATS = frozenset({DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16})
-INTS = frozenset({DataType.Int, DataType.Int32})
+INTS = frozenset({DataType.Int, DataType.Int32, DataType.UInt64})
 COMPLEX = frozenset({DataType.ComplexFloat, DataType.ComplexDouble})
+FLOAT8 = frozenset({DataType.Float8_e4m3fn, DataType.Float8_e5m2, DataType.Float8_e8m0fnu})
+FLOAT4 = frozenset({DataType.Float4_e2m1fn, DataType.Float4_e2m1fn_x2})
+STORAGE_ONLY = FLOAT8 | FLOAT4  # Note [Storage-only dtypes]
 
 
 def to_torch(dtype: DataType) -> torch.dtype:
     try:
         return _TO_TORCH[dtype]
     except KeyError:
+        if dtype is DataType.Float4_e2m1fn:
+            raise TypeError("DataType.Float4_e2m1fn has no torch dtype: torch stores e2m1 values "
+                            "only packed two a byte (DataType.Float4_e2m1fn_x2)") from None
         raise TypeError(f"DataType {dtype!r} has no torch dtype") from None
 
 
@@ -77,6 +102,15 @@ def is_integral(dtype: DataType) -> bool:
 
 def is_complex(dtype: DataType) -> bool:
     return dtype in COMPLEX
+
+
+def is_storage_only(dtype: DataType) -> bool:
+    """Float8 and float4 formats: cast to and from, never computed in."""
+    return dtype in STORAGE_ONLY
+
+
+def is_signed_int(dtype: DataType) -> bool:
+    return dtype in (DataType.Int, DataType.Int32)
 
 
 def scalar_dtype_of(value: object) -> DataType:
@@ -110,7 +144,14 @@ def _category(dtype: DataType) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def promote(operands: tuple[tuple[int, DataType], ...]) -> DataType:
-    """Promote (priority class, dtype) pairs: class 2 = tensor with dims, 1 = zero-dim, 0 = scalar."""
+    """Promote (priority class, dtype) pairs: class 2 = tensor with dims, 1 = zero-dim, 0 = scalar.
+
+    Raises TypeError where torch refuses (a storage-only dtype, or UInt64 with another
+    integer type)."""
+    narrow = next((dt for _, dt in operands if dt in STORAGE_ONLY), None)
+    if narrow is not None:
+        raise TypeError(f"{narrow!r} values take part in no arithmetic (Note [Storage-only "
+                        "dtypes]): cast them to DataType.Float first")
     if all(cls == 0 for cls, _ in operands):
         order = ["bool", "int", "float", "complex"]
         top = max((_category(dt) for _, dt in operands), key=order.index)
@@ -130,7 +171,11 @@ def promote(operands: tuple[tuple[int, DataType], ...]) -> DataType:
     for p in proxies:
         if p is acc:
             continue
-        dt = torch.result_type(acc, p)
+        try:
+            dt = torch.result_type(acc, p)
+        except RuntimeError as err:  # torch promotes UInt64 with no other integer type
+            other = p.dtype if isinstance(p, torch.Tensor) else type(p).__name__
+            raise TypeError(f"no type promotion between {acc.dtype} and {other}: {err}") from None
         shape = (1,) if (acc.dim() or (isinstance(p, torch.Tensor) and p.dim())) else ()
         acc = torch.empty(shape, dtype=dt, device="meta")
     if acc.dtype == torch.complex32:  # no ComplexHalf here: widen as nvFuser does

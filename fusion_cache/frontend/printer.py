@@ -29,6 +29,10 @@ def _call(fn: str, args: tuple = (), kwargs: tuple = ()) -> str:
     return f"{fn}({', '.join(parts)})"
 
 
+# ops that return more values than they record, as None (scaled_mm's block scale and gamma)
+_UNUSED_RESULTS = {"scaled_mm": 2}
+
+
 def format_record(r: Record) -> str | None:
     lhs = ", ".join(str(o) for o in r.outputs)
     if r.kind == "tensor":
@@ -44,6 +48,7 @@ def format_record(r: Record) -> str | None:
             return f"{lhs} = fd.define_vector({r.kw('size')}, dtype={r.kw('dtype')!r})"
         return f"{lhs} = {_call('fd.define_vector', (r.kw('elements'),), (('dtype', r.kw('dtype')),))}"
     if r.kind == "op":
+        lhs += ", _" * _UNUSED_RESULTS.get(r.name, 0)
         return f"{lhs} = {_call('fd.ops.' + r.name, r.args, r.kwargs)}"
     if r.kind == "output":
         args = r.args + ((r.kw("alias_input"),) if r.kw("alias_input") is not None else ())

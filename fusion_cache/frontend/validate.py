@@ -95,7 +95,7 @@ def _check_scalar(where: str, info: ScalarInfo, value: Any) -> Any:
         if not isinstance(value, (bool, int)) or value not in (0, 1):
             raise TypeError(f"{where} must be a bool, got {value!r}")
         return bool(value)
-    if dt in (DataType.Int, DataType.Int32):
+    if dt in (DataType.Int, DataType.Int32, DataType.UInt64):
         if not isinstance(value, numbers.Integral):
             raise TypeError(f"{where} must be an int, got {type(value).__name__} {value!r}")
         return int(value)

@@ -23,7 +23,10 @@ CUDA_NAMES = {
     DataType.Double: "double", DataType.Float: "float", DataType.Half: "__half",
     DataType.BFloat16: "__bfloat", DataType.Int: "int64_t", DataType.Int32: "int",
     DataType.Bool: "bool", DataType.ComplexFloat: "std::complex<float>",
-    DataType.ComplexDouble: "std::complex<double>",
+    DataType.ComplexDouble: "std::complex<double>", DataType.UInt64: "uint64_t",
+    DataType.Float8_e4m3fn: "__e4m3", DataType.Float8_e5m2: "__e5m2",
+    DataType.Float8_e8m0fnu: "__e8m0", DataType.Float4_e2m1fn: "__e2m1",
+    DataType.Float4_e2m1fn_x2: "__e2m1_x2",
 }  # fmt: skip
 
 INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "div": "/"}

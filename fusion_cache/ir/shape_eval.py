@@ -15,6 +15,7 @@ from fusion_cache.frontend.ops.table import OPS, promoted_dtype, scalar_result
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import ScalarInfo
 
+from .aten_shapes import ATEN_SHAPES
 from .view import reshape_shape
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ def evaluate_shapes(records: Sequence[Record], infos: list, input_refs: Sequence
             env[r.outputs[0].index] = r.kw("value")
         elif r.kind == "vector" and not r.kw("is_input"):
             env[r.outputs[0].index] = tuple(int(get(e)) for e in r.kw("elements"))
+        elif r.kind == "op" and r.name in ATEN_SHAPES:
+            for o, shape in zip(r.outputs, ATEN_SHAPES[r.name](r, get)):
+                env[o.index] = shape
         elif r.kind == "op":
             shape = _shape_op(r, infos, env, get, sizes)
             for o in r.outputs if r.name in _REDUCTIONS else r.outputs[:1]:
@@ -124,6 +128,10 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
         return tuple(e for i, e in enumerate(x) if i not in dims)
     if name == "full":
         return tuple(sizes(r.kw("shape")))
+    if name in ("uniform", "normal"):
+        return tuple(sizes(r.args[2]))
+    if name in ("rand_like", "randn_like"):
+        return tuple(x)
     if name == "reshape":
         return reshape_shape(f"reshape ({r.outputs[0]})", out_info.ndim, x, sizes(r.kw("new_shape")))
     raise ShapeUnknown(name)

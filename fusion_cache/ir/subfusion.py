@@ -116,10 +116,13 @@ class FusionGraph:
         return {o.index for pos in group for o in self.fd._records[pos].outputs}
 
     def carve(self, group: Iterable[int], finals: set[int] | None = None,
-              shared: set[int] | None = None) -> SubFusion:  # fmt: skip
+              shared: set[int] | None = None, strided: set[int] = frozenset()
+              ) -> SubFusion:  # fmt: skip
         """The segment computing `group`'s ops. It returns the caller's outputs among
         `finals` and hands other segments the values in `shared`; by default, everything
-        the group computes that anything outside it needs."""
+        the group computes that anything outside it needs. Intermediates in `strided` come
+        with any strides (an ATen segment's results, Note [ATen segments]); others are
+        contiguous."""
         group = frozenset(group)
         records, infos = self.fd._records, self.fd._infos
         made = self.produced(group)
@@ -160,8 +163,9 @@ class FusionGraph:
                 out.append(Record(src.kind, src.name, src.args, src.kwargs, fresh(src.outputs[:1])))
                 continue
             info = infos[v]
+            dense = v not in strided
             kwargs = (("shape", info.shape),
-                      ("contiguity", tuple(None if e == 1 else True for e in info.shape)),
+                      ("contiguity", tuple(None if e == 1 else dense for e in info.shape)),
                       ("dtype", info.dtype), ("is_cpu", False), ("stride_order", ()))  # fmt: skip
             out.append(Record("tensor", kwargs=kwargs, outputs=fresh((Ref("T", v),))))
         for pos in sorted(copies | group):

@@ -35,7 +35,7 @@ class RuntimeEngine:
         plan = executor_for(fd).last_plan
         if hasattr(plan, "segments"):  # one kernel (or more) per segment
             return "\n".join(s.definition.last_cuda_code() for s in plan.segments
-                             if s.scheduler is not None)  # fmt: skip
+                             if s.scheduler not in (None, "aten"))  # fmt: skip
         if plan is None or not plan.refs:
             raise FusionDefinitionError("no kernel has run for this fusion yet")
         return "\n".join(ref.source for ref in plan.refs)

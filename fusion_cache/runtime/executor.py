@@ -22,12 +22,15 @@ from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.options import dump_options, fallback_disabled
 from fusion_cache.frontend.trie import FusionCache
 from fusion_cache.ir.shape_eval import runtime_shapes
+from schedulers.aten import NAME as ATEN
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
+from .aten_segments import AtenPlan, run_aten
 from .kernel_cache import cubin_for, load_function
 from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
 from .reference import run_reference
+from .rng import run_seeds, with_seeds
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -45,8 +48,12 @@ class FallbackDisabledError(FusionUnsupportedError):
 class FusionExecutor:
     def __init__(self, fd: FusionDefinition) -> None:
         from fusion_cache.ir.decompose import expand_composites
+        from fusion_cache.ir.random_seeds import seed_only_inputs, unseeded_ops, with_seed_inputs
 
-        self.fd = expand_composites(fd)  # what the schedulers see: primitives only
+        # what the schedulers see: primitives only, random ops seeded (Note [Random seeds])
+        self.seeded = unseeded_ops(fd)
+        self.fd = with_seed_inputs(expand_composites(fd))
+        self.free_ints = seed_only_inputs(fd)  # inputs the plan key leaves out
         self.fid = fd._fid
         self.dumps = dump_options()
         self.scheduler, self.program, self.refusals = schedule(self.fd)
@@ -61,9 +68,25 @@ class FusionExecutor:
             print(f"fusion {self.fid}: scheduler {taken}; refusals: "
                   f"{[str(r) for r in self.refusals] or 'none'}")  # fmt: skip
 
+    def key(self, values: Sequence[Any]) -> tuple:
+        """The plan cache's key of these inputs (Note [Plan cache]); an int read only as a
+        random op's seed or offset is keyed by its type, not its value."""
+        key = input_key(values)
+        if not self.free_ints:
+            return key
+        return tuple(int if i in self.free_ints else k for i, k in enumerate(key))
+
+    def scheduled_inputs(self, values: Sequence[Any], seeds: tuple[int, int] = (0, 0)) -> list:
+        """The inputs of the definition the schedulers see: the user's, after the run's seed
+        and offset where it has unseeded random ops (Note [Random seeds])."""
+        return with_seeds(values, seeds) if self.seeded else list(values)
+
     def make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
-        """A LaunchPlan when one scheduler takes the fusion for these inputs, else a
-        SegmentedPlan (Note [Greedy segmentation])."""
+        """A LaunchPlan when one scheduler takes the fusion for these (the user's) inputs,
+        else a SegmentedPlan (Note [Greedy segmentation])."""
+        return self._make_plan(self.scheduled_inputs(values), profile, load)
+
+    def _make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
         host = host_inputs_of(values) if load else ()
         env = runtime_shapes(self.fd, values)
         if self.program is None:
@@ -72,6 +95,9 @@ class FusionExecutor:
             spec = plan_for(self.scheduler, self.program, values, env, profile)
         except SchedulerRefused as why:
             return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
+        if spec.scheduler == ATEN:  # one torch call, no kernels (Note [ATen segments])
+            self.record(values, profile, {"scheduler": ATEN, "plan": spec.description})
+            return AtenPlan(spec, self.program)
         kernels, refs, slots = [], [], []
         device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
         for launch in spec.kernels:
@@ -86,18 +112,18 @@ class FusionExecutor:
                 # measured to run them, but this process may get fewer SMs (MPS, a green
                 # context) or a kernel too big for 16 SMs of a GPC. The driver says none
                 # fits: plan again within the portable size rather than fail at launch
-                return self.make_plan(values, replace(profile, max_cluster=8), load)
+                return self._make_plan(values, replace(profile, max_cluster=8), load)
             if kernel is not None and not kernels and spec.wave:
                 # Note [One wave of partials]: the planner estimated the resident clusters;
                 # the driver knows them for this kernel on this GPU. Before the other kernels
                 # load: the same kernels, another grid
                 resident = kernel.max_resident(launch.block, launch.shared_mem)
                 if resident and resident != spec.wave:
-                    return self.make_plan(values, replace(profile, measured_wave=resident), load)
+                    return self._make_plan(values, replace(profile, measured_wave=resident), load)
             if kernel is not None and launch.cooperative and not _all_resident(kernel, launch):
                 # Note [Finish in the row kernel]: a cooperative launch needs every block
                 # resident at once; where the driver says they are not, a second kernel
-                return self.make_plan(values, replace(profile, fused_finish=False), load)
+                return self._make_plan(values, replace(profile, fused_finish=False), load)
             refs.append(ref)
             kernels.append(kernel)
             slots.append([(i, a) for i, a in enumerate(launch.args) if isinstance(a, ArgRef)])
@@ -152,6 +178,8 @@ class FusionExecutor:
             return plan
 
     def launch(self, plan: Any, values: Sequence[Any]) -> list[torch.Tensor]:
+        if self.seeded:  # this run's numbers (Note [Random seeds])
+            values = with_seeds(values, run_seeds(values, self.seeded))
         if plan.__class__ is not LaunchPlan:
             return self._launch_other(plan, values)
         if plan.host_inputs:
@@ -176,6 +204,10 @@ class FusionExecutor:
     def _launch_other(self, plan: Any, values: Sequence[Any]) -> list[Any]:
         if isinstance(plan, ReferencePlan):
             return _fallback(self.fd, self, values, plan.reason)
+        if isinstance(plan, AtenPlan):
+            self.last_plan = plan
+            self.fd._cache._count("aten_runs")
+            return run_aten(self.fd, plan, values)
         from .segmented import run_segments
 
         self.last_plan = plan
@@ -231,7 +263,7 @@ def try_cached_launch(fd: FusionDefinition, inputs: Sequence[Any]) -> list | Non
     ex = fd._cache.executors.get(fd._fid)
     if ex is None or not ex.plans:
         return None
-    plan = ex.plans.get(input_key(inputs))
+    plan = ex.plans.get(ex.key(inputs))
     if plan is None:
         return None
     fd._cache.counters["plan_cache_hits"] += 1
@@ -252,7 +284,7 @@ def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], w
 def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     ex = executor_for(fd)
     try:
-        plan = ex.plan(values, input_key(values))
+        plan = ex.plan(values, ex.key(values))
         return ex.launch(plan, values)
     except FallbackDisabledError:
         raise  # named where it happened, perhaps in a segment

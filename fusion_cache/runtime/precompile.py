@@ -13,7 +13,6 @@ from schedulers.device import default_target, resolve_target
 
 from .executor import FusionUnsupportedError, executor_for
 from .kernel_cache import KernelRef
-from .plans import LaunchPlan
 from .segmented import SegmentedPlan
 
 if TYPE_CHECKING:
@@ -36,7 +35,10 @@ def precompile(fd: FusionDefinition, inputs: Sequence[Any], target: Any = None) 
     except FusionUnsupportedError as err:
         raise FusionUnsupportedError(f"fusion {fd._fid}: {err}") from None
     ex.last_plan = plan
-    refs = plan.refs if isinstance(plan, LaunchPlan) else _segments(ex.fd, plan, values, target)
+    if isinstance(plan, SegmentedPlan):
+        refs = _segments(ex.fd, plan, ex.scheduled_inputs(values), target)
+    else:
+        refs = plan.refs
     for listener in LISTENERS:
         listener(refs)
     return refs

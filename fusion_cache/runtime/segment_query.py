@@ -40,7 +40,8 @@ def segment_definition(fd: FusionDefinition, inputs: Sequence[Any],
                        target: Any) -> tuple[list, SegmentMaps]:  # fmt: skip
     values = validate_inputs(fd, inputs, "segment")
     ex = executor_for(fd)
-    fd = ex.fd  # composite ops expanded: the definition the schedulers see
+    fd = ex.fd  # composite ops expanded, random ops seeded: the definition the schedulers see
+    values = ex.scheduled_inputs(values)
     target = default_target() if target is None else target
     try:
         profile = resolve_target(target)

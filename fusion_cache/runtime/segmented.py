@@ -23,6 +23,7 @@ class Segment:
     sub: SubFusion
     scheduler: str | None  # None: no scheduler takes it (the reference evaluator runs it)
     drop_after: tuple[int, ...]  # original states no later segment or output reads
+    dense_inputs: tuple[int, ...] = ()  # inputs an ATen segment makes, wanted contiguous
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,17 @@ def build_plan(fd: FusionDefinition, drafts: Sequence[Any]) -> SegmentedPlan:
     for v, k in last_use.items():
         if v not in inputs and v not in outputs:
             drops[k].append(v)
+    from_aten = {v for d in drafts if d.scheduler == "aten" for v in d.sub.outputs}
     segments = []
     for k, d in enumerate(drafts):
         # values computed but read by no later segment and not returned die at once too
         dead = [v for v in d.sub.outputs if v not in last_use and v not in outputs]
-        segments.append(Segment(d.sub.build(), d.sub, d.scheduler, tuple(drops[k] + dead)))
-    text = ", ".join(f"{s.scheduler or 'reference'}[fusion {s.definition.id()}]" for s in segments)
+        definition = d.sub.build()
+        infos = [definition._infos[r.index] for r in definition.input_refs()]
+        dense = tuple(i for i, (v, info) in enumerate(zip(d.sub.inputs, infos))
+                      if v in from_aten and info.contiguity and False not in info.contiguity)
+        segments.append(Segment(definition, d.sub, d.scheduler, tuple(drops[k] + dead), dense))
+    text = ", ".join(f"{_kind(s)}[fusion {s.definition.id()}]" for s in segments)
     return SegmentedPlan(tuple(segments), tuple(r.index for r in fd.input_refs()), outputs,
                          f"{len(segments)} segments: {text}")  # fmt: skip
 
@@ -60,6 +66,8 @@ def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any
     env = dict(zip(plan.input_states, inputs))
     for k, seg in enumerate(plan.segments):
         args = [env[v] for v in seg.sub.inputs]
+        for i in seg.dense_inputs:  # an ATen result read where strides are fixed
+            args[i] = args[i].contiguous()
         outs = seg.definition.execute(args)
         for v, value in zip(seg.sub.outputs, outs):
             env[v] = value
@@ -72,12 +80,26 @@ def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any
     return [env[v].clone() if v in inputs_set else env[v] for v in plan.output_states]
 
 
+def _kind(seg: Segment) -> str:
+    """How a segment runs: its scheduler's name, 'aten:<op>' for a torch call (Note [ATen
+    segments]), 'reference' where nothing takes it."""
+    if seg.scheduler == "aten":
+        from schedulers.aten import lower_aten
+
+        return f"aten:{lower_aten(seg.definition).op}"
+    return seg.scheduler or "reference"
+
+
 def describe_segment(k: int, seg: Segment) -> str:
     ex = seg.definition._cache.executors.get(seg.definition._fid)
     last = ex.last_plan if ex is not None else None
     launches = last.spec.kernels if last is not None and hasattr(last, "spec") else ()
     kernels = [f"{k.name} grid {k.grid} block {k.block}" for k in launches]
     ran = "; ".join(kernels) if kernels else "reference evaluator"
+    if seg.scheduler == "aten":
+        from schedulers.aten import lower_aten
+
+        ran = lower_aten(seg.definition).describe().replace("aten: ", "ATen ")
     maps = ", ".join(f"{a}->{b}" for a, b in seg.sub.index_map.items())
     return (f"  segment {k}: fusion {seg.definition.id()} ({seg.scheduler or 'no scheduler'}) "
             f"maps {maps}: {ran}")  # fmt: skip

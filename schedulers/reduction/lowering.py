@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from codegen.cuda_ops import RANDOM_STMTS
 from codegen.kernel_ir import Reduction, ReductionProgram, Stmt, Store
-from fusion_cache.frontend.dtypes import DataType, is_complex, is_float
+from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, real_part
 from fusion_cache.frontend.records import Record
 from fusion_cache.frontend.values import TensorInfo
 
@@ -66,6 +67,8 @@ class _ReductionLowering(_Lowering):
         if self.loop_state < 0:
             self.loop_state = src.index
         out_dtype = self.info(rec.outputs[0].index).dtype
+        if is_complex(info.dtype):
+            return self.complex_sum(rec, x, info.dtype, out_dtype)
         if rec.name in ("sum", "prod", "max", "min"):
             acc = self.new_var()
             self.stmts.append(Stmt(acc, out_dtype, "reduce", (x,), out_dtype, (("op", rec.name),)))
@@ -91,6 +94,25 @@ class _ReductionLowering(_Lowering):
         for idx, var in outs.items():
             self.memo[self.key(idx, out_map)] = var
         return outs[rec.outputs[0].index if index is None else index]
+
+    def loop_rank(self, out_map: tuple) -> int:
+        return self.rank  # random numbers are element-level: they have the loop's shape
+
+    def complex_sum(self, rec: Record, x: str, dtype: DataType, out_dtype: DataType) -> str:
+        """Note [Complex sums]: a sum of complex values is two sums of floats, of the real
+        and of the imaginary parts, joined after the reduction: the reduction machinery
+        (warps, clusters, partials) only ever adds real numbers."""
+        if rec.name != "sum" or not is_complex(out_dtype):
+            raise SchedulerRefused(f"{rec.name} ({rec.outputs[0]}) of complex values has no kernel")
+        part = real_part(out_dtype)
+        sums = []
+        for op in ("real", "imag"):
+            value = self.emit(part, op, (x,), dtype)
+            acc = self.new_var()
+            self.stmts.append(Stmt(acc, part, "reduce", (value,), part, (("op", "sum"),)))
+            self.reductions.append(Reduction(acc, "sum", value, part, 0))
+            sums.append(acc)
+        return self.emit(out_dtype, "complex", tuple(sums), part)
 
 
 def _loop_space(fd: Any) -> tuple[int, tuple[int, ...]]:
@@ -119,8 +141,8 @@ def lower_reduction(fd: Any) -> ReductionProgram:
     for r in fd.output_records():
         idx = r.args[0].index
         info = fd._infos[idx]
-        if not isinstance(info, TensorInfo) or is_complex(info.dtype):
-            raise SchedulerRefused(f"output {r.args[0]} is not a real tensor")
+        if not isinstance(info, TensorInfo):
+            raise SchedulerRefused(f"output {r.args[0]} is a scalar")
         if r.kw("stride_order"):
             raise SchedulerRefused(f"output {r.args[0]} asks for a stride order")
         if info.ndim == rank:
@@ -143,6 +165,9 @@ def lower_reduction(fd: Any) -> ReductionProgram:
             acc = low.accesses[st.operands[0]]
             if any(m in reduced for m in acc.loop_map if m is not None):
                 element.add(st.var)
+            stage[st.var] = 0
+        elif st.op in RANDOM_STMTS:  # one number an element of the loop
+            element.add(st.var)
             stage[st.var] = 0
         elif st.op == "reduce":
             src = st.operands[0]

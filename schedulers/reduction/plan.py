@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from codegen.cuda_ops import RANDOM_STMTS
 from codegen.kernel_ir import ReductionProgram
 
 from ..base import LaunchSpec, SchedulerRefused
@@ -24,6 +25,13 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     types of the column sums, which the kernel may add up itself (Note [Finish in the row
     kernel]); its launch is then cooperative and takes their outputs and a barrier."""
     p = read_problem(program, values, env, profile, accumulate, finish)
+    rank, reduced = program.rank, program.reduced
+    if any(st.op in RANDOM_STMTS for st in program.stmts) and (
+            not p.inner or reduced != tuple(range(rank - len(reduced), rank))):  # fmt: skip
+        # the row kernel numbers element k of row r as r * N + k, the loop's row-major
+        # index, only when the reduced dims are the innermost (Note [Philox numbers])
+        raise SchedulerRefused("random numbers in a reduction kernel need the reduced dims "
+                               "innermost and the row kernel")  # fmt: skip
     if p.inner and p.primary is not None and p.ks[p.primary] not in (0, 1) and not p.pure:
         # a row whose elements are strided apart would be read uncoalesced, once per stage:
         # a column kernel keeps it in registers (Note [Column norms]); where it cannot,

@@ -6,15 +6,18 @@ elementwise ops' semantics, shared with the interpreter and codegen.
 """
 from __future__ import annotations
 
+from .aten import AtenOps
 from .creation import CreationOps
 from .elementwise import ElementwiseOps
 from .normalization import NormalizationOps
+from .random import RandomOps
 from .reductions import ReductionOps
 from .resize import ResizeOps
 from .shape import ShapeOps
 
 
-class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps):
+class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps,
+                AtenOps, RandomOps):
     """`fd.ops` of one FusionDefinition."""
 
 

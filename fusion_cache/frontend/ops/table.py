@@ -18,6 +18,7 @@ from ..dtypes import (
     is_complex,
     is_float,
     is_integral,
+    is_storage_only,
     promote,
     real_part,
     to_torch,
@@ -46,7 +47,7 @@ def _integral_only(name: str) -> Callable[[DataType], DataType]:
 
 def _int_only(name: str) -> Callable[[DataType], DataType]:
     def rule(dt: DataType) -> DataType:
-        if dt not in (DataType.Int, DataType.Int32):
+        if dt not in (DataType.Int, DataType.Int32, DataType.UInt64):
             raise TypeError(f"{name} needs integer operands, got {dt!r}")
         return dt
 
@@ -228,10 +229,76 @@ UNARY_FLOAT = {
     "tan": torch.tan, "tanh": torch.tanh,
 }  # fmt: skip
 
+# Note [UInt64 semantics]: torch has CPU kernels for few UInt64 ops, so the reference
+# computes these on the int64 bit pattern: wrapping arithmetic and bitwise ops give the same
+# bits, ordering flips the sign bit first, right shifts are logical, shifts of 64 or more
+# give 0. Other ops refuse UInt64 operands when the definition is built.
+_U64_WRAPPING = {"add", "sub", "mul", "neg", "bitwise_and", "bitwise_or", "bitwise_xor",
+                 "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
+                 "logical_right_shift", "eq", "ne", "where", "set", "segment_set", "abs", "relu"}
+_U64_ORDERED = {"lt", "le", "gt", "ge", "maximum", "minimum"}
+UINT64_OPS = frozenset(_U64_WRAPPING | _U64_ORDERED) | frozenset(UNARY_FLOAT)
+_SIGN = -(2**63)
+
+
+def _as_int64(v: Any, like: torch.Tensor | None) -> torch.Tensor:
+    if isinstance(v, torch.Tensor):
+        return v.view(torch.int64) if v.dtype == torch.uint64 else v
+    v = int(v)
+    v = v - 2**64 if v >= 2**63 else v
+    return torch.tensor(v, dtype=torch.int64, device=like.device if like is not None else "cpu")
+
+
+def _uint64(name: str, args: tuple) -> torch.Tensor:
+    like = _first_tensor(args)
+    if name == "where":
+        c, a, b = args
+        (c,) = _tensorize((c,), DataType.Bool, like)
+        return torch.where(c, _as_int64(a, like), _as_int64(b, like)).view(torch.uint64)
+    ts = [_as_int64(a, like) for a in args]
+    if name in _U64_ORDERED:
+        flipped = [t ^ _SIGN for t in ts]
+        out = getattr(torch, name)(*flipped)
+        return out if out.dtype == torch.bool else (out ^ _SIGN).view(torch.uint64)
+    if name in ("set", "segment_set", "abs", "relu"):
+        return ts[0].clone().view(torch.uint64)
+    if name in ("bitwise_left_shift", "bitwise_right_shift", "logical_right_shift"):
+        a, b = ts
+        unsigned_big = (b < 0) | (b >= 64)
+        safe = b.clamp(0, 63)
+        if name == "bitwise_left_shift":
+            shifted = a << safe
+        else:  # logical: clear what the arithmetic shift smeared from the sign bit
+            shifted = (a >> safe) & ((torch.ones_like(a) << (64 - safe).clamp(max=63)) - 1
+                                     ).where(safe > 0, torch.full_like(a, -1))
+        return torch.where(unsigned_big, torch.zeros_like(shifted), shifted).view(torch.uint64)
+    out = getattr(torch, name)(*ts)
+    return out if out.dtype == torch.bool else out.view(torch.uint64)
+
+
+def _with_uint64(name: str, result: Callable, fn: Callable) -> tuple[Callable, Callable]:
+    """The op's dtype rule and torch function, with UInt64 as Note [UInt64 semantics] says."""
+    if name in UNARY_FLOAT:  # computed in Float after a cast, as torch does
+        return result, fn
+
+    def rule(dt: DataType) -> DataType:
+        if dt is DataType.UInt64 and name not in UINT64_OPS:
+            raise TypeError(f"{name} does not take UInt64 operands (torch has no such kernel)")
+        return result(dt)
+
+    def run(*args: Any, dtype: DataType) -> Any:
+        if dtype is DataType.UInt64:
+            return _uint64(name, args)
+        return fn(*args, dtype=dtype)
+
+    return rule, run
+
+
 OPS: dict[str, ElementwiseOp] = {}
 
 
 def _add(name: str, arity: int, result: Callable, fn: Callable, promote=None) -> None:
+    result, fn = _with_uint64(name, result, fn)
     OPS[name] = ElementwiseOp(name, arity, result, fn, promote or tuple(range(arity)))
 
 
@@ -259,6 +326,7 @@ for _name, _fn in {"isfinite": torch.isfinite, "isinf": torch.isinf, "isnan": to
     _add(_name, 1, _to_bool, _needs_tensors(_fn))
 _add("real", 1, real_part, _needs_tensors(torch.real))
 _add("imag", 1, real_part, _imag)
+_add("conj", 1, _same, _needs_tensors(torch.conj_physical))
 
 _add("add", 2, _same, _needs_tensors(torch.add))
 _add("sub", 2, _same, _needs_tensors(torch.sub))
@@ -296,13 +364,16 @@ _add("clamp", 3, _not_complex("clamp", _same), _clamp, (0,))
 _add("threshold", 3, _not_complex("threshold", _same), _threshold, (0,))
 _add("addcmul", 4, _same, _addcmul, (0, 1, 2))
 
+_MOVES_ONLY = frozenset({"set", "segment_set", "where"})
+
+
 def scalar_result(value: Any, dtype: DataType) -> Any:
     """Bring a 0-dim torch result of a scalar-only op back to a Python number."""
     if isinstance(value, torch.Tensor):
         value = value.item()
     if dtype is DataType.Bool:
         return bool(value)
-    if dtype in (DataType.Int, DataType.Int32):
+    if dtype in (DataType.Int, DataType.Int32, DataType.UInt64):
         return int(value)
     if is_float(dtype):
         return float(value)
@@ -311,6 +382,10 @@ def scalar_result(value: Any, dtype: DataType) -> Any:
 
 def promoted_dtype(spec: ElementwiseOp, infos: Sequence) -> DataType:
     """The dtype an elementwise op computes in, by torch's rules (Note [Promotion])."""
+    if spec.name in _MOVES_ONLY:
+        dts = {infos[idx].dtype for idx in spec.promote_args}
+        if len(dts) == 1 and is_storage_only(next(iter(dts))):
+            return dts.pop()  # moving storage-only values computes nothing
     classes = []
     for idx in spec.promote_args:
         info = infos[idx]

@@ -1,5 +1,14 @@
 """The record interpreter (core.py) with every family's rules registered."""
-from . import creation, elementwise, normalization, reductions, resize, shape  # noqa: F401
+from . import (  # noqa: F401
+    aten,
+    creation,
+    elementwise,
+    normalization,
+    random,
+    reductions,
+    resize,
+    shape,
+)
 from .core import Env, Interpreter, device_of, evaluate, rule
 
 __all__ = ["Env", "Interpreter", "device_of", "evaluate", "rule"]

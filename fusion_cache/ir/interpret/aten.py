@@ -1,0 +1,122 @@
+"""Rules of the ATen ops (fusion_cache/frontend/ops/aten.py): each is the torch call an ATen
+segment makes (schedulers/aten.py), so the reference and the GPU run the same function.
+Where torch's CUDA kernel has no CPU twin (flash attention), the CPU takes torch's CPU
+kernel of the same op; its dropout cannot be replayed by a backward, so it is refused."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.records import Record
+
+from .core import Interpreter, rule
+
+
+@rule("matmul")
+def _matmul(run: Interpreter, r: Record) -> list:
+    a, b = (run.get(x) for x in r.args)
+    return [torch.matmul(a, b)]
+
+
+@rule("linear")
+def _linear(run: Interpreter, r: Record) -> list:
+    x, w, bias = (run.get(a) for a in r.args)
+    return [F.linear(x, w, bias)]
+
+
+def _attention_flags(run: Interpreter, p, causal, scale) -> tuple[float, bool, float | None]:
+    p = 0.0 if p is None else float(run.get(p))
+    causal = False if causal is None else bool(run.get(causal))
+    scale = None if scale is None else float(run.get(scale))
+    return p, causal, scale
+
+
+def _flash(q: torch.Tensor) -> bool:
+    return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A tensor for torch's CPU kernel; meta tensors (shape analysis) stay meta."""
+    return t if t.is_meta else t.cpu()
+
+
+@rule("sdpfa_fwd")
+def _sdpfa_fwd(run: Interpreter, r: Record) -> list:
+    q, k, v = (run.get(a) for a in r.args[:3])
+    p, causal, scale = _attention_flags(run, *r.args[3:])
+    if _flash(q):
+        out, lse, *_, seed, offset, _ = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, p, causal, False, scale=scale)
+        return [out, lse, seed, offset]
+    if p > 0:
+        raise ValueError(f"sdpfa_fwd ({r.outputs[0]}): dropout_p={p} needs flash attention "
+                         "(half or bfloat16 CUDA tensors): sdpfa_bwd could not replay the "
+                         "dropout mask of another kernel")  # fmt: skip
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        _host(q), _host(k), _host(v), 0.0, causal, scale=scale)
+    seed = torch.zeros(2, dtype=torch.uint64, device=q.device)
+    offset = torch.zeros((), dtype=torch.uint64, device=q.device)
+    return [out.to(q.device), lse.to(q.device), seed, offset]
+
+
+@rule("sdpfa_bwd")
+def _sdpfa_bwd(run: Interpreter, r: Record) -> list:
+    go, q, k, v, out, lse = (run.get(a) for a in r.args[:6])
+    p_ref, causal_ref, seed_ref, offset_ref, scale_ref = r.args[6:]
+    p, causal, scale = _attention_flags(run, p_ref, causal_ref, scale_ref)
+    if _flash(q):
+        seed, offset = run.get(seed_ref), run.get(offset_ref)
+        return list(torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            go, q, k, v, out, lse, None, None, q.shape[2], k.shape[2], p, causal, seed, offset,
+            scale=scale))  # fmt: skip
+    if p > 0:
+        raise ValueError(f"sdpfa_bwd ({r.outputs[0]}): dropout_p={p} needs flash attention "
+                         "(half or bfloat16 CUDA tensors)")  # fmt: skip
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        *(_host(t) for t in (go, q, k, v, out, lse)), 0.0, causal, scale=scale)
+    return [g.to(q.device) for g in grads]
+
+
+@rule("grouped_mm")
+def _grouped_mm(run: Interpreter, r: Record) -> list:
+    a, b, offsets = (run.get(x) for x in r.args)
+    return [torch._grouped_mm(a, b, offs=offsets.to(torch.int32))]
+
+
+@rule("scaled_mm")
+def _scaled_mm(run: Interpreter, r: Record) -> list:
+    a, b, sa, sb, alpha, bias, beta = (run.get(x) for x in r.args)
+    dt = to_torch(r.kw("dtype"))
+    if a.is_cuda:  # cuBLASLt's float8 GEMM wants its second operand column-major
+        b = b if b.stride(0) == 1 else b.t().contiguous().t()
+        if alpha is None and beta is None and (bias is None or bias.dtype == dt):
+            return [torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=dt)]
+        out = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    else:
+        out = torch.matmul(a.float() * sa.float(), b.float() * sb.float())
+    if alpha is not None:
+        out = out * alpha.float()
+    if bias is not None:
+        out = out + (bias.float() if beta is None else bias.float() * beta.float())
+    return [out.to(dt)]
+
+
+@rule("cumsum")
+def _cumsum(run: Interpreter, r: Record) -> list:
+    x = run.get(r.args[0])
+    return [torch.cumsum(x, r.kw("dim")).to(to_torch(run.infos[r.outputs[0].index].dtype))]
+
+
+@rule("argsort")
+def _argsort(run: Interpreter, r: Record) -> list:
+    x = run.get(r.args[0])
+    return [torch.argsort(x, dim=r.kw("dim"), descending=r.kw("descending"), stable=r.kw("stable"))]
+
+
+@rule("topk")
+def _topk(run: Interpreter, r: Record) -> list:
+    x, k = run.get(r.args[0]), int(run.get(r.args[1]))
+    values, indices = torch.topk(x, k, dim=r.kw("dim"), largest=r.kw("largest"),
+                                 sorted=r.kw("sorted"))  # fmt: skip
+    return [values, indices]

@@ -1,0 +1,141 @@
+"""ATen segments on the GPU against eager: each op alone, and the transformer blocks whose
+GEMMs and attention run as torch calls between generated kernels. Fallback is disabled
+(tests/conftest.py): nothing here may reach the reference evaluator."""
+import pytest
+import torch
+import torch.nn.functional as F
+from aten_patterns import attention_block, linear_bias_gelu, mlp_block
+
+from fusion_cache import DataType, FusionCache, FusionDefinition
+from fusion_cache.frontend.dtypes import from_torch
+
+pytestmark = pytest.mark.gpu
+BF16 = dict(rtol=2e-2, atol=2e-2)
+
+
+def stats():
+    return dict(FusionCache.get().stats())
+
+
+def delta(before, *names):
+    now = stats()
+    return tuple(now.get(n, 0) - before.get(n, 0) for n in names)
+
+
+def rand(*shape, dtype=torch.bfloat16, scale=1.0, gen=None):
+    return (torch.randn(*shape, device="cuda", generator=gen) * scale).to(dtype)
+
+
+def tensor(fd, t):
+    return fd.define_tensor(shape=[-1] * t.dim(), contiguity=True, dtype=from_torch(t.dtype))
+
+
+def test_linear_bias_gelu_one_gemm_one_kernel():
+    fd = linear_bias_gelu()
+    x, w, b = rand(2048, 768), rand(3072, 768, scale=0.05), rand(3072)
+    fd.execute([x, w, b])
+    before = stats()
+    (out,) = fd.execute([x, w, b])
+    assert delta(before, "kernel_launches", "aten_runs", "reference_runs") == (1, 1, 0)
+    torch.testing.assert_close(out, F.gelu(F.linear(x, w).float() + b.float()).bfloat16(), **BF16)
+
+
+def test_mlp_block():
+    fd = mlp_block()
+    x, w1, b1 = rand(1024, 768), rand(3072, 768, scale=0.05), rand(3072)
+    w2, b2 = rand(768, 3072, scale=0.03), rand(768)
+    (out,) = fd.execute([x, w1, b1, w2, b2])
+    h = F.gelu(F.linear(x, w1, b1).float()).bfloat16()
+    torch.testing.assert_close(out, F.linear(h, w2, b2), **BF16)
+
+
+@pytest.mark.parametrize("batch,seq,heads,dim", [(2, 256, 4, 64), (1, 1000, 12, 64)])
+def test_attention_block(batch, seq, heads, dim):
+    c = heads * dim
+    fd = attention_block(batch, seq, heads, dim)
+    ins = [rand(batch, seq, c), rand(c), rand(c), rand(3 * c, c, scale=0.05), rand(3 * c),
+           rand(c, c, scale=0.05), rand(c)]  # fmt: skip
+    before = stats()
+    (out,) = fd.execute(ins)
+    assert delta(before, "aten_runs", "reference_runs") == (3, 0)
+    x, lw, lb, wqkv, bqkv, wo, bo = ins
+    n = F.layer_norm(x.float(), (c,), lw.float(), lb.float(), 1e-5).bfloat16()
+    qkv = F.linear(n, wqkv, bqkv).reshape(batch, seq, 3, heads, dim).permute(2, 0, 3, 1, 4)
+    o = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+    want = F.linear(o.permute(0, 2, 1, 3).reshape(batch, seq, c), wo, bo)
+    torch.testing.assert_close(out, want, **BF16)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_sdpfa_forward_backward_against_eager(dtype):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (rand(2, 4, n, 64, dtype=dtype, gen=gen) for n in (200, 300, 300))
+    go = rand(2, 4, 200, 64, dtype=dtype, gen=gen)
+    with FusionDefinition() as fd:
+        tq, tk, tv, tg = (tensor(fd, t) for t in (q, k, v, go))
+        o, lse, seed, off = fd.ops.sdpfa_fwd(tq, tk, tv, None, False, 0.125)
+        dq, dk, dv = fd.ops.sdpfa_bwd(tg, tq, tk, tv, o, lse, None, False, seed, off, 0.125)
+        for t in (o, dq, dk, dv):
+            fd.add_output(t)
+    o, dq, dk, dv = fd.execute([q, k, v, go])
+    qr, kr, vr = (t.float().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(qr, kr, vr, scale=0.125)
+    ref.backward(go.float())
+    torch.testing.assert_close(o.float(), ref, **BF16)
+    for got, want in zip((dq, dk, dv), (qr.grad, kr.grad, vr.grad)):
+        torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
+
+
+def test_sdpfa_dropout_follows_torch_manual_seed():
+    q = rand(2, 4, 128, 64)
+    with FusionDefinition() as fd:
+        t = tensor(fd, q)
+        o, lse, seed, off = fd.ops.sdpfa_fwd(t, t, t, 0.5, False, None)
+        fd.add_output(o)
+        fd.add_output(seed)
+    torch.manual_seed(7)
+    a, sa = fd.execute([q])
+    b, _ = fd.execute([q])
+    torch.manual_seed(7)
+    c, sc = fd.execute([q])
+    assert torch.equal(a, c) and not torch.equal(a, b) and torch.equal(sa, sc)
+
+
+def test_matmul_grouped_mm_topk_argsort_cumsum_against_eager():
+    a, b = rand(96, 128), rand(128, 64)
+    offs = torch.tensor([32, 64, 96], dtype=torch.int32, device="cuda")
+    w3 = rand(3, 128, 64)
+    x = rand(64, 1000, dtype=torch.float32)
+    with FusionDefinition() as fd:
+        ta, tb, to, tw, tx = (tensor(fd, t) for t in (a, b, offs, w3, x))
+        fd.add_output(fd.ops.matmul(ta, tb))
+        fd.add_output(fd.ops.grouped_mm(ta, tw, to))
+        fd.add_output(fd.ops.cumsum(tx, 1))
+        fd.add_output(fd.ops.argsort(tx, 1, descending=True, stable=True))
+        values, indices = fd.ops.topk(tx, 10, dim=1, largest=True, sorted=True)
+        fd.add_output(values)
+        fd.add_output(indices)
+    before = stats()
+    mm, gmm, cs, order, values, indices = fd.execute([a, b, offs, w3, x])
+    assert delta(before, "reference_runs") == (0,)
+    torch.testing.assert_close(mm, a @ b, **BF16)
+    torch.testing.assert_close(gmm, torch._grouped_mm(a, w3, offs=offs), **BF16)
+    torch.testing.assert_close(cs, torch.cumsum(x, 1), rtol=1e-4, atol=1e-3)
+    assert torch.equal(order, torch.argsort(x, dim=1, descending=True, stable=True))
+    want_v, want_i = torch.topk(x, 10, dim=1, sorted=True)
+    assert torch.equal(values, want_v) and torch.equal(indices, want_i)
+
+
+def test_scaled_mm_float8_against_eager():
+    a = rand(64, 128, dtype=torch.float32).to(torch.float8_e4m3fn)
+    b = rand(64, 128, dtype=torch.float32).to(torch.float8_e4m3fn).t()  # column-major
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+    with FusionDefinition() as fd:
+        ta, tsa, tsb = tensor(fd, a), tensor(fd, sa), tensor(fd, sb)
+        tb = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float8_e4m3fn,
+                              stride_order=[0, 1])  # fmt: skip
+        out, _, _ = fd.ops.scaled_mm(ta, tb, tsa, tsb, dtype=DataType.BFloat16)
+        fd.add_output(out)
+    (out,) = fd.execute([a, b, sa, sb])
+    want = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
