@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from codegen.cuda_ops import ELEMENT_BYTES
+from codegen.cuda_ops import COMPLEX, ELEMENT_BYTES, RANDOM_STMTS
 from codegen.kernel_ir import Access, PointwiseProgram
 from fusion_cache.frontend.values import TensorInfo
 
@@ -120,6 +120,13 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     (out_shape,) = shapes
     if program.has_alias:
         return "an output is written in place"
+    if any(s.op in RANDOM_STMTS for s in program.stmts):
+        return "random numbers follow the element's index, which the pointwise kernel walks"
+    odd = sorted({repr(d) for d in [*(a.dtype for a in program.accesses),
+                                    *(s.dtype for s in program.stores)]
+                  if d in COMPLEX or ELEMENT_BYTES[d] not in (2, 4, 8)})  # fmt: skip
+    if odd:
+        return f"tiles hold 16-, 32- and 64-bit real values, not {', '.join(odd)}"
     if math.prod(out_shape) == 0:
         return "no elements"
     rank = len(out_shape)

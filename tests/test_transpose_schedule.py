@@ -457,3 +457,18 @@ def test_outputs_through_tiles(monkeypatch):
     # the emulator wrote the second output through its column-major strides
     flat = got[1].view(-1)[:want.numel()].view(want.shape[1], want.shape[0]).t()
     torch.testing.assert_close(flat, (-want).to(BF16))
+
+
+def test_random_numbers_and_bytes_are_not_tiled():
+    with FusionDefinition() as fd:
+        a = tensor(fd, 2, F32)
+        lo, hi = fd.define_scalar(0.0), fd.define_scalar(1.0)
+        noise = fd.ops.uniform(lo, hi, fd.ops.shape(fd.ops.permute(a, [1, 0])))
+        fd.add_output(fd.ops.mul(fd.ops.permute(a, [1, 0]), noise))
+    spec = plan_of(fd, [rand((256, 512))])
+    assert spec.scheduler == "pointwise" and "random numbers" in spec.description
+    with FusionDefinition() as fd2:
+        b = fd2.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Bool)
+        fd2.add_output(fd2.ops.logical_not(fd2.ops.permute(b, [1, 0])))
+    spec = plan_of(fd2, [torch.rand(256, 512) > 0.5])
+    assert spec.scheduler == "pointwise" and "not DataType.Bool" in spec.description
