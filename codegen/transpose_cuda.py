@@ -245,15 +245,22 @@ def render_transpose(program: PointwiseProgram, variant: TransposeVariant) -> st
         L.append("    const idx_t ahead = t + (idx_t)(FC_STAGES - 1) * gridDim.x;")
         L.append("    if (ahead < ntiles) copy_in(ahead, (stage + FC_STAGES - 1) % FC_STAGES);")
         L.append("    fc_cp_async_commit_group();")
-        L.append("    fc_cp_async_wait_groups<FC_STAGES - 1>();")
-        L.append("    __syncthreads();")
     elif staged:
         L.append("    copy_in(t, 0);")
-        L.append("    __syncthreads();")
     L.append(f"    idx_t at, bt, base[{nt}];")
     L.append("    origin(t, at, bt, base);")
-    L += slots(str(blocks), blocks, _block_body(program, v, tensors, modes, tile_chunk, swizzle),
-               "    ")  # fmt: skip
+    # the inputs read along A go to registers before the wait for this tile's copies, so
+    # their loads are in flight beside them; where a thread computes several blocks (values
+    # one at a time) they load block by block, as all of them at once spilled
+    hoisted = -(-blocks // T) == 1
+    if hoisted:
+        L += _direct_loads(program, v, blocks)
+    if staged and copies == "async":
+        L.append("    fc_cp_async_wait_groups<FC_STAGES - 1>();")
+    if staged:
+        L.append("    __syncthreads();")
+    L += slots(str(blocks), blocks, _block_body(program, v, tensors, modes, tile_chunk, swizzle,
+                                                hoisted), "    ")  # fmt: skip
     if through:
         L.append("    __syncthreads();  // the output tiles are written")
         body = [f"const int r = l / {chunks}, c = l % {chunks};",
@@ -273,8 +280,27 @@ def render_transpose(program: PointwiseProgram, variant: TransposeVariant) -> st
     return "\n".join(L) + "\n"
 
 
+def _direct_loads(program: PointwiseProgram, v: TransposeVariant, blocks: int) -> list[str]:
+    """The V x V values of each input read along A for the thread's block, ahead: V vectors
+    along A, one a column (a{i}_v[j])."""
+    A, B = v.dim_a, v.dim_b
+    out = ["    const int l = threadIdx.x;",
+           "    const int r0 = (l % (FC_TA / FC_V)) * FC_V, c = l / (FC_TA / FC_V);",
+           f"    const bool ok = l < {blocks} && at + r0 < n{A} && bt + c * FC_V < n{B};"]  # fmt: skip
+    out = ["    {"] + ["  " + x for x in out]
+    ins = [i for i in range(len(program.accesses)) if v.load_modes[i] == "vec"]
+    decls = [f"    fc_vec<{MEMORY_TYPE[program.accesses[i].dtype]}, FC_V> a{i}_v[FC_V];"
+             for i in ins]  # fmt: skip
+    for i in ins:
+        col = f"(idx_t)(c * FC_V + j) * a{i}_s{B}" if v.live_dims[i][B] else "0"
+        out += ["#pragma unroll",
+                f"      for (int j = 0; j < FC_V; ++j) a{i}_v[j] = fc_load_vec_if<FC_V, "
+                f"{v.load_hint}>(a{i} + (ok ? base[{i}] + r0 + {col} : 0), ok);"]  # fmt: skip
+    return decls + out + ["    }"] if ins else []
+
+
 def _block_body(program: PointwiseProgram, v: TransposeVariant, tensors: list, modes: list,
-                tile_chunk, swizzle) -> list[str]:  # fmt: skip
+                tile_chunk, swizzle, hoisted: bool) -> list[str]:  # fmt: skip
     """The statements of one V x V block: rows r0.., chunk c of the tile."""
     A, B = v.dim_a, v.dim_b
     n_acc = len(program.accesses)
@@ -295,7 +321,7 @@ def _block_body(program: PointwiseProgram, v: TransposeVariant, tensors: list, m
             src = tile_chunk(k, dt, "stage", "r0 + r", "c", keys[swizzle(dt, "r0")])
             body += [f"fc_vec<{mt}, FC_V> a{i}_t[FC_V];", "#pragma unroll",
                      f"for (int r = 0; r < FC_V; ++r) a{i}_t[r] = fc_smem_get<FC_V, {mt}>({src});"]
-        elif modes[k] == "vec":
+        elif modes[k] == "vec" and not hoisted:  # else loaded before the wait (_direct_loads)
             col = f"(idx_t)(c * FC_V + j) * a{i}_s{B}" if v.live_dims[k][B] else "0"
             body += [f"fc_vec<{mt}, FC_V> a{i}_v[FC_V];", "#pragma unroll",
                      f"for (int j = 0; j < FC_V; ++j) a{i}_v[j] = fc_load_vec_hint<FC_V, "
