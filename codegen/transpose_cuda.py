@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE
+from .cuda_ops import ELEMENT_BYTES, MEMORY_TYPE, RANDOM_STMTS, prelude_features, random_setup
 from .kernel_ir import PointwiseProgram
 from .prelude import prelude_source
 from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
@@ -139,8 +139,15 @@ class TransposeVariant:
 def arg_types(program: PointwiseProgram, variant: TransposeVariant) -> tuple[str, ...]:
     idx = "i32" if variant.index_type == "int" else "i64"
     per_tensor = ("ptr",) + (idx,) * variant.rank
+    lin = (idx,) * variant.rank if numbers_elements(program) else ()
     return (per_tensor * (len(program.accesses) + len(program.stores))
-            + (idx,) * (variant.rank + 1) + scalar_arg_types(program))  # fmt: skip
+            + (idx,) * (variant.rank + 1) + lin + scalar_arg_types(program))  # fmt: skip
+
+
+def numbers_elements(program: PointwiseProgram) -> bool:
+    """Whether the statements read each element's linear index (random numbers, Note
+    [Philox numbers]): the kernel then takes the loop's row-major strides too."""
+    return any(s.op in RANDOM_STMTS for s in program.stmts)
 
 
 def render_transpose(program: PointwiseProgram, variant: TransposeVariant) -> str:
@@ -158,7 +165,12 @@ def render_transpose(program: PointwiseProgram, variant: TransposeVariant) -> st
     through = [k for k in range(n_acc, len(tensors)) if modes[k] == "tile"]
     stages = max(v.stages, 1)
 
-    L: list[str] = [prelude_source("core", "math", "tile"), f"#define FC_V {v.vec}",
+    # the loop is the outputs' shape in row-major order; element (r0 + r, c * V + j) of
+    # the tile is number lin0 + ... of it, as the pointwise kernel numbers it
+    define, caches = random_setup(program.stmts, f"lin0 + (idx_t)(r0 + r) * lin_s{A} + "
+                                                 f"(idx_t)(c * FC_V + j) * lin_s{B}")  # fmt: skip
+    features = prelude_features(program.stmts, program.stores)
+    L: list[str] = [prelude_source("core", "math", "tile", *features), *define, f"#define FC_V {v.vec}",
                     f"#define FC_TA {v.tile_a}", f"#define FC_TB {v.tile_b}",
                     f"#define FC_THREADS {T}", f"#define FC_STAGES {stages}", ""]  # fmt: skip
     params: list[str] = []
@@ -167,16 +179,19 @@ def render_transpose(program: PointwiseProgram, variant: TransposeVariant) -> st
         params.append(f"{const}{MEMORY_TYPE[dtype]}* __restrict__ {prefix}{i}")
         params += [f"idx_t {prefix}{i}_s{d}" for d in range(R)]
     params += [f"idx_t n{d}" for d in range(R)] + ["idx_t ntiles"]
+    lin = numbers_elements(program)
+    params += [f"idx_t lin_s{d}" for d in range(R)] if lin else []
     params += scalar_params(program)
     L.append(f"typedef {v.index_type} idx_t;")
     L.append(f'extern "C" __global__ void __launch_bounds__({T}, {v.min_blocks}) {KERNEL_NAME}(')
     L.append("    " + ",\n    ".join(params) + ") {")
     L.append("  extern __shared__ __align__(16) unsigned char fc_smem[];")
+    L.extend("  " + c for c in caches)
     L.append(f"  const idx_t tiles_a = (n{A} + FC_TA - 1) / FC_TA;")
     L.append(f"  const idx_t tiles_b = (n{B} + FC_TB - 1) / FC_TB;")
 
     # tile t's origin along A and B, and each tensor's offset at it
-    nt = len(tensors)
+    nt = len(tensors) + lin  # and the tile's first element number, where random numbers need it
     L.append(f"  auto origin = [&](idx_t t, idx_t& at, idx_t& bt, idx_t (&base)[{nt}]) {{")
     L.append("    idx_t rem = t;")
     L.append("    at = (rem % tiles_a) * FC_TA; rem /= tiles_a;")
@@ -191,6 +206,9 @@ def render_transpose(program: PointwiseProgram, variant: TransposeVariant) -> st
         terms += [f"bt * {prefix}{i}_s{B}"] if live[B] else []
         terms += [f"c{d} * {prefix}{i}_s{d}" for d in outer if live[d]]
         L.append(f"    base[{k}] = {' + '.join(terms) or '0'};")
+    if lin:
+        terms = [f"at * lin_s{A}", f"bt * lin_s{B}"] + [f"c{d} * lin_s{d}" for d in outer]
+        L.append(f"    base[{nt - 1}] = {' + '.join(terms)};")
     L.append("  };")
 
     def tile_chunk(k: int, dtype, stage: str, row: str, chunk: str, key: str) -> str:
@@ -249,6 +267,8 @@ def render_transpose(program: PointwiseProgram, variant: TransposeVariant) -> st
         L.append("    copy_in(t, 0);")
     L.append(f"    idx_t at, bt, base[{nt}];")
     L.append("    origin(t, at, bt, base);")
+    if lin:
+        L.append(f"    const idx_t lin0 = base[{nt - 1}];")
     # the inputs read along A go to registers before the wait for this tile's copies, so
     # their loads are in flight beside them; where a thread computes several blocks (values
     # one at a time) they load block by block, as all of them at once spilled

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from codegen.cuda_ops import COMPLEX, ELEMENT_BYTES, RANDOM_STMTS
+from codegen.cuda_ops import COMPLEX, ELEMENT_BYTES
 from codegen.kernel_ir import Access, PointwiseProgram
 from fusion_cache.frontend.values import TensorInfo
 
@@ -112,7 +112,7 @@ def output_strides(store: Any, shape: Sequence[int]) -> list[int]:
 def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
                profile: Any) -> Tiling | str:  # fmt: skip
     """The tiling for these inputs, or why the fusion is better run untiled."""
-    from codegen.transpose_cuda import SmemTile, TransposeVariant
+    from codegen.transpose_cuda import SmemTile, TransposeVariant, numbers_elements
 
     shapes = {tuple(env[s]) for s in program.output_states}
     if len(shapes) != 1:
@@ -120,8 +120,6 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     (out_shape,) = shapes
     if program.has_alias:
         return "an output is written in place"
-    if any(s.op in RANDOM_STMTS for s in program.stmts):
-        return "random numbers follow the element's index, which the pointwise kernel walks"
     odd = sorted({repr(d) for d in [*(a.dtype for a in program.accesses),
                                     *(s.dtype for s in program.stores)]
                   if d in COMPLEX or ELEMENT_BYTES[d] not in (2, 4, 8)})  # fmt: skip
@@ -234,6 +232,8 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     if not stages:
         held += 3 * -(-tile_a * (tile_b // vec) // threads) * sum(
             1 for k in range(n_acc) if modes[k] == "tile")
+    if numbers_elements(program):  # a Philox cache each and the rounds' temporaries
+        held += 32  # (64 registers spilled 12 bytes for one uniform)
     regs = -(-(24 + held) // 8) * 8
     per_sm = min(profile.max_threads_per_sm // threads, profile.max_blocks_per_sm,
                  profile.smem_per_sm // (smem + profile.smem_reserved_per_block),
@@ -253,6 +253,8 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
                     else ArgRef("output", k - n_acc))  # fmt: skip
         args.extend(s)
     args += [*sizes, tiles]
+    if numbers_elements(program):  # the loop's row-major strides: each element's number
+        args += row_major(sizes)
     args += [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     args += [env[state] for state, _ in program.host_scalars]
     outputs = tuple(OutputSpec(out_shape, st.dtype, None) for st in program.stores)

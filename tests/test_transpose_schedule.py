@@ -459,14 +459,18 @@ def test_outputs_through_tiles(monkeypatch):
     torch.testing.assert_close(flat, (-want).to(BF16))
 
 
-def test_random_numbers_and_bytes_are_not_tiled():
+def test_random_numbers_follow_the_loop_and_bytes_are_not_tiled():
     with FusionDefinition() as fd:
         a = tensor(fd, 2, F32)
         lo, hi = fd.define_scalar(0.0), fd.define_scalar(1.0)
-        noise = fd.ops.uniform(lo, hi, fd.ops.shape(fd.ops.permute(a, [1, 0])))
-        fd.add_output(fd.ops.mul(fd.ops.permute(a, [1, 0]), noise))
-    spec = plan_of(fd, [rand((256, 512))])
-    assert spec.scheduler == "pointwise" and "random numbers" in spec.description
+        at = fd.ops.permute(a, [1, 0])
+        noise = fd.ops.uniform(lo, hi, fd.ops.shape(at), rng_seed=fd.define_scalar(7),
+                               rng_offset=fd.define_scalar(0))  # fmt: skip
+        fd.add_output(fd.ops.mul(at, noise))
+    _, tiling = tiled_plan(fd, [rand((256, 520))])
+    src = executor_for(fd).last_plan.spec.kernels[0].source
+    assert "#define FC_ELEM_INDEX ((unsigned long long)(lin0 + " in src
+    assert list(tiling.args[-2:]) == [256, 1]  # the loop [520, 256]'s row-major strides
     with FusionDefinition() as fd2:
         b = fd2.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Bool)
         fd2.add_output(fd2.ops.logical_not(fd2.ops.permute(b, [1, 0])))

@@ -130,3 +130,21 @@ def test_knobs_keep_the_values(knobs, gen):
     with overriding(knobs):
         close(fd.execute([x, y])[0], x.permute(0, 2, 1) - y)
     tiled(fd)
+
+
+def test_random_numbers_of_a_tiled_fusion_are_the_reference_ones(gen):
+    # each element's numbers follow its index in the loop (Note [Philox numbers]), as the
+    # reference evaluator computes them on the CPU
+    with FusionDefinition() as fd:
+        a = tensor(fd, 2, torch.float32)
+        s, o = fd.define_scalar(dtype=DataType.Int), fd.define_scalar(dtype=DataType.Int)
+        at = fd.ops.permute(a, [1, 0])
+        noise = fd.ops.uniform(-1.0, 1.0, fd.ops.shape(at), rng_seed=s, rng_offset=o)
+        fd.add_output(noise)
+        fd.add_output(fd.ops.mul(at, noise))
+    x = rand((1000, 520), torch.float32, gen)
+    noise, prod = fd.execute([x, 1234, 5])
+    tiled(fd)
+    want_noise, want_prod = fd.execute([x.cpu(), 1234, 5])
+    assert torch.equal(noise.cpu(), want_noise)
+    close(prod.cpu(), want_prod)
