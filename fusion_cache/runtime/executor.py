@@ -101,6 +101,12 @@ class FusionExecutor:
         kernels, refs, slots = [], [], []
         device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
         for launch in spec.kernels:
+            if len(launch.args) != len(launch.arg_types):
+                # a planner's bug, caught where planning ends (on the CPU too, by precompile)
+                # rather than as a launch error, or a fault, on the GPU
+                raise RuntimeError(f"fusion {self.fid}: {launch.name} was planned with "
+                                   f"{len(launch.args)} arguments for {len(launch.arg_types)} "
+                                   f"parameters {launch.arg_types} ({spec.description})")
             if "cuda_kernel" in self.dumps:
                 print(launch.source)
             params = json.dumps({"grid": launch.grid, "block": launch.block, "plan": spec.description})

@@ -136,6 +136,6 @@ def test_scaled_mm_float8_against_eager():
                               stride_order=[0, 1])  # fmt: skip
         out, _, _ = fd.ops.scaled_mm(ta, tb, tsa, tsb, dtype=DataType.BFloat16)
         fd.add_output(out)
-    (out,) = fd.execute([a, b, sa, sb])
+    (out,) = fd.execute([a, sa, sb, b])  # in definition order
     want = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
     torch.testing.assert_close(out, want, rtol=0, atol=0)

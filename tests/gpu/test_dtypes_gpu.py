@@ -34,7 +34,11 @@ def test_float8_cast_bits_match_torch(td, src):
     before = launches()
     (out,) = fd.execute([x])
     assert launches() == before + 1
-    assert torch.equal(out.view(torch.uint8), x.to(td).view(torch.uint8))
+    ours, theirs = out.view(torch.uint8), x.to(td).view(torch.uint8)
+    bad = (ours != theirs).nonzero().flatten()
+    detail = [(float(x[i]), hex(int(x.view(torch.int32)[i]) & 0xFFFFFFFF) if src == torch.float32
+               else None, int(ours[i]), int(theirs[i])) for i in bad[:12].tolist()]  # fmt: skip
+    assert not len(bad), f"{len(bad)} of {len(x)} differ (value, bits, ours, torch): {detail}"
 
 
 @pytest.mark.parametrize("td", FLOAT8, ids=str)

@@ -516,7 +516,7 @@ def test_bad_arguments_raise_launch_error():
     with pytest.raises(LaunchError):
         kernel.launch((1, 1, 1), (32, 1, 1), ("ptr", "ptr", "i64"), (0, 0))  # one missing
     with pytest.raises(LaunchError):
-        kernel.launch((1, 1, 1), (32, 1, 1), ("ptr", "ptr", "u64"), (0, 0, 1))
+        kernel.launch((1, 1, 1), (32, 1, 1), ("ptr", "ptr", "u16"), (0, 0, 1))  # no such type
     with pytest.raises(LaunchError, match="CUDA_ERROR_INVALID_VALUE") as info:
         kernel.launch((1, 1, 1), (2048, 1, 1), ("ptr", "ptr", "i64"), (0, 0, 0))
     assert info.value.result_name == "CUDA_ERROR_INVALID_VALUE"
