@@ -25,10 +25,13 @@ FINISH_NAME = "fc_outer_finish"
 
 def outer_arg_types(program: ReductionProgram, v: OuterVariant, finish: bool) -> tuple[str, ...]:
     idx = "i32" if v.index_type == "int" else "i64"
-    per = ("ptr", idx, idx)
+    # each tensor's kept strides and reduced stride(s); cols and N, and for a middle
+    # reduction the kept runs' sizes but the first and K1 (Note [Middle reductions])
+    per = ("ptr",) + (idx,) * (v.i_rank + 1 + v.k2)
+    sizes = (idx,) * (2 + (v.i_rank - 1 + v.k2 if v.i_rank > 1 or v.k2 else 0))
     scal = scalar_arg_types(program)
     work = ("ptr",) * _work_count(program)
-    return per * (len(program.accesses) + len(program.stores)) + (idx, idx) + work + scal
+    return per * (len(program.accesses) + len(program.stores)) + sizes + work + scal
 
 
 def _work_count(program: ReductionProgram) -> int:
