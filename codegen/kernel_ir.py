@@ -27,6 +27,9 @@ class Access:
     dim_map: tuple[int | None, ...]
     dtype: DataType
     frames: tuple[ReshapeFrame, ...] = ()  # the reshapes it is read through, innermost last
+    # Note [Index accesses]: "iota" reads no memory; its value is the element's index along
+    # the tensor's one dim (offset from the strides a plan gives it), input_pos is -1
+    virtual: str = ""
 
     @property
     def loop_map(self) -> tuple[int | None, ...]:
@@ -50,6 +53,8 @@ class Store:
     state: int
     dtype: DataType
     alias_input: int | None  # input position written in place
+    # the memory order a fresh output is written in (Note [Output layouts]); (): row-major
+    stride_order: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,11 @@ class PointwiseVariant:
 def arg_types(program: PointwiseProgram, variant: PointwiseVariant) -> tuple[str, ...]:
     idx = "i32" if variant.index_type == "int" else "i64"
     per_tensor = ("ptr",) + (idx,) * variant.rank
+    per_index = (idx,) * variant.rank  # Note [Index accesses]: strides, no pointer
     scalars = scalar_arg_types(program)
-    return (per_tensor * (len(program.accesses) + len(program.stores))
-            + (idx,) * (variant.rank + 1) + scalars)  # fmt: skip
+    tensors = [per_index if a.virtual else per_tensor for a in program.accesses]
+    tensors += [per_tensor] * len(program.stores)
+    return tuple(t for group in tensors for t in group) + (idx,) * (variant.rank + 1) + scalars
 
 
 def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> str:
@@ -63,7 +65,8 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     for prefix, i, dtype, readonly in tensors:
         const = "const " if readonly else ""
         restrict = " __restrict__" if not program.has_alias else ""
-        params.append(" ".join((f"{const}{MEMORY_TYPE[dtype]}*{restrict}", f"{prefix}{i}")))
+        if not (prefix == "a" and program.accesses[i].virtual):
+            params.append(" ".join((f"{const}{MEMORY_TYPE[dtype]}*{restrict}", f"{prefix}{i}")))
         params += [f"idx_t {prefix}{i}_s{d}" for d in range(R)]
     params += [f"idx_t n{d}" for d in range(R)] + ["idx_t numel"]
     params += scalar_params(program)
@@ -134,6 +137,8 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
 
 def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt) -> str:
     def load(i: int) -> str:
+        if program.accesses[i].virtual:  # Note [Index accesses]: the element's index
+            return f"(long long)(a{i}_off[u] + j * a{i}_s{variant.rank - 1})"
         mode = variant.load_modes[i]
         if mode == "vec":
             return f"a{i}_v[u][j]"

@@ -29,6 +29,7 @@ _EXPORTS = {
     "compute_contiguity": "fusion_cache.frontend.layout",
     "compute_tensor_descriptor": "fusion_cache.frontend.layout",
     "from_torchscript": "fusion_cache.frontends",
+    "install_as_nvfuser": "fusion_cache.frontend.nvfuser_compat",
     "register_backend": "fusion_cache.frontends",
 }
 

@@ -57,6 +57,8 @@ class OutputSpec:
     shape: tuple[int, ...]
     dtype: Any  # DataType
     alias_input: int | None = None
+    # a fresh output allocated with these strides (Note [Output layouts]); None: contiguous
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, is_inte
 from fusion_cache.frontend.ops.table import OPS, promoted_dtype
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import ScalarInfo, TensorInfo
+from fusion_cache.ir.output_layout import output_stride_orders, strides_for
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major, vector_ok
@@ -147,6 +148,8 @@ class _Lowering:
             fill = self.scalar(rec.kw("fill_value"))
             dt = rec.kw("dtype")
             return self.emit(dt, "cast", (fill,), compute=dt)
+        if name == "iota":
+            return self.iota(rec, out_map, index)
         raise SchedulerRefused(f"{name} ({rec.outputs[0]}) is not a pointwise op")
 
     def elementwise(self, rec: Record, out_map: tuple) -> str:
@@ -193,6 +196,19 @@ class _Lowering:
     def loop_rank(self, out_map: tuple) -> int:
         """The rank of the loop a value is read in (the outputs' rank here)."""
         return len(out_map)
+
+    def iota(self, rec: Record, out_map: tuple, index: int | None) -> str:
+        """start + i * step, i the element's index along the iota's dim (Note [Index
+        accesses]): an access of no tensor, whose offset the plan's strides make the index."""
+        if self.frame:
+            raise SchedulerRefused(f"iota ({rec.outputs[0]}) read through a reshape")
+        state = rec.outputs[0].index
+        dt = self.info(state).dtype
+        self.accesses.append(Access(-1, state, tuple(out_map), DataType.Int, (), "iota"))
+        i = self.emit(DataType.Int, "load", (len(self.accesses) - 1,))
+        _, start, step = rec.args
+        scaled = self.emit(dt, "mul", (i, self.scalar(step)), compute=dt)
+        return self.emit(dt, "add", (scaled, self.scalar(start)), compute=dt)
 
     def reshaped(self, rec: Record, out_map: tuple) -> str:
         """The reshape's output read through `out_map`: its source, lowered in its own dims
@@ -262,14 +278,12 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
     low = _Lowering(fd, producers, input_pos)
     loop = tuple(range(rank))
     stores = []
-    for r in outs:
+    for r, order in zip(outs, output_stride_orders(fd)):
         idx = r.args[0].index
-        if r.kw("stride_order"):
-            raise SchedulerRefused(f"output {r.args[0]} asks for stride order {r.kw('stride_order')}")
         var = low.tensor(idx, loop)
         alias = r.kw("alias_input")
         stores.append(Store(var, idx, fd._infos[idx].dtype,
-                            None if alias is None else input_pos[alias.index]))  # fmt: skip
+                            None if alias is None else input_pos[alias.index], order))  # fmt: skip
     return PointwiseProgram(
         loop_rank=rank,
         accesses=tuple(low.accesses),
@@ -281,6 +295,22 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
         has_alias=any(s.alias_input is not None for s in stores),
         views=tuple(low.views.items()),
     )
+
+
+class _IndexSpace:
+    """What an index access (Note [Index accesses]) reads: its dim's extent, stride 1."""
+
+    def __init__(self, extent: int) -> None:
+        self.shape = (extent,)
+
+    def stride(self, d: int) -> int:
+        return 1
+
+
+def _accessed(values: Sequence[Any], access: Access, env: dict) -> Any:
+    if access.virtual:
+        return _IndexSpace(int(env[access.state][0]))
+    return values[access.input_pos]
 
 
 def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
@@ -302,9 +332,9 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         raise SchedulerRefused(f"outputs have different shapes {sorted(shapes_out)}")
     out_shape = shapes_out.pop()
     rank = len(out_shape)
-    seen = [resolve_access(values[a.input_pos], a, env) for a in program.accesses]
+    seen = [resolve_access(_accessed(values, a, env), a, env) for a in program.accesses]
     strides = [access_strides(t, m, rank) for t, m in seen]
-    ptrs = [values[a.input_pos].data_ptr() for a in program.accesses]
+    ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() for a in program.accesses]
     outputs = []
     for st in program.stores:
         if st.alias_input is not None:
@@ -313,22 +343,32 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
                 raise SchedulerRefused(f"output {st.state} has shape {out_shape}, its alias {list(t.shape)}")
             strides.append([t.stride(d) if t.shape[d] != 1 else 0 for d in range(rank)])
             ptrs.append(t.data_ptr())
+            outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
+        elif st.stride_order:
+            # Note [Output layouts]: stored through the order's strides, in the kernel
+            dense = strides_for(out_shape, st.stride_order)
+            strides.append([0 if n == 1 else x for n, x in zip(out_shape, dense)])
+            ptrs.append(0)
+            outputs.append(OutputSpec(out_shape, st.dtype, None, tuple(dense)))
         else:
             strides.append(row_major(out_shape))
             ptrs.append(0)  # fresh allocations are aligned
-        outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
+            outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
     numel = math.prod(out_shape)
     notes = describe_views(program.views, env)
     if numel == 0:
         return LaunchSpec(NAME, tuple(outputs), (), (), "empty" + notes)
     sizes, strides = collapse(list(out_shape), strides)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
-    vec = vector_width([dt for dt, s in zip(dtypes, strides) if s[-1] != 0])
+    virtual = [a.virtual for a in program.accesses] + [""] * len(program.stores)
+    vec = vector_width([dt for dt, s, v in zip(dtypes, strides, virtual) if s[-1] != 0 and not v])
     while vec > 1 and sizes[-1] % vec:
         vec //= 2
     modes = []
-    for dt, s, ptr in zip(dtypes, strides, ptrs):
-        if s[-1] == 0:
+    for dt, s, ptr, v in zip(dtypes, strides, ptrs, virtual):
+        if v:
+            modes.append("strided")  # Note [Index accesses]: the offset is the value
+        elif s[-1] == 0:
             modes.append("bcast")
         elif vector_ok(ptr, dt, vec, s[-1], s[:-1]):
             modes.append("vec")
@@ -355,7 +395,8 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     args: list = []
     for k, s in enumerate(strides):
         if k < n_acc:
-            args.append(ArgRef("input", program.accesses[k].input_pos))
+            if not program.accesses[k].virtual:
+                args.append(ArgRef("input", program.accesses[k].input_pos))
         else:
             args.append(ArgRef("output", k - n_acc))
         args.extend(s)

@@ -56,6 +56,7 @@ def cpu_as_gpu(monkeypatch):
     monkeypatch.setattr(executor.FusionExecutor, "plan", plan)
     monkeypatch.setattr(executor.FusionExecutor, "launch", launch)
     monkeypatch.setattr(execute, "_on_gpu", lambda values: True)
+    monkeypatch.setattr(executor, "home_device", lambda values: 0)  # no CUDA to ask
 
 
 def test_a_segment_without_a_scheduler_is_named_once(cpu_as_gpu):

@@ -128,4 +128,6 @@ def test_dev_zero_is_not_read(fresh_store):
                           preexec_fn=limit, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     word, peak_mib = done.stdout.split()
-    assert word == "ok" and int(peak_mib) < 500, done.stdout  # bounded by the recorded size
+    # bounded by the recorded size: an unbounded read would pass the 2 GiB limit; the
+    # interpreter alone took up to 530 MiB on a loaded machine
+    assert word == "ok" and int(peak_mib) < 1024, done.stdout

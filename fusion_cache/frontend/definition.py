@@ -13,12 +13,19 @@ from .layout import is_default_stride_order
 from .ops import Operators
 from .printer import python_definition
 from .records import END, Record, Ref
+from .run_options import PLAIN, ExecuteOptions
 from .trie import FusionCache, TrieNode
 from .values import HANDLE_TYPES, ScalarInfo, Tensor, TensorInfo, VectorInfo, _Handle
 
 
-class FusionDefinitionError(ValueError):
-    """Misuse of a definition's lifecycle (ops after closing, executing an undefined fusion)."""
+class FusionDefinitionError(ValueError, RuntimeError):
+    """Misuse of a definition's lifecycle (ops after closing, executing an undefined fusion).
+    Also a RuntimeError: nvFuser raises that, and clients catch it."""
+
+
+class UndefinedFusionError(FusionDefinitionError, NotImplementedError):
+    """Executing or inspecting a FusionDefinition that was never defined; nvFuser raises
+    NotImplementedError there (its definition() is not implemented)."""
 
 
 _OPEN, _CLOSED, _NEW, _FAILED = "open", "closed", "new", "failed"
@@ -61,7 +68,11 @@ class FusionDefinition:
         self.ops = Operators(self)
         self.segments: list[FusionDefinition] = []
         self.segment_index_space_maps: dict = {}
-        self._last_run: Any = None
+        self._last_report: Any = None  # RunReport of the last execute that asked for one
+        self._profiled = False
+        self.last_input_reproducers: list | None = None
+        self._user_schedule = _user_schedule_of(type(self))
+        self._counted = True  # a user's fusion (FusionCache.num_fusions), not a segment's
         if isinstance(id, Fusion):
             id._fd = self
         elif id is not None:
@@ -92,7 +103,8 @@ class FusionDefinition:
     def _finalize_definition(self) -> None:
         node = self._cache.step(self._cursor, END)
         records = tuple(self._records)
-        self._fid = self._cache.finalize(node, records, lambda: python_definition(records, None))
+        self._fid = self._cache.finalize(node, records, lambda: python_definition(records, None),
+                                         counted=self._counted)  # fmt: skip
         self._state = _CLOSED
         from .options import dump_enabled
 
@@ -103,25 +115,29 @@ class FusionDefinition:
         if self._state != _OPEN:
             what = "closed" if self._state == _CLOSED else "not open"
             raise FusionDefinitionError(
-                f"this FusionDefinition is {what}: add definitions and ops inside "
+                ("Attempting to add to a completed definition! " if what == "closed" else "")
+                + f"This FusionDefinition is {what}: add definitions and ops inside "
                 "`with FusionDefinition() as fd:` (or in definition())"
             )
 
     def _ensure_defined(self) -> None:
         if self._state == _CLOSED:
             return
-        if self._state == _NEW and type(self).definition is not FusionDefinition.definition:
+        if self._state in (_NEW, _FAILED) and type(self) is not FusionDefinition:
+            # a subclass defines itself on first use; one whose definition() failed tries
+            # again, and one without definition() says so, as nvFuser does
             with self:
                 self.definition()
             return
-        raise FusionDefinitionError(
-            "this FusionDefinition has no complete definition yet: define it in a "
-            "`with` block, implement definition(), or bind an id with FusionDefinition(fid)"
+        raise UndefinedFusionError(
+            "Invalid fusion definition! This FusionDefinition has no complete definition yet: "
+            "define it in a `with` block, implement definition(), or bind an id with "
+            "FusionDefinition(fid)"
         )
 
     def definition(self) -> None:
         """Subclasses override this to define their fusion."""
-        raise NotImplementedError
+        raise NotImplementedError("definition() should be implemented by child class!")
 
     def _replay(self, records: Sequence[Record]) -> None:
         from .replay import replay_records
@@ -165,7 +181,7 @@ class FusionDefinition:
     # ---- inputs ---------------------------------------------------------------------------
 
     def define_tensor(self, *args: Any, **kwargs: Any) -> Tensor:
-        from .tensor_forms import canonical_tensor
+        from .tensor_forms import canonical_tensor, logical_contiguity
 
         shape, contiguity, dtype, is_cpu, stride_order = canonical_tensor(args, kwargs)
         record = Record(
@@ -174,7 +190,8 @@ class FusionDefinition:
                     ("is_cpu", is_cpu), ("stride_order", stride_order)),  # fmt: skip
             outputs=self._next_refs("T"),
         )
-        info = TensorInfo(dtype, shape, contiguity, stride_order, is_cpu, is_input=True)
+        info = TensorInfo(dtype, shape, logical_contiguity(contiguity, stride_order), stride_order,
+                          is_cpu, is_input=True)  # fmt: skip
         return self._apply(record, lambda: [info])
 
     def from_pytorch(self, tensor: torch.Tensor, static_sizes: bool = False) -> Tensor:
@@ -235,6 +252,13 @@ class FusionDefinition:
     # ---- outputs --------------------------------------------------------------------------
 
     def add_output(self, output: Any, alias_input: Any = None, stride_order: Any = None) -> None:
+        """Mark `output` as a result. `alias_input=t`: write it into input `t` in place
+        instead (nothing is returned for it). `stride_order=[...]` (also the second
+        positional argument, as in nvFuser): return it laid out in that memory order."""
+        if isinstance(alias_input, (list, tuple)):  # add_output(t, [2, 0, 1])
+            if stride_order is not None:
+                raise TypeError("add_output: stride_order given twice")
+            alias_input, stride_order = None, alias_input
         if not isinstance(output, _Handle):
             raise TypeError(f"add_output: output must be a Tensor or Scalar of this definition, got {output!r}")
         ref = self.ops._ref(output, "add_output", "output", "TS")
@@ -246,8 +270,15 @@ class FusionDefinition:
         order = tuple(stride_order) if stride_order else ()
         if order:
             rank = self._infos[ref.index].ndim if ref.kind == "T" else 0
-            if sorted(order) != list(range(rank)):
-                raise ValueError(f"add_output: stride_order {list(order)} is not a permutation of {rank} dims")
+            if len(order) != rank:
+                raise ValueError("add_output: stride_order needs to be either empty or the same "
+                                 f"length of Tensor `output` (got {list(order)}, rank {rank})")  # fmt: skip
+            if any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < rank for v in order):
+                raise ValueError(f"add_output: stride_order elements need to be within [0, {rank}) "
+                                 f"(got {list(order)})")  # fmt: skip
+            if len(set(order)) != rank:
+                raise ValueError(f"add_output: duplicated elements in stride_order detected! "
+                                 f"(got {list(order)})")  # fmt: skip
             if is_default_stride_order(order):
                 order = ()
         kwargs = (("alias_input", alias), ("stride_order", order))
@@ -272,6 +303,17 @@ class FusionDefinition:
 
     def inputs(self) -> list[int]:
         return [r.index for r in self.input_refs()]
+
+    def extents(self) -> list[int]:
+        """Ids for the extents of the input tensors, one a dim in input order, numbered
+        after the definition's states: with inputs() they index a run's arguments and
+        their sizes, as in nvFuser (`inputs() + extents()` ~ `args + sizes`)."""
+        base = len(self._infos)
+        ids = []
+        for ref in self.input_refs():
+            if ref.kind == "T":
+                ids.extend(range(base + len(ids), base + len(ids) + self._infos[ref.index].ndim))
+        return ids
 
     def output_records(self) -> list[Record]:
         return [r for r in self._records if r.kind == "output"]
@@ -304,13 +346,72 @@ class FusionDefinition:
 
     def execute(self, inputs: Sequence[Any], *, device: Any = None,
                 override_user_schedule: bool = False, capture_debug_output: bool = False,
-                print_repro: bool = False, profile: bool = False,
-                _enable_options: Sequence[str] = (), _disable_options: Sequence[str] = (),
-                ) -> list[torch.Tensor]:  # fmt: skip
-        """Run the fusion on `inputs` (tensors and Python scalars, in definition order)."""
+                print_repro: bool = False, profile: bool = False, save_repro_inputs: bool = False,
+                _enable_options: Sequence[str] | None = (),
+                _disable_options: Sequence[str] | None = ()) -> list[torch.Tensor]:  # fmt: skip
+        """Run the fusion on `inputs` (tensors and Python scalars, in definition order).
+
+        device: the CUDA device (index, 'cuda:N' or torch.device) to run on; needed only when
+        no input tensor says it. capture_debug_output: keep what the run prints (the
+        FUSION_CACHE_DUMP knobs) for `debug_output()`. profile: time each kernel with CUDA
+        events for `profile()`. print_repro: print `repro_script_for(inputs)`.
+        save_repro_inputs: keep the inputs' layouts for `last_repro_script()`.
+        override_user_schedule: run a definition whose class defines `schedule()` (which is
+        refused otherwise) with the automatic schedule. _enable_options/_disable_options:
+        nvFuser's option names (Note [Run options] in run_options.py)."""
         if self._state != _CLOSED:
             self._ensure_defined()
-        return engine().execute(self, inputs, device)
+        if not (device is not None or capture_debug_output or profile or _enable_options
+                or _disable_options or save_repro_inputs or print_repro or self._user_schedule):
+            self._last_report = None
+            self._profiled = False
+            return engine().execute(self, inputs, PLAIN)
+        if self._user_schedule and not override_user_schedule:
+            raise FusionDefinitionError(
+                f"{type(self).__name__} defines {self._user_schedule}(): fusion-cache schedules "
+                "every fusion itself and runs no user schedule; remove it, or pass "
+                "execute(..., override_user_schedule=True) to run the automatic schedule"
+            )
+        if save_repro_inputs:
+            from .repro import InputReproducer
+
+            self.last_input_reproducers = [InputReproducer(v) for v in inputs]
+        if print_repro:
+            print(self.repro_script_for(inputs))
+        options = ExecuteOptions.build(device, capture_debug_output, profile, _enable_options,
+                                       _disable_options)  # fmt: skip
+        self._profiled = options.profile
+        self._last_report = options.report
+        return engine().execute(self, inputs, options)
+
+    def debug_output(self) -> str | None:
+        """What the last execute printed, if it passed capture_debug_output=True; else None."""
+        report = self._last_report
+        return None if report is None else report.debug_output
+
+    def profile(self) -> Any:
+        """The FusionProfile of the last execute, which must have passed profile=True: per
+        kernel its name, scheduler, time from CUDA events, bytes moved and bandwidth."""
+        if not self._profiled or self._last_report is None or self._last_report.profile is None:
+            raise ValueError(
+                "The execute() method was not previously called with profiling enabled!"
+            )
+        return self._last_report.profile
+
+    def repro_script_for(self, inputs: Sequence[Any] | None = None) -> str:
+        """A runnable script: this definition, and inputs of the same shapes, strides,
+        dtypes and devices as `inputs` (random values in their range)."""
+        from .repro import repro_script
+
+        self._ensure_defined()
+        return repro_script(self, inputs)
+
+    def last_repro_script(self) -> str:
+        if self.last_input_reproducers is None:
+            raise FusionDefinitionError(
+                "last_repro_script() needs a previous execute(inputs, save_repro_inputs=True)"
+            )
+        return self.repro_script_for(self.last_input_reproducers)
 
     # ---- ahead of time and debugging -------------------------------------------------------
 
@@ -343,6 +444,38 @@ class FusionDefinition:
     def last_scheduled_fusion_ir(self, tensor_transforms: bool = False, **kwargs: Any) -> str:
         self._ensure_defined()
         return engine().last_scheduled_fusion_ir(self)
+
+    def scheduled_fusion_ir_for(self, inputs: Sequence[Any], tensor_transforms: bool = False,
+                                target: Any = None, **kwargs: Any) -> str:  # fmt: skip
+        """The scheduled Fusion IR (scheduler, plan, kernels) for these inputs, planned and
+        compiled without running (meta or CPU tensors may stand in for CUDA ones; `target`
+        a GPU profile such as 'h100', default the current GPU, else h100)."""
+        if target is None and not torch.cuda.is_available():
+            target = "h100"
+        self.precompile(inputs, target)
+        return engine().last_scheduled_fusion_ir(self)
+
+    def validate(self, inputs: Sequence[Any], reference_outputs: Sequence[Any] | None = None,
+                 **kwargs: Any) -> None:  # fmt: skip
+        """Execute on `inputs` and check the outputs against `reference_outputs` (default: the
+        reference evaluator on CPU copies), with tolerances by dtype, widened by the
+        square root of the largest reduction's size; raises AssertionError on a mismatch."""
+        from .tolerances import check_outputs
+
+        clones = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
+        outputs = self.execute(inputs, **kwargs)
+        if reference_outputs is None:
+            cpu = [v.cpu() if isinstance(v, torch.Tensor) else v for v in clones]
+            reference_outputs = self.execute(cpu)
+        check_outputs(self, list(outputs), list(reference_outputs), inputs)
+
+
+def _user_schedule_of(cls: type) -> str | None:
+    """The name of a user schedule a FusionDefinition subclass defines, if any."""
+    for name in ("schedule", "multidevice_schedule"):
+        if callable(getattr(cls, name, None)):
+            return name
+    return None
 
 
 def _is_input_record(r: Record) -> bool:

@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .definition import FusionDefinition
+    from .run_options import ExecuteOptions
 
 
 class Engine(Protocol):
-    def execute(self, fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list:
+    def execute(self, fd: FusionDefinition, inputs: Sequence[Any],
+                options: ExecuteOptions) -> list:  # fmt: skip
         """Run the fusion on `inputs`: generated kernels for CUDA inputs, the reference
-        evaluator for CPU ones."""
+        evaluator for CPU ones. `options` carries execute's keyword arguments; a run that
+        asked for a report (debug output, profile) files it in `options.report`."""
 
     def precompile(self, fd: FusionDefinition, inputs: Sequence[Any], target: Any) -> list:
         """Schedule and compile for `inputs` without running; the kernels' refs."""

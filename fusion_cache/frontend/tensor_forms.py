@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .dtypes import DataType, check_dtype
-from .layout import compute_tensor_descriptor, is_default_stride_order
+from .layout import allocation_order, compute_tensor_descriptor, is_default_stride_order
 
 _KNOWN = {
     "shape", "contiguity", "dtype", "is_cpu", "stride_order", "symbolic_sizes", "contiguous",
@@ -23,7 +23,11 @@ def _int_list(value: Any, what: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _contiguity(value: Any, shape: tuple[int, ...], what: str) -> tuple[bool | None, ...]:
+def _contiguity(value: Any, shape: tuple[int, ...], what: str,
+                order: tuple[int, ...] = ()) -> tuple[bool | None, ...]:  # fmt: skip
+    """Contiguity flags in allocation order (Note [Contiguity in allocation order]); None
+    for a size-1 dim, and None on a dim of another size marks an expanded broadcast (read
+    with stride 0)."""
     n = len(shape)
     if value is None:
         flags: list = [False] * n
@@ -37,18 +41,24 @@ def _contiguity(value: Any, shape: tuple[int, ...], what: str) -> tuple[bool | N
         flags = list(value)
     else:
         raise TypeError(f"define_tensor: {what} must be a bool or a list, got {value!r}")
+    alloc = allocation_order(order, n)
     out: list[bool | None] = []
-    for d, (size, flag) in enumerate(zip(shape, flags)):
-        if size == 1:
+    for pos, flag in enumerate(flags):
+        if shape[alloc[pos]] == 1 or (flag is None and not isinstance(value, bool)):
             out.append(None)  # a broadcast dim has no contiguity
-        elif flag is None:
-            raise ValueError(
-                f"define_tensor: {what}[{d}] is None but dim {d} (size {size}) is not a broadcast dim"
-            )
         elif not isinstance(flag, bool):
-            raise TypeError(f"define_tensor: {what}[{d}] must be True, False or None, got {flag!r}")
+            raise TypeError(f"define_tensor: {what}[{pos}] must be True, False or None, got {flag!r}")
         else:
             out.append(flag)
+    return tuple(out)
+
+
+def logical_contiguity(contiguity: tuple, order: tuple[int, ...]) -> tuple[bool | None, ...]:
+    """Contiguity in allocation order -> per logical dim."""
+    n = len(contiguity)
+    out: list[bool | None] = [None] * n
+    for pos, d in enumerate(allocation_order(order, n)):
+        out[d] = contiguity[pos]
     return tuple(out)
 
 
@@ -98,9 +108,8 @@ def canonical_tensor(args: tuple, kwargs: dict) -> tuple:
         static = bool(kw.get("static_sizes", False))
         shape = tuple(s if (s == 1 or static) else -1 for s in sizes)
         contiguity, order = compute_tensor_descriptor(sizes, strides)
-        return shape, _contiguity(contiguity, shape, "contiguity"), dtype, is_cpu, _stride_order(
-            order, len(shape)
-        )
+        order = _stride_order(order, len(shape))
+        return shape, _contiguity(contiguity, shape, "contiguity", order), dtype, is_cpu, order
     if "symbolic_sizes" in kw:
         shape = _int_list(kw["symbolic_sizes"], "symbolic_sizes")
         what, flags = "contiguous", kw.get("contiguous")
@@ -112,8 +121,8 @@ def canonical_tensor(args: tuple, kwargs: dict) -> tuple:
     for d, s in enumerate(shape):
         if s < -1:
             raise ValueError(f"define_tensor: shape[{d}] = {s}; use -1 for a symbolic size")
-    contiguity = _contiguity(flags, shape, what)
-    return shape, contiguity, dtype, is_cpu, _stride_order(kw.get("stride_order"), len(shape))
+    order = _stride_order(kw.get("stride_order"), len(shape))
+    return shape, _contiguity(flags, shape, what, order), dtype, is_cpu, order
 
 
 def _row_major(sizes: tuple[int, ...]) -> list[int]:

@@ -36,10 +36,14 @@ class FusionCache:
     _singleton: FusionCache | None = None
     _singleton_lock = threading.Lock()
 
-    def __init__(self, store: Any = None) -> None:
+    def __init__(self, store: Any = None, max_fusions: int = 16384) -> None:
         self.root = TrieNode(None)
         self._lock = threading.RLock()
         self._by_id: dict[int, TrieNode] = {}
+        # the fusions users defined (num_fusions); segments' definitions are not among them
+        self._user_ids: set[int] = set()
+        self.max_fusions = max_fusions
+        self.selected_device: int | None = None
         self._store = store
         self.executors: dict[int, Any] = {}  # fusion id -> GPU executor (gpu_runtime)
         self.counters: dict[str, int] = {
@@ -57,13 +61,27 @@ class FusionCache:
     # ---- the process-wide instance ----------------------------------------------------
 
     @classmethod
-    def get(cls) -> FusionCache:
+    def get(cls, max_fusions: int | None = None, selected_device: int | None = None,
+            load_from_default_workspace: bool = True) -> FusionCache:  # fmt: skip
+        """The process-wide cache. `max_fusions` bounds how many fusions it holds (nvFuser's
+        default 16384); `selected_device` is kept for clients that read it back. Fusions
+        always load from the persistent store, so load_from_default_workspace=False only
+        means nothing beyond that."""
         inst = cls._singleton
         if inst is None:
             with cls._singleton_lock:
                 if cls._singleton is None:
-                    cls._singleton = cls()
+                    cls._singleton = cls(max_fusions=16384 if max_fusions is None else max_fusions)
                 inst = cls._singleton
+        if max_fusions is not None:
+            if isinstance(max_fusions, bool) or not isinstance(max_fusions, int) or max_fusions < 1:
+                raise ValueError(f"FusionCache.get: max_fusions must be a positive int, got {max_fusions!r}")
+            if max_fusions < inst.num_fusions():
+                raise ValueError("The max fusions is set less than the number of fusions in the "
+                                 f"cache ({max_fusions} < {inst.num_fusions()}).")  # fmt: skip
+            inst.max_fusions = max_fusions
+        if selected_device is not None:
+            inst.selected_device = selected_device
         return inst
 
     @classmethod
@@ -111,11 +129,17 @@ class FusionCache:
         with self._lock:
             node.error = (type(error), str(error))
 
-    def finalize(self, node: TrieNode, records: tuple[Record, ...], python_text: Any) -> int:
-        """Give the end node its fusion id (from the store) and remember the path."""
+    def finalize(self, node: TrieNode, records: tuple[Record, ...], python_text: Any,
+                 counted: bool = True) -> int:  # fmt: skip
+        """Give the end node its fusion id (from the store) and remember the path. `counted`:
+        a user's definition (num_fusions), not a segment's."""
         if node.fusion_id is not None:
+            if counted and node.fusion_id not in self._user_ids:
+                self._count_user(node.fusion_id)
             return node.fusion_id
         with self._lock:
+            if counted and len(self._user_ids) >= self.max_fusions:
+                self._count_user(-1)  # raises
             if node.fusion_id is None:
                 fid = self.store.fusion_id_for(
                     definition_key(records), records_to_json(records), python_text()
@@ -123,7 +147,20 @@ class FusionCache:
                 node.records = records
                 node.fusion_id = fid
                 self._by_id[fid] = node
+            if counted:
+                self._count_user(node.fusion_id)
             return node.fusion_id
+
+    def _count_user(self, fid: int) -> None:
+        with self._lock:
+            if fid not in self._user_ids and len(self._user_ids) >= self.max_fusions:
+                raise RuntimeError(
+                    f"The number of fusions in nvfuser has exceeded {self.max_fusions} fusions. "
+                    "The max_fusions for the FusionCache might need to be increased if the max "
+                    "number is not being exceeded due to an error "
+                    "(FusionCache.get(max_fusions=...))."
+                )
+            self._user_ids.add(fid)
 
     def records_for(self, fid: int) -> tuple[Record, ...]:
         node = self._by_id.get(fid)
@@ -146,7 +183,38 @@ class FusionCache:
         self.counters[name] = self.counters.get(name, 0) + n
 
     def num_fusions(self) -> int:
-        return len(self._by_id)
+        """The fusions users defined, not the segments made from them."""
+        return len(self._user_ids)
+
+    # ---- nvFuser's serialization, as the store's bundles ------------------------------------
+
+    def serialize(self, filename: str) -> None:
+        """Write this cache's fusions, with their plans and kernels, to a bundle file (the
+        store keeps them anyway; this is for moving them to another store)."""
+        from fusion_cache.store.bundle import export_bundle
+
+        export_bundle(self.store, filename, fusion_ids=set(self._user_ids))
+
+    def deserialize(self, filename: str) -> None:
+        """Merge a bundle written by serialize (or `fusion-cache export`) into the store and
+        walk its fusions into this cache, so that defining one again finds it."""
+        import json
+        import zipfile
+
+        from fusion_cache.store.bundle import MANIFEST, import_bundle
+
+        from .records import END
+
+        import_bundle(self.store, filename)
+        with zipfile.ZipFile(filename) as zf:
+            fusions = json.loads(zf.read(MANIFEST))["fusions"]
+        for f in fusions:
+            records = tuple(records_from_json(f["records_json"]))
+            node = self.root
+            for r in records:
+                node = self.step(node, r)
+            node = self.step(node, END)
+            self.finalize(node, records, lambda f=f: f["python_definition"])
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"num_fusions": self.num_fusions()}

@@ -73,11 +73,20 @@ def _check_strides(where: str, info: TensorInfo, sizes, strides) -> None:
     for d in inner_to_outer:
         if sizes[d] == 1:
             continue  # any stride describes a size-1 dim
+        if info.contiguity[d] is None:
+            # an expanded broadcast: one element read for every index along the dim
+            if strides[d] != 0:
+                raise ValueError(
+                    f"{where}: dim {d} is declared an expanded broadcast (contiguity None, "
+                    f"size {sizes[d]}) but has stride {strides[d]}, not 0; strides are "
+                    f"{list(strides)}"
+                )
+            continue
         if info.contiguity[d] and strides[d] != expected:
             raise ValueError(
                 f"{where}: dim {d} has stride {strides[d]} but the declared contiguity "
-                f"{list(info.contiguity)} (stride order {list(order)}) needs {expected}; "
-                f"strides are {list(strides)}"
+                f"(per dim {list(info.contiguity)}, stride order {list(order)}) needs "
+                f"{expected}; strides are {list(strides)}"
             )
         expected = strides[d] * sizes[d]
 

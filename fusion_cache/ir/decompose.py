@@ -17,7 +17,7 @@ from fusion_cache.frontend.records import Record
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
 
-COMPOSITES = {"batch_norm"}
+COMPOSITES = {"batch_norm", "stride_order", "triu"}
 
 
 def has_composites(fd: FusionDefinition) -> bool:
@@ -34,10 +34,21 @@ def expand_composites(fd: FusionDefinition) -> FusionDefinition:
     from .subfusion import ScratchDefinition
 
     late_outputs: list = []  # in-place statistics updates, added after the user's outputs
+    ordered: dict[int, tuple] = {}  # stride_order results (new state index) -> their order
 
     def rewrite(new: Any, r: Record, args: list, kwargs: dict) -> Any:
         if r.kind == "op" and r.name == "batch_norm" and kwargs["training"] is True:
             return _batch_norm(new, args, kwargs["channels_last"], late_outputs)
+        if r.kind == "op" and r.name == "stride_order":
+            # Note [Output layouts]: the same values; the order travels to the output
+            made = new.ops.set(args[0])
+            ordered[made.index] = tuple(kwargs["stride_order"])
+            return made
+        if r.kind == "op" and r.name == "triu":
+            return _triu(new, args[0], kwargs["diagonal"])
+        if r.kind == "output" and not kwargs["stride_order"] and args[0].index in ordered:
+            new.add_output(args[0], kwargs["alias_input"], stride_order=ordered[args[0].index])
+            return ()
         if r.kind == "end":
             for value, target in late_outputs:
                 new.add_output(value, alias_input=target)
@@ -84,6 +95,20 @@ def _batch_norm(fd: Any, args: list, channels_last: bool, late_outputs: list) ->
         late_outputs.append((fd.ops.cast(new, running_var.dtype), running_var))
     stat_dtype = DataType.Double if x.dtype == DataType.Double else DataType.Float
     return y, _cast_to(fd, mean, stat_dtype), _cast_to(fd, invstd, stat_dtype)
+
+
+def _triu(fd: Any, x: Any, diagonal: int) -> Any:
+    """triu(x, k) = where(col - row >= k, x, 0) over the last two dims, rows and columns
+    counted by iotas (index accesses in the pointwise kernel)."""
+    rank = x.ndim
+    shape = fd.ops.shape(x)
+    row = fd.ops.iota(fd.ops.size(x, rank - 2), 0, 1, DataType.Int)
+    col = fd.ops.iota(fd.ops.size(x, rank - 1), 0, 1, DataType.Int)
+    rows = fd.ops.broadcast_in_dim(row, shape, [rank - 2])
+    cols = fd.ops.broadcast_in_dim(col, shape, [rank - 1])
+    keep = fd.ops.ge(fd.ops.sub(cols, rows), diagonal)
+    zero = fd.define_scalar(False if x.dtype is DataType.Bool else 0, x.dtype)
+    return fd.ops.where(keep, x, zero)
 
 
 def _cast_to(fd: Any, t: Any, dtype: DataType) -> Any:

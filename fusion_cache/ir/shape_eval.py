@@ -108,6 +108,9 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
         return tuple(1 if flag else next(it) for flag in r.kw("is_broadcast_dim"))
     if name in ("broadcast_in_dim", "expand"):
         target = sizes(r.kw("shape"))
+        if any(t < -1 for t in target):
+            raise ValueError(f"{name} ({r.outputs[0]}): shape {target} has a negative size "
+                             "(-1 keeps the input's size)")  # fmt: skip
         if name == "expand":
             bdims = list(range(len(target)))
         else:
@@ -126,8 +129,13 @@ def _shape_op(r: Record, infos: list, env: dict, get, sizes) -> Any:
             if x[d] != 1:
                 raise ValueError(f"squeeze: dim {d} has size {x[d]} at run time, not 1")
         return tuple(e for i, e in enumerate(x) if i not in dims)
+    if name == "iota":
+        return (int(get(r.args[0])),)
     if name == "full":
-        return tuple(sizes(r.kw("shape")))
+        shape = tuple(sizes(r.kw("shape")))
+        if any(n < 0 for n in shape):
+            raise ValueError(f"full ({r.outputs[0]}): shape {list(shape)} has a negative size")
+        return shape
     if name in ("uniform", "normal"):
         return tuple(sizes(r.args[2]))
     if name in ("rand_like", "randn_like"):
@@ -164,5 +172,6 @@ def runtime_shapes(fd: FusionDefinition, values: Sequence[Any]) -> dict:
     except ShapeUnknown:  # an op the shape evaluator lacks: torch's meta kernels shape it
         from .interpret import evaluate
 
-        env = evaluate(fd._records, fd._infos, fd.input_refs(), [_meta(v) for v in values])
+        env = evaluate(fd._records, fd._infos, fd.input_refs(), [_meta(v) for v in values],
+                       torch.device("meta"))  # fmt: skip
         return {k: tuple(v.shape) if isinstance(v, torch.Tensor) else v for k, v in env.items()}

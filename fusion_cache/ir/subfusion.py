@@ -47,6 +47,7 @@ class SubFusion:
 
     def build(self, scratch: bool = False) -> FusionDefinition:
         fd = ScratchDefinition() if scratch else FusionDefinition()
+        fd._counted = False  # a segment: not among the user's fusions (num_fusions)
         with fd:
             replay_records(fd, self.records)
         return fd

@@ -9,7 +9,6 @@ from fusion_cache.frontend.definition import FusionDefinitionError
 from fusion_cache.ir.fusion_ir import build_fusion, format_fusion
 
 from .execute import run_fusion
-from .executor import executor_for
 from .precompile import precompile
 from .segment_query import segment_definition
 from .segmented import describe_plan
@@ -19,8 +18,8 @@ if TYPE_CHECKING:
 
 
 class RuntimeEngine:
-    def execute(self, fd: FusionDefinition, inputs: Sequence[Any], device: Any) -> list:
-        return run_fusion(fd, inputs, device=device)
+    def execute(self, fd: FusionDefinition, inputs: Sequence[Any], options: Any) -> list:
+        return run_fusion(fd, inputs, options)
 
     def precompile(self, fd: FusionDefinition, inputs: Sequence[Any], target: Any) -> list:
         return precompile(fd, inputs, target)
@@ -32,16 +31,22 @@ class RuntimeEngine:
         return format_fusion(build_fusion(fd))
 
     def last_cuda_code(self, fd: FusionDefinition) -> str:
-        plan = executor_for(fd).last_plan
+        ex = fd._cache.executors.get(fd._fid)
+        plan = ex.last_plan if ex is not None else None
         if hasattr(plan, "segments"):  # one kernel (or more) per segment
             return "\n".join(s.definition.last_cuda_code() for s in plan.segments
                              if s.scheduler not in (None, "aten"))  # fmt: skip
         if plan is None or not plan.refs:
-            raise FusionDefinitionError("no kernel has run for this fusion yet")
+            raise FusionDefinitionError("Invalid fusion definition! No kernel has run for this "
+                                        "fusion yet: execute it (or precompile) first")  # fmt: skip
         return "\n".join(ref.source for ref in plan.refs)
 
     def last_scheduled_fusion_ir(self, fd: FusionDefinition) -> str:
-        ex = executor_for(fd)
+        ex = fd._cache.executors.get(fd._fid)
+        if ex is None or ex.last_plan is None:
+            raise FusionDefinitionError("Invalid fusion definition! Nothing has been scheduled "
+                                        "for this fusion yet: execute it, or precompile / "
+                                        "scheduled_fusion_ir_for(inputs)")  # fmt: skip
         lines = [self.fusion_ir(fd)]
         if ex.program is not None:
             what = ex.program.describe().removeprefix(f"{ex.scheduler}: ")  # named once

@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fusion_cache.frontend.dtypes import to_torch
-from fusion_cache.frontend.options import dump_options, fallback_disabled
+from fusion_cache.frontend.options import dump_options
 from fusion_cache.frontend.trie import FusionCache
+from fusion_cache.ir.aliases import aliases_of, view_outputs
+from fusion_cache.ir.empty_reductions import empty_reductions, without_empty_reductions
 from fusion_cache.ir.shape_eval import runtime_shapes
 from schedulers.aten import NAME as ATEN
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
+from . import run_context
 from .aten_segments import AtenPlan, run_aten
 from .kernel_cache import cubin_for, load_function
 from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
@@ -57,6 +60,9 @@ class FusionExecutor:
         self.fid = fd._fid
         self.dumps = dump_options()
         self.scheduler, self.program, self.refusals = schedule(self.fd)
+        # Note [Outputs that alias inputs]: returned as the inputs' memory after each run
+        self.aliases = aliases_of(fd)
+        self.aliased = bool(self.aliases.views or self.aliases.written)
         self.plans: dict[tuple, LaunchPlan] = {}
         self.lock = threading.Lock()
         self.last_plan: LaunchPlan | None = None
@@ -89,6 +95,14 @@ class FusionExecutor:
     def _make_plan(self, values: Sequence[Any], profile: Any, load: bool) -> Any:
         host = host_inputs_of(values) if load else ()
         env = runtime_shapes(self.fd, values)
+        if empty_reductions(self.fd, env):  # Note [Empty reductions]
+            rewritten = without_empty_reductions(self.fd, env)
+            renv = runtime_shapes(rewritten, values)
+            spec = _plan_single(rewritten, values, renv, profile)
+            if spec is not None:
+                return self._load_plan(spec, values, profile, load, host)
+            return self.segmented(values, renv, profile, "empty reductions as identities",
+                                  rewritten)  # fmt: skip
         if self.program is None:
             return self.segmented(values, env, profile, "; ".join(str(r) for r in self.refusals))
         try:
@@ -98,8 +112,14 @@ class FusionExecutor:
         if spec.scheduler == ATEN:  # one torch call, no kernels (Note [ATen segments])
             self.record(values, profile, {"scheduler": ATEN, "plan": spec.description})
             return AtenPlan(spec, self.program)
+        return self._load_plan(spec, values, profile, load, host)
+
+    def _load_plan(self, spec: Any, values: Sequence[Any], profile: Any, load: bool,
+                   host: tuple) -> Any:  # fmt: skip
+        """Compile (or find) and load a spec's kernels: the LaunchPlan."""
         kernels, refs, slots = [], [], []
-        device = next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
+        device = home_device(values) if load else next(
+            (v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda), 0)
         for launch in spec.kernels:
             if len(launch.args) != len(launch.arg_types):
                 # a planner's bug, caught where planning ends (on the CPU too, by precompile)
@@ -139,24 +159,29 @@ class FusionExecutor:
         if spec.kernels:
             self.record(values, profile, {"scheduler": spec.scheduler, "plan": spec.description,
                                           "kernels": [r.to_json() for r in refs]})  # fmt: skip
-        fresh = tuple((o.shape, to_torch(o.dtype)) for o in spec.outputs if o.alias_input is None)
+        fresh = tuple((o.shape, to_torch(o.dtype), o.strides) for o in spec.outputs
+                      if o.alias_input is None)  # fmt: skip
         return LaunchPlan(spec, kernels, refs, slots, torch.device("cuda", device), fresh, host)
 
-    def segmented(self, values: Sequence[Any], env: dict, profile: Any, why: str) -> Any:
+    def segmented(self, values: Sequence[Any], env: dict, profile: Any, why: str,
+                  fd: Any = None) -> Any:  # fmt: skip
+        """`fd`: what to segment, default the fusion (a rewrite of it must keep its inputs
+        and returned outputs in order)."""
         from schedulers.segmenter import segment
 
         from .segmented import build_plan, describe_plan
 
+        fd = self.fd if fd is None else fd
         try:
-            drafts = segment(self.fd, values, env, profile)
+            drafts = segment(fd, values, env, profile)
         except SchedulerRefused as err:
             raise FusionUnsupportedError(f"no scheduler takes it ({why}) and it cannot be "
                                          f"segmented: {err}") from None  # fmt: skip
         if len(drafts) < 2:
             raise FusionUnsupportedError(f"no scheduler takes it ({why})")
-        plan = build_plan(self.fd, drafts)
+        plan = build_plan(fd, drafts)
         if "segments" in self.dumps:
-            print(describe_plan(self.fd, plan))
+            print(describe_plan(fd, plan))
         # recorded like a kernel plan, so `fusion-cache show` tells which fusions run it
         self.record(values, profile, {"scheduler": "segmented", "plan": plan.description,
                                       "segments": [s.definition.id() for s in plan.segments],
@@ -175,9 +200,8 @@ class FusionExecutor:
                 from schedulers.device import current_profile
 
                 FusionCache.get()._count("plan_cache_misses")
-                device = next(v.device.index for v in values if isinstance(v, torch.Tensor) and v.is_cuda)
                 try:
-                    plan = self.make_plan(values, current_profile(device), load=True)
+                    plan = self.make_plan(values, current_profile(home_device(values)), load=True)
                 except FusionUnsupportedError as why:
                     plan = ReferencePlan(str(why))  # remembered: no re-analysis per call
                 self.plans[key] = plan
@@ -186,6 +210,10 @@ class FusionExecutor:
     def launch(self, plan: Any, values: Sequence[Any]) -> list[torch.Tensor]:
         if self.seeded:  # this run's numbers (Note [Random seeds])
             values = with_seeds(values, run_seeds(values, self.seeded))
+        outs = self._launch(plan, values)
+        return view_outputs(self.fd, values, outs) if self.aliased else outs
+
+    def _launch(self, plan: Any, values: Sequence[Any]) -> list[torch.Tensor]:
         if plan.__class__ is not LaunchPlan:
             return self._launch_other(plan, values)
         if plan.host_inputs:
@@ -196,11 +224,13 @@ class FusionExecutor:
                 values[i] = values[i].to(plan.device, non_blocking=True)
         self.last_plan = plan
         spec = plan.spec
-        if self.dumps or not plan.lean:
+        if self.dumps or not plan.lean or run_context.ACTIVE:
             return self._launch_general(plan, values)
         # the plain case, kept lean: it is the whole host cost of a cache hit
         device = plan.device
-        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in plan.fresh]
+        outs = [torch.empty(shape, dtype=dtype, device=device) if strides is None else
+                torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                for shape, dtype, strides in plan.fresh]  # fmt: skip
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
             args = fill_args(launch.args, slots, values, outs, ())
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem)
@@ -224,8 +254,8 @@ class FusionExecutor:
         """Aliased outputs, scratch buffers and the dump knobs."""
         spec = plan.spec
         device = plan.device
-        outs = [torch.empty(o.shape, dtype=to_torch(o.dtype), device=device)
-                if o.alias_input is None else values[o.alias_input] for o in spec.outputs]  # fmt: skip
+        outs = [_allocate(o, device) if o.alias_input is None else values[o.alias_input]
+                for o in spec.outputs]  # fmt: skip
         # scratch is written in full before it is read: no need to clear it
         work = [torch.empty(n, dtype=to_torch(dt), device=device) for n, dt in spec.workspaces]
         if any(launch.cooperative for launch in spec.kernels):
@@ -237,10 +267,18 @@ class FusionExecutor:
         if timing:
             torch.cuda.synchronize()
             start = time.perf_counter()
+        ctx = run_context.current() if run_context.ACTIVE else None
+        profiling = ctx is not None and ctx.options.profile
         for kernel, launch, slots in zip(plan.kernels, spec.kernels, plan.slots):
             args = fill_args(launch.args, slots, values, outs, work)
+            if profiling:
+                read, written = _bytes_of(slots, values, outs, work)
+                start, end = ctx.record_launch(launch, spec.scheduler, device.index, read, written)
+                start.record()
             kernel.launch(launch.grid, launch.block, launch.arg_types, args, launch.shared_mem,
                           cooperative=launch.cooperative, dependent=launch.dependent)  # fmt: skip
+            if profiling:
+                end.record()
         self.fd._cache.counters["kernel_launches"] += len(spec.kernels)
         if timing:
             torch.cuda.synchronize()
@@ -249,6 +287,13 @@ class FusionExecutor:
             moved += sum(o.numel() * o.element_size() for o in outs)
             print(f"fusion {self.fid}: {moved / secs / 1e9:.1f} GB/s ({secs * 1e6:.1f} us)")
         return [o for o, s in zip(outs, spec.outputs) if s.alias_input is None]
+
+
+def _allocate(o: Any, device: Any) -> torch.Tensor:
+    """A fresh output, in its stride order where it has one (Note [Output layouts])."""
+    if o.strides is None:
+        return torch.empty(o.shape, dtype=to_torch(o.dtype), device=device)
+    return torch.empty_strided(o.shape, o.strides, dtype=to_torch(o.dtype), device=device)
 
 
 def executor_for(fd: FusionDefinition) -> FusionExecutor:
@@ -276,21 +321,67 @@ def try_cached_launch(fd: FusionDefinition, inputs: Sequence[Any]) -> list | Non
     return ex.launch(plan, inputs)
 
 
+def _plan_single(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> Any:
+    """The spec of one scheduler for `fd` (a rewrite made for these sizes), or None."""
+    name, program, _ = schedule(fd)
+    if program is None:
+        return None
+    try:
+        return plan_for(name, program, values, env, profile)
+    except SchedulerRefused:
+        return None
+
+
+def _bytes_of(slots: list, values: Sequence[Any], outs: list, work: list) -> tuple[int, int]:
+    """Bytes a launch's tensor arguments span: (inputs and scratch read, outputs written)."""
+    read = written = 0
+    for _, ref in slots:
+        if ref.kind == "input":
+            v = values[ref.index]
+            read += v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
+        elif ref.kind == "output":
+            written += outs[ref.index].numel() * outs[ref.index].element_size()
+        elif ref.kind == "workspace":
+            read += work[ref.index].numel() * work[ref.index].element_size()
+    return read, written
+
+
 def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], why: str) -> list:
-    if fallback_disabled():
+    if run_context.no_fallback():
         raise FallbackDisabledError(f"fusion {fd._fid}: {why} (fallback is disabled)")
     if not ex.warned:
         ex.warned = True
         warnings.warn(f"fusion_cache: fusion {fd._fid} runs on the reference evaluator: {why}",
                       stacklevel=4)  # fmt: skip
     FusionCache.get()._count("reference_runs")
-    return run_reference(fd, values)
+    if run_context.ACTIVE and (ctx := run_context.current()) is not None:
+        ctx.reference_runs += 1
+    reads_tensors = any(isinstance(v, torch.Tensor) for v in values)
+    device = None if reads_tensors or not torch.cuda.is_available() else torch.device(
+        "cuda", torch.cuda.current_device())  # no tensor input: the current device
+    return run_reference(fd, values, device)
+
+
+def home_device(values: Sequence[Any]) -> int:
+    """The CUDA device a run goes to: its first CUDA input's, else (no tensor input, as for
+    iota or full alone) the current device, as nvFuser does."""
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.is_cuda:
+            return v.device.index
+    return torch.cuda.current_device()
 
 
 def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     ex = executor_for(fd)
+    if ex.aliases.all_views:  # nothing to compute: views of the inputs
+        outs = view_outputs(fd, values, None)
+        if all(o is not None for o in outs):
+            return outs
     try:
-        plan = ex.plan(values, ex.key(values))
+        key = ex.key(values)
+        if not any(isinstance(v, torch.Tensor) for v in values):
+            key += (("device", home_device(values)),)  # nothing else says where
+        plan = ex.plan(values, key)
         return ex.launch(plan, values)
     except FallbackDisabledError:
         raise  # named where it happened, perhaps in a segment
@@ -299,7 +390,7 @@ def run_on_gpu(fd: FusionDefinition, values: Sequence[Any]) -> list[Any]:
     except (ValueError, TypeError):
         raise
     except Exception as err:  # codegen, NVRTC or driver failures degrade to the reference
-        if fallback_disabled():
+        if run_context.no_fallback():
             raise
         return _fallback(fd, ex, values, f"kernel failed: {type(err).__name__}: {err}")
 

@@ -27,7 +27,7 @@ class LaunchPlan:
     refs: list[KernelRef]
     slots: list[list[tuple[int, ArgRef]]]  # per launch: (arg slot, what fills it)
     device: Any = None  # the torch.device outputs go to
-    fresh: tuple = ()  # (shape, torch dtype) of each output to allocate, in order
+    fresh: tuple = ()  # (shape, torch dtype, strides or None) of each output to allocate
     host_inputs: tuple = ()  # Note [CPU scalar tensors]: inputs copied to `device` per call
     # Note [Finish in the row kernel]: a cooperative kernel's barrier counters, per stream
     barriers: dict = field(default_factory=dict)

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import run_context
+
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
     from fusion_cache.ir.subfusion import SubFusion
@@ -63,8 +65,11 @@ def build_plan(fd: FusionDefinition, drafts: Sequence[Any]) -> SegmentedPlan:
 
 def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any],
                  dump: bool = False) -> list[Any]:  # fmt: skip
+    ctx = run_context.current() if run_context.ACTIVE else None
     env = dict(zip(plan.input_states, inputs))
     for k, seg in enumerate(plan.segments):
+        if ctx is not None:
+            ctx.segment = k  # a profile tells which segment each kernel ran for
         args = [env[v] for v in seg.sub.inputs]
         for i in seg.dense_inputs:  # an ATen result read where strides are fixed
             args[i] = args[i].contiguous()
@@ -75,9 +80,8 @@ def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any
             env.pop(v, None)
         if dump:
             print(describe_segment(k, seg))
-    inputs_set = set(plan.input_states)
-    # an input returned as an output is copied, as a kernel would
-    return [env[v].clone() if v in inputs_set else env[v] for v in plan.output_states]
+    # an input returned as an output is the input itself (Note [Outputs that alias inputs])
+    return [env[v] for v in plan.output_states]
 
 
 def _kind(seg: Segment) -> str:

@@ -106,11 +106,12 @@ class BundleContents:
         return len(self.fusions) + len(self.plans) + len(self.kernels)
 
 
-def export_bundle(store: Store, path: str | os.PathLike) -> int:
-    """Write every fusion, plan, kernel and link; returns the number of fusions + plans +
-    kernels written. The file appears whole or not at all (temp file + os.replace)."""
+def export_bundle(store: Store, path: str | os.PathLike, fusion_ids: set[int] | None = None) -> int:
+    """Write every fusion (or those of `fusion_ids`), plan, kernel and link; returns the
+    number of fusions + plans + kernels written. The file appears whole or not at all (temp
+    file + os.replace)."""
     path = Path(path)
-    fusions = store.fusions()
+    fusions = [f for f in store.fusions() if fusion_ids is None or f.id in fusion_ids]
     plans = [p for f in fusions for p in store.plans_for(f.id)]
     manifest: dict = {
         "format": FORMAT,
@@ -136,14 +137,18 @@ def export_bundle(store: Store, path: str | os.PathLike) -> int:
             for p in plans
         ],
         "kernels": [],
-        "links": [[fid, key] for fid, key in store.links()],
+        "links": [[fid, key] for fid, key in store.links()
+                  if fusion_ids is None or fid in fusion_ids],  # fmt: skip
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            linked = {key for _, key in manifest["links"]}
             for entry in store.kernels():
+                if fusion_ids is not None and entry.key not in linked:
+                    continue
                 data = store.kernel_bytes(entry.key)
                 if data is None:  # vanished or damaged since listed
                     continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from codegen.cuda_ops import ELEMENT_BYTES
+from codegen.cuda_ops import ELEMENT_BYTES, RANDOM_STMTS
 from codegen.reduction.column_norm import (
     COLUMN_NORM_NAME,
     column_norm_arg_types,
@@ -41,6 +41,8 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return "an outer normalization over two reduced runs or with column partials"
     if any(st.alias_input is not None for st in program.stores):
         return "an outer normalization written in place"
+    if any(st.op in RANDOM_STMTS for st in program.stmts):
+        return "an outer normalization drawing random numbers"
     if p.i_strides[p.primary][-1] != 1:
         return "an outer normalization whose kept dims are not contiguous"
     cached = tuple(i for i in p.elem)

@@ -26,6 +26,7 @@ from codegen.kernel_ir import Reduction, ReductionProgram, Stmt, Store
 from fusion_cache.frontend.dtypes import DataType, is_complex, is_float, real_part
 from fusion_cache.frontend.records import Record
 from fusion_cache.frontend.values import TensorInfo
+from fusion_cache.ir.output_layout import output_stride_orders
 
 from ..base import SchedulerRefused
 from ..pointwise import _Lowering
@@ -44,6 +45,8 @@ class _ReductionLowering(_Lowering):
         self.loop_state: int = -1
 
     def op(self, rec: Record, out_map: tuple, index: int | None = None) -> str:
+        if rec.name == "iota":  # index accesses are the pointwise kernel's alone
+            raise SchedulerRefused(f"iota ({rec.outputs[0]}) in a reduction kernel")
         if rec.name not in REDUCTIONS:
             return super().op(rec, out_map, index)
         if self.frame:
@@ -138,13 +141,11 @@ def lower_reduction(fd: Any) -> ReductionProgram:
     low = _ReductionLowering(fd, producers, input_pos, rank, reduced)
     kept = [d for d in range(rank) if d not in reduced]
     stores, maps = [], []
-    for r in fd.output_records():
+    for r, order in zip(fd.output_records(), output_stride_orders(fd)):
         idx = r.args[0].index
         info = fd._infos[idx]
         if not isinstance(info, TensorInfo):
             raise SchedulerRefused(f"output {r.args[0]} is a scalar")
-        if r.kw("stride_order"):
-            raise SchedulerRefused(f"output {r.args[0]} asks for a stride order")
         if info.ndim == rank:
             omap = tuple(None if (d in reduced and info.shape[d] == 1) else d for d in range(rank))
         elif info.ndim == len(kept):
@@ -153,7 +154,8 @@ def lower_reduction(fd: Any) -> ReductionProgram:
             raise SchedulerRefused(f"output {r.args[0]} of rank {info.ndim} fits neither the loop nor a row")
         var = low.tensor(idx, omap)
         alias = r.kw("alias_input")
-        stores.append(Store(var, idx, info.dtype, None if alias is None else input_pos[alias.index]))
+        stores.append(Store(var, idx, info.dtype, None if alias is None else input_pos[alias.index],
+                            order))  # fmt: skip
         maps.append(omap)
     # which values depend on K, and after which stage each can be computed
     element: set[str] = set()

@@ -10,8 +10,9 @@ from codegen.kernel_ir import ReductionProgram
 
 from ..base import LaunchSpec, SchedulerRefused
 from .column_norm_plan import column_norm
+from .lowering import NAME
 from .outer_plan import plan_columns
-from .problem import read_problem
+from .problem import empty_outputs, read_problem
 from .row_plan import plan_rows
 from .split_plan import split_rows
 
@@ -24,6 +25,9 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
     workspaces of [blocks, N] partials, in order, and no outputs. `finish`: the memory
     types of the column sums, which the kernel may add up itself (Note [Finish in the row
     kernel]); its launch is then cooperative and takes their outputs and a barrier."""
+    empty = empty_outputs(program, env, accumulate)
+    if empty is not None:
+        return LaunchSpec(NAME, empty, (), (), "empty")
     p = read_problem(program, values, env, profile, accumulate, finish)
     rank, reduced = program.rank, program.reduced
     if any(st.op in RANDOM_STMTS for st in program.stmts) and (

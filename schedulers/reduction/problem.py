@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen.kernel_ir import ReductionProgram
+from fusion_cache.ir.output_layout import strides_for
 
 from ..base import ArgRef, OutputSpec, SchedulerRefused
 from ..layout import access_strides, collapse, row_major
@@ -56,11 +57,14 @@ class Problem:
 
 
 class _Shape:
-    """Shape and strides of a tensor that does not exist yet (a fresh output)."""
+    """Shape and strides of a tensor that does not exist yet (a fresh output), row-major or
+    in a stride order (Note [Output layouts])."""
 
-    def __init__(self, shape: Sequence[int]) -> None:
+    def __init__(self, shape: Sequence[int], order: Sequence[int] = ()) -> None:
         self.shape = tuple(shape)
-        self._strides = row_major(shape)
+        self.dense = tuple(strides_for(shape, order)) if order else None
+        self._strides = row_major(shape) if not order else [
+            0 if n == 1 else x for n, x in zip(shape, self.dense)]
 
     def stride(self, d: int) -> int:
         return self._strides[d]
@@ -88,6 +92,19 @@ def _check_fit(program: ReductionProgram, tensors: Sequence[Any], maps: Sequence
                                    f"{list(loop)}")  # fmt: skip
 
 
+def empty_outputs(program: ReductionProgram, env: dict,
+                  accumulate: tuple[int, ...]) -> tuple[OutputSpec, ...] | None:  # fmt: skip
+    """With no rows every output is empty (element-level ones span the loop too): their
+    specs, for a launch of no kernel; None when there are rows (or column partials)."""
+    loop = tuple(env[program.loop_state])
+    if accumulate or all(loop[d] for d in range(program.rank) if d not in program.reduced):
+        return None
+    return tuple(OutputSpec(tuple(env[st.state]), st.dtype, st.alias_input,
+                            _Shape(env[st.state], st.stride_order).dense
+                            if st.alias_input is None else None)
+                 for st in program.stores)  # fmt: skip
+
+
 def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, profile: Any,
                  accumulate: tuple[int, ...], finish: tuple[str, ...]) -> Problem:  # fmt: skip
     rank, K = program.rank, program.reduced
@@ -108,9 +125,10 @@ def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, pr
             outputs.append(OutputSpec(shape, st.dtype, st.alias_input))
             tensors.append(target)
         else:
+            fresh = _Shape(shape, st.stride_order)
             if k not in accumulate:
-                outputs.append(OutputSpec(shape, st.dtype, None))
-            tensors.append(_Shape(shape))
+                outputs.append(OutputSpec(shape, st.dtype, None, fresh.dense))
+            tensors.append(fresh)
         maps.append(program.output_maps[k])
     strides = [access_strides(t, m, rank) for t, m in zip(tensors, maps)]
     _check_fit(program, tensors, maps, loop)
@@ -128,7 +146,9 @@ def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, pr
     for n in i_sizes:
         rows *= n
     if rows == 0 or N == 0:
-        raise SchedulerRefused("empty reduction")  # the reference handles identities for now
+        # rows over nothing: the executor plans the fusion with the reductions replaced by
+        # their identities (Note [Empty reductions] in fusion_cache/ir/empty_reductions.py)
+        raise SchedulerRefused("empty reduction")
     elem = [i for i, a in enumerate(program.accesses) if ks[i] != 0]
     ptrs = [values[a.input_pos].data_ptr() for a in program.accesses] + [0] * len(program.stores)
     written = {st.alias_input for st in program.stores if st.alias_input is not None}

@@ -12,7 +12,7 @@ columns. The order of every combine is fixed by the plan, so results repeat bit 
 """
 from __future__ import annotations
 
-from codegen.cuda_ops import ELEMENT_BYTES
+from codegen.cuda_ops import ELEMENT_BYTES, RANDOM_STMTS
 from codegen.reduction.outer_kernel import outer_arg_types
 from codegen.reduction.split_kernel import SPLIT_NAME, render_split
 from codegen.reduction.variants import OuterVariant, SplitVariant
@@ -39,6 +39,8 @@ def split_rows(p: Problem) -> LaunchSpec | None:
     if not (p.pure and p.inner and few and not p.k2 and len(p.i_sizes) == 1
             and not p.accumulate and not p.finish and p.primary is not None):  # fmt: skip
         return None
+    if any(st.op in RANDOM_STMTS for st in program.stmts):
+        return None  # the row kernel numbers the elements (Note [Philox numbers])
     welford = any(r.op == "welford" for r in program.reductions)
     if welford and p.N >= 2**31:
         return None  # the partials' counts are ints

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .aten import AtenOps
 from .creation import CreationOps
 from .elementwise import ElementwiseOps
+from .masks import MaskOps
 from .normalization import NormalizationOps
 from .random import RandomOps
 from .reductions import ReductionOps
@@ -17,7 +18,7 @@ from .shape import ShapeOps
 
 
 class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps,
-                AtenOps, RandomOps):
+                MaskOps, AtenOps, RandomOps):
     """`fd.ops` of one FusionDefinition."""
 
 

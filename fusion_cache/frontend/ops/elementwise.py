@@ -21,8 +21,14 @@ class ElementwiseOps(OpsBase):
             infos = [self._info(r) for r in refs]
             tensors = [i for i in infos if isinstance(i, TensorInfo)]
             dtype = spec.result(promoted_dtype(spec, infos))
-            if name == "where" and infos[0].dtype is not DataType.Bool:
-                raise TypeError(f"where: condition must be Bool, got {infos[0].dtype!r}")
+            if name == "where":
+                if infos[0].dtype is not DataType.Bool:
+                    raise TypeError(f"where: condition must be Bool, got {infos[0].dtype!r}")
+                a, b = infos[1], infos[2]
+                if isinstance(a, ScalarInfo) and isinstance(b, ScalarInfo) and a.dtype is b.dtype:
+                    # nvFuser: two scalar branches of one dtype keep it (Float stays Float,
+                    # Int32 stays Int32) where torch's rule would widen to its defaults
+                    dtype = a.dtype
             if not tensors:
                 return [ScalarInfo(dtype)]
             return [TensorInfo(dtype, broadcast_shapes(name, [t.shape for t in tensors]))]

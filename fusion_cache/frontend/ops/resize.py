@@ -91,8 +91,15 @@ class ResizeOps(OpsBase):
                 col = [t.shape[k] for t in infos]
                 if k == d:
                     out.append(shapes.SYMBOLIC if shapes.SYMBOLIC in col else sum(col))
-                else:
-                    out.append(shapes.broadcast_shapes(op, [(c,) for c in col])[0])
+                    continue
+                static = [(i, c) for i, c in enumerate(col) if c not in (1, shapes.SYMBOLIC)]
+                for i, c in static[1:]:
+                    if c != static[0][1]:
+                        raise ValueError(
+                            f"{op}: tensors[{i}] has size {c} at dim {k} but tensors[{static[0][0]}] "
+                            f"has {static[0][1]}; all dims but the cat dim {d} must agree"
+                        )
+                out.append(shapes.broadcast_shapes(op, [(c,) for c in col])[0])
             dtype = promote(tuple((2, t.dtype) for t in infos))
             return [TensorInfo(dtype, tuple(out))]
 

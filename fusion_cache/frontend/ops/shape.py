@@ -1,4 +1,5 @@
-"""View and shape ops: broadcast, broadcast_in_dim, expand, reshape, permute, squeeze, size, shape."""
+"""View, layout and shape ops: broadcast, broadcast_in_dim, expand, reshape, permute, squeeze,
+stride_order, size, shape."""
 from __future__ import annotations
 
 from .. import shapes
@@ -12,7 +13,12 @@ class ShapeOps(OpsBase):
     def broadcast(self, arg, is_broadcast_dim):
         op = "broadcast"
         ref = self._tensor(arg, op)
-        flags = tuple(bool(b) for b in is_broadcast_dim)
+        if not isinstance(is_broadcast_dim, (list, tuple)) or not all(
+            isinstance(b, bool) for b in is_broadcast_dim
+        ):
+            raise TypeError(f"{op}: is_broadcast_dim must be a list of bools (True where a new "
+                            f"broadcast dim goes), got {is_broadcast_dim!r}")  # fmt: skip
+        flags = tuple(is_broadcast_dim)
 
         def infer() -> list:
             info = self._info(ref)
@@ -31,11 +37,13 @@ class ShapeOps(OpsBase):
         op = "broadcast_in_dim"
         ref = self._tensor(arg, op)
         sizes = self._size_list(shape, op, "shape")
+        if not isinstance(broadcast_dims, (list, tuple)):
+            raise TypeError(f"{op}: broadcast_dims must be a list of ints, got {broadcast_dims!r}")
         bdims = tuple(broadcast_dims)
 
         def infer() -> list:
             info = self._info(ref)
-            target = self._static_sizes(sizes)
+            target = _target_sizes(op, self._static_sizes(sizes))
             if len(bdims) != info.ndim:
                 raise ValueError(
                     f"{op}: broadcast_dims {list(bdims)} must have one entry per input dim "
@@ -67,7 +75,7 @@ class ShapeOps(OpsBase):
 
         def infer() -> list:
             info = self._info(ref)
-            target = self._static_sizes(sizes)
+            target = _target_sizes(op, self._static_sizes(sizes))
             if len(target) != info.ndim:
                 raise ValueError(f"{op}: shape has rank {len(target)}, the tensor {info.ndim}")
             out = []
@@ -137,6 +145,28 @@ class ShapeOps(OpsBase):
 
         return self._apply(Record("op", op, (ref,), (("dims", sq),), self._out("T")), infer)
 
+    def stride_order(self, arg, stride_order):
+        """The same values, laid out in memory in `stride_order` (stride_order[i] is dim i's
+        rank by stride, 0 innermost) where the result is a fusion output; no copy of its own
+        elsewhere (Note [Output layouts] in fusion_cache/ir/output_layout.py)."""
+        op = "stride_order"
+        ref = self._tensor(arg, op)
+        if not isinstance(stride_order, (list, tuple)):
+            raise TypeError(f"{op}: stride_order must be a list of ints, got {stride_order!r}")
+        order = tuple(stride_order)
+
+        def infer() -> list:
+            info = self._info(ref)
+            if len(order) != info.ndim:
+                raise ValueError("Operator stride_order expects `stride_order` argument to have "
+                                 f"the same length as input! (got {list(order)} for rank "
+                                 f"{info.ndim})")  # fmt: skip
+            shapes.normalize_dims(order, info.ndim, op, "stride_order")  # a permutation
+            return [TensorInfo(info.dtype, info.shape)]
+
+        record = Record("op", op, (ref,), (("stride_order", order),), self._out("T"))
+        return self._apply(record, infer)
+
     def size(self, arg, dim):
         op = "size"
         ref = self._tensor(arg, op)
@@ -155,3 +185,11 @@ class ShapeOps(OpsBase):
             return [VectorInfo(DataType.Int, (None,) * self._info(ref).ndim)]
 
         return self._apply(Record("op", op, (ref,), (), self._out("V")), infer)
+
+
+def _target_sizes(op: str, target: list) -> list:
+    """A shape argument's sizes: -1 keeps the input's size, anything else below 0 is wrong."""
+    for d, t in enumerate(target):
+        if t is not None and t < -1:
+            raise ValueError(f"{op}: shape[{d}] = {t} is not a size (-1 keeps the input's size)")
+    return target

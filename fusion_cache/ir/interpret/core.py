@@ -55,9 +55,10 @@ def device_of(values: Sequence[Any]) -> torch.device:
 
 
 def evaluate(records: Sequence[Record], infos: list, input_refs: Sequence[Ref],
-             values: Sequence[Any]) -> Env:  # fmt: skip
-    """Run every record; returns the environment of state index -> value."""
-    run = Interpreter(records, infos, device_of(values))
+             values: Sequence[Any], device: torch.device | None = None) -> Env:  # fmt: skip
+    """Run every record; returns the environment of state index -> value. `device`: where
+    tensors made from scalars go (default: the inputs' device, else the CPU)."""
+    run = Interpreter(records, infos, device_of(values) if device is None else device)
     for ref, v in zip(input_refs, values):
         run.env[ref.index] = v
     for r in records:

@@ -12,12 +12,16 @@ from .core import Interpreter, rule
 @rule('full')
 def _full(run: Interpreter, r: Record) -> list:
     shape = run.sizes(r.kw("shape"))
+    if any(n < 0 for n in shape):
+        raise ValueError(f"full ({r.outputs[0]}): shape {shape} has a negative size")
     return [torch.full(shape, run.get(r.kw("fill_value")), dtype=to_torch(r.kw("dtype")), device=run.device)]
 
 
 @rule('iota')
 def _iota(run: Interpreter, r: Record) -> list:
     n, start, step = (run.get(a) for a in r.args)
+    if int(n) < 0:
+        raise ValueError(f"iota ({r.outputs[0]}): length must be >= 0, got {int(n)}")
     dt = to_torch(r.kw("dtype"))
     base = torch.arange(int(n), dtype=torch.float64 if dt.is_floating_point else torch.int64,
                         device=run.device)  # fmt: skip

@@ -26,6 +26,13 @@ def _reduction(run: Interpreter, r: Record) -> list:
         for d in reversed(dims):
             y = torch.prod(y, d, keepdim=keepdim)
         return [y]
+    if any(x.shape[d] == 0 for d in dims):  # Note [Empty reductions]: the identity
+        from fusion_cache.ir.empty_reductions import identity
+
+        shape = [1 if d in dims else n for d, n in enumerate(x.shape)]
+        full = torch.full(shape, identity(r.name, run.infos[r.outputs[0].index].dtype),
+                          dtype=out_dtype, device=x.device)  # fmt: skip
+        return [full if keepdim else full.squeeze(dims)]
     fn = torch.amax if r.name == "max" else torch.amin
     return [fn(x, dims, keepdim=keepdim).to(out_dtype)]
 
@@ -34,6 +41,12 @@ def _reduction(run: Interpreter, r: Record) -> list:
 def _stats(run: Interpreter, r: Record) -> list:
     x = run.get(r.args[0])
     dims = sorted({d % x.dim() for d in r.kw("dims")})
+    if not dims and r.name != "welford":
+        # over no dims each element is its own mean: the shape stays (as sum(dims=[]) keeps
+        # it) and the variance is 0 / (1 - correction), as nvFuser computes it; torch would
+        # read [] as every dim
+        var = (x - x) * (x - x) / (1 - r.kw("correction"))
+        return [var] if r.name == "var" else [var, x.clone()]
     if r.name == "var":
         return [torch.var(x, dims, correction=r.kw("correction"), keepdim=r.kw("keepdim"))]
     if r.name == "var_mean":

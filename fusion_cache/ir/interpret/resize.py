@@ -22,6 +22,12 @@ def _slice(run: Interpreter, r: Record) -> list:
 def _pad(run: Interpreter, r: Record) -> list:
     x = run.get(r.args[0])
     widths = run.sizes(r.kw("pad_widths"))
+    for i in range(len(widths) // 2):
+        d = x.dim() - 1 - i
+        size = x.shape[d] + widths[2 * i] + widths[2 * i + 1]
+        if size < 0:
+            raise ValueError(f"pad ({r.outputs[0]}): pad_widths {widths} make dim {d} of size "
+                             f"{x.shape[d]} negative ({size})")  # fmt: skip
     value = run.get(r.kw("value")) if r.kw("value") is not None else 0
     if x.dtype == torch.bool:
         value = bool(value)

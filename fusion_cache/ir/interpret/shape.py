@@ -1,6 +1,8 @@
 """Rules of the view and shape ops: broadcasts, expand, reshape, permute, squeeze, size, shape."""
 from __future__ import annotations
 
+import torch
+
 from fusion_cache.frontend.records import Record
 from fusion_cache.ir.view import reshape_shape
 
@@ -71,3 +73,15 @@ def _size(run: Interpreter, r: Record) -> list:
 @rule('shape')
 def _shape(run: Interpreter, r: Record) -> list:
     return [tuple(int(s) for s in run.get(r.args[0]).shape)]
+
+
+@rule('stride_order')
+def _stride_order(run: Interpreter, r: Record) -> list:
+    # the values are the input's; an output's layout is collect_outputs' business
+    # (Note [Output layouts])
+    return [run.get(r.args[0])]
+
+
+@rule('triu')
+def _triu(run: Interpreter, r: Record) -> list:
+    return [torch.triu(run.get(r.args[0]), r.kw("diagonal"))]
