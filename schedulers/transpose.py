@@ -18,6 +18,7 @@ from typing import Any
 from codegen.cuda_ops import COMPLEX, ELEMENT_BYTES
 from codegen.kernel_ir import Access, PointwiseProgram
 from fusion_cache.frontend.values import TensorInfo
+from fusion_cache.ir.output_layout import output_stride_orders, strides_for
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .layout import access_strides, collapse, index_type, row_major
@@ -59,7 +60,7 @@ def _layout_signals(fd: Any) -> set[str]:
             found.add("input stride order")
         if info.contiguity is not None and False in info.contiguity:
             found.add("open strides")
-    if any(r.kw("stride_order") for r in fd.output_records()):
+    if any(output_stride_orders(fd)):
         found.add("output stride order")
     return found
 
@@ -105,8 +106,11 @@ def plan_transpose(program: PointwiseProgram, values: Sequence[Any], env: dict,
 
 
 def output_strides(store: Any, shape: Sequence[int]) -> list[int]:
-    """The strides a fresh output is allocated with: row-major over the loop."""
-    return row_major(shape)
+    """The strides a fresh output is allocated with: row-major over the loop, or in its
+    stride order (Note [Output layouts]); size-1 dims read none."""
+    if not store.stride_order:
+        return row_major(shape)
+    return [0 if n == 1 else x for n, x in zip(shape, strides_for(shape, store.stride_order))]
 
 
 def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
@@ -120,6 +124,8 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     (out_shape,) = shapes
     if program.has_alias:
         return "an output is written in place"
+    if any(a.virtual for a in program.accesses):
+        return "index accesses (Note [Index accesses]) stay in the pointwise kernel"
     odd = sorted({repr(d) for d in [*(a.dtype for a in program.accesses),
                                     *(s.dtype for s in program.stores)]
                   if d in COMPLEX or ELEMENT_BYTES[d] not in (2, 4, 8)})  # fmt: skip
@@ -232,6 +238,9 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     if not stages:
         held += 3 * -(-tile_a * (tile_b // vec) // threads) * sum(
             1 for k in range(n_acc) if modes[k] == "tile")
+    # outputs stored a value at a time: an address a block each (three outputs of 16-bit
+    # values one at a time spilled 20 bytes at 64 registers)
+    held += 2 * blocks_each * sum(1 for k in stores if modes[k] == "elem")
     if numbers_elements(program):  # a Philox cache each and the rounds' temporaries
         held += 32  # (64 registers spilled 12 bytes for one uniform)
     regs = -(-(24 + held) // 8) * 8
@@ -257,7 +266,8 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
         args += row_major(sizes)
     args += [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     args += [env[state] for state, _ in program.host_scalars]
-    outputs = tuple(OutputSpec(out_shape, st.dtype, None) for st in program.stores)
+    outputs = tuple(OutputSpec(out_shape, st.dtype, None, tuple(strides_for(out_shape, st.stride_order))
+                               if st.stride_order else None) for st in program.stores)  # fmt: skip
     # the runtime asks the driver for the real wave and plans again (Note [One wave of
     # partials] in reduction.py): fewer tiles than a wave have nothing to fit
     return Tiling(variant, tuple(args), tiles, blocks, smem, outputs, wave if tiles > wave else 0)

@@ -148,3 +148,24 @@ def test_random_numbers_of_a_tiled_fusion_are_the_reference_ones(gen):
     want_noise, want_prod = fd.execute([x.cpu(), 1234, 5])
     assert torch.equal(noise.cpu(), want_noise)
     close(prod.cpu(), want_prod)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_outputs_in_another_stride_order(dtype, gen):
+    # Note [Output layouts]: written in their order by the tiled kernel, not copied after
+    with FusionDefinition() as fd:
+        a, b = tensor(fd, 3, dtype), tensor(fd, 3, dtype)
+        y = fd.ops.add(fd.ops.permute(a, [0, 2, 1]), b)
+        fd.add_output(y)
+        fd.add_output(fd.ops.mul(y, fd.define_scalar(3.0)), stride_order=[2, 0, 1])
+        fd.add_output(fd.ops.stride_order(fd.ops.neg(b), [0, 1, 2]))
+    x, z = rand((3, 777, 1030), dtype, gen), rand((3, 1030, 777), dtype, gen)
+    y, y3, nb = fd.execute([x, z])
+    want = x.permute(0, 2, 1) + z
+    close(y, want)
+    close(y3, want * 3)
+    close(nb, -z)
+    assert y3.stride() == (1030 * 777, 1, 1030) and nb.stride() == (1, 3, 3 * 1030)
+    # y3 runs along the transposed input's dim (through a tile); -b along dim 0, neither A
+    # nor B, a value at a time
+    assert "stores=vec,tile,elem" in tiled(fd)
