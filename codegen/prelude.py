@@ -28,7 +28,23 @@ FEATURES: tuple[str, ...] = tuple(_REQUIRES)
 
 @functools.cache
 def _feature_text(feature: str) -> str:
-    return (PRELUDE_DIR / f"{feature}.cuh").read_text(encoding="utf-8")
+    text = (PRELUDE_DIR / f"{feature}.cuh").read_text(encoding="utf-8")
+    if feature == "float8":
+        text = f"#define FC_E4M3_SATURATE {int(torch_e4m3_saturates())}\n" + text
+    return text
+
+
+@functools.cache
+def torch_e4m3_saturates() -> bool:
+    """Note [Float8 overflow]: torch's cast to float8_e4m3fn turns a value past 448 (and
+    +-inf) into NaN in torch 2.11 (seen on the H100, CPU and CUDA alike) but saturates it to
+    448 in torch 2.13. Kernels must match the torch they run beside, so the prelude asks
+    this process's torch once; the answer is in the kernel source, hence in its key, and a
+    store filled under one torch does not serve kernels of the other semantics."""
+    import torch
+
+    probe = torch.tensor([1000.0, float("inf")]).to(torch.float8_e4m3fn).view(torch.uint8)
+    return probe.tolist() == [0x7E, 0x7E]
 
 
 def _closure(features: tuple[str, ...]) -> tuple[str, ...]:

@@ -1,8 +1,11 @@
 // fusion-cache prelude: float8.
 // Storage types for the float8 formats and their conversions with torch's rules (c10's
 // Float8_* constructors, which torch's .to() runs on the CPU and the GPU alike):
-//   e4m3fn: round to nearest even; a finite value past 448 and +-inf saturate to +-448
-//           (0x7e), NaN stays NaN (0x7f); no infinities in the format.
+//   e4m3fn: round to nearest even; no infinities in the format. A value rounding past 448,
+//           and +-inf, saturate to +-448 (0x7e) where FC_E4M3_SATURATE is 1, else become NaN
+//           (0x7f with the sign): torch changed this between versions, and the define is set
+//           from the running torch's own cast (Note [Float8 overflow] in codegen/prelude.py).
+//           NaN stays NaN, its sign kept.
 //   e5m2:   round to nearest even; 65536 and beyond, and +-inf, give +-inf; NaN gives 0x7f.
 //   e8m0fnu: a power of two (exponent only, no sign): the float's exponent rounded to
 //           nearest even on its mantissa; NaN and +-inf give NaN (0xff); the sign is dropped.
@@ -30,7 +33,9 @@ FC_DEVICE float fc_to_float(fc_e4m3 x) {
 }
 
 FC_DEVICE float fc_to_float(fc_e5m2 x) {
-  // e5m2 is the upper byte of an IEEE half
+  // e5m2 is the upper byte of an IEEE half; a NaN is made here, as the half conversion
+  // would drop its sign (cvt gives the canonical NaN)
+  if ((x.bits & 0x7f) > 0x7c) return __uint_as_float(((unsigned int)(x.bits & 0x80) << 24) | 0x7fc00000u);
   return fc_to_float(fc_half_from_bits((unsigned short)(x.bits << 8)));
 }
 
@@ -46,7 +51,7 @@ FC_DEVICE fc_e4m3 fc_to_e4m3(float f) {
   u ^= sign;
   unsigned char out;
   if (u >= 0x43f00000u) {  // 480 and beyond (after rounding past 448), inf or NaN
-    out = u > 0x7f800000u ? 0x7f : 0x7e;
+    out = u > 0x7f800000u || !FC_E4M3_SATURATE ? 0x7f : 0x7e;
   } else if (u < 0x3c800000u) {  // below 2^-6: subnormal, rounded by a float add
     // adding 2^-(6+3-1) * 2^23-scale leaves the rounded subnormal in the low bits
     const unsigned int magic = 141u << 23;
@@ -56,7 +61,7 @@ FC_DEVICE fc_e4m3 fc_to_e4m3(float f) {
     const unsigned int odd = (u >> 20) & 1u;
     u += ((unsigned int)(7 - 127) << 23) + 0x7ffffu + odd;  // rebias, round half to even
     out = (unsigned char)(u >> 20);
-    if (out == 0x7f) out = 0x7e;  // rounding reached the NaN pattern: saturate
+    if (out == 0x7f && FC_E4M3_SATURATE) out = 0x7e;  // rounding reached the NaN pattern
   }
   fc_e4m3 r;
   r.bits = out | (unsigned char)(sign >> 24);
@@ -100,8 +105,14 @@ FC_DEVICE fc_e8m0 fc_to_e8m0(float f) {
   return r;
 }
 
-FC_DEVICE fc_e4m3 fc_to_e4m3(double d) { return fc_to_e4m3((float)d); }
-FC_DEVICE fc_e5m2 fc_to_e5m2(double d) { return fc_to_e5m2((float)d); }
+// a double NaN narrowed to float keeps its sign (cvt would give the canonical NaN)
+FC_DEVICE float fc_narrow_keep_nan(double d) {
+  if (d == d) return (float)d;
+  return __uint_as_float((unsigned int)((unsigned long long)__double_as_longlong(d) >> 32) |
+                         0x7fc00000u);
+}
+FC_DEVICE fc_e4m3 fc_to_e4m3(double d) { return fc_to_e4m3(fc_narrow_keep_nan(d)); }
+FC_DEVICE fc_e5m2 fc_to_e5m2(double d) { return fc_to_e5m2(fc_narrow_keep_nan(d)); }
 FC_DEVICE fc_e8m0 fc_to_e8m0(double d) { return fc_to_e8m0((float)d); }
 template <typename T, FC_IF_INT(T)> FC_DEVICE fc_e4m3 fc_to_e4m3(T x) {
   return fc_to_e4m3((float)x);
