@@ -10,6 +10,11 @@
 #   SWEEP     part "sweep": a plan of benchmarks/sweeps/ to time (benchmarks/sweep.py)
 #   NCU_CASES part "ncu": cases to profile with Nsight Compute, ours and torch.compile's, and
 #           where our first kernel's warps stall (benchmarks/ncu_stalls.py)
+#   MODELS  part "models": python -m benchmarks.models over these models (default all three:
+#           about 4-6 minutes on an H100; "gpt2" or "resnet18" alone fits any call), results
+#           in $OUT/models-<device>.json/.md; MODEL_ARGS adds options (e.g.
+#           "--contenders eager,inductor,fusion_cache,fusion_cache_graphs")
+#           part "regions": python -m benchmarks.host_region, one region call's host time
 #   BASE    part "base": a git revision whose fusions the same FAMILIES and BENCH_K time in
 #           this call, from a worktree of it, for a same-run baseline (log: base_bench.log;
 #           its JSON stays out of $OUT)
@@ -54,6 +59,18 @@ if [[ $PARTS == *" bench "* ]]; then
   done
   FUSION_CACHE_DIR=/tmp/fc_bench timeout 560 python3 -m benchmarks.run $FAMILIES \
     ${BENCH_K:+-k $BENCH_K} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^\[" | tail -150
+fi
+
+if [[ $PARTS == *" models "* ]]; then
+  echo "== models: training steps, eager / inductor / fusion_cache"
+  timeout 590 python3 -m benchmarks.models --models ${MODELS:-gpt2,llama,resnet18} $MODEL_ARGS \
+    --out "$OUT" 2>&1 | tee "$OUT/models.log" | tail -80
+fi
+
+if [[ $PARTS == *" regions "* ]]; then
+  echo "== host time of one region call"
+  FUSION_CACHE_DIR=/tmp/fc_regions timeout 300 python3 -m benchmarks.host_region \
+    --json "$OUT/host-region.json" 2>&1 | tee "$OUT/host_region.log"
 fi
 
 if [[ $PARTS == *" base "* ]]; then

@@ -19,10 +19,12 @@ REGISTER_TYPE = {
     DataType.Float8_e8m0fnu: "float",
 }  # fmt: skip
 
+# one-word names (the prelude's int64_t and uint64_t, not "long long"): renderers
+# value-initialise with `T()`, which C++ does not take of a two-word type
 MEMORY_TYPE = {
     DataType.Double: "double", DataType.Float: "float", DataType.Half: "fc_half",
-    DataType.BFloat16: "fc_bf16", DataType.Int: "long long", DataType.Int32: "int",
-    DataType.Bool: "bool", DataType.UInt64: "unsigned long long",
+    DataType.BFloat16: "fc_bf16", DataType.Int: "int64_t", DataType.Int32: "int",
+    DataType.Bool: "bool", DataType.UInt64: "uint64_t",
     DataType.ComplexFloat: "fc_complex<float>", DataType.ComplexDouble: "fc_complex<double>",
     DataType.Float8_e4m3fn: "fc_e4m3", DataType.Float8_e5m2: "fc_e5m2",
     DataType.Float8_e8m0fnu: "fc_e8m0",

@@ -306,3 +306,16 @@ def test_only_plain_plans_take_the_lean_launch_path():
     with overriding({"outer.cluster": 0}):
         fd.precompile([meta(65536, 1024)], target="h100")
     assert not executor_for(fd).last_plan.lean  # partials and a dependent finish
+
+
+def test_a_row_reduction_reading_int64_per_row_compiles():
+    """A per-row int64 operand (nll_loss's targets against an iota over the classes) is
+    loaded as `row_ok ? a[row] : T()`: T must be one word (int64_t, not `long long`)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        target = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        classes = fd.ops.broadcast(fd.ops.iota(96, 0, 1, DataType.Int), [True, False])
+        hit = fd.ops.eq(classes, fd.ops.broadcast(target, [False, True]))
+        fd.add_output(fd.ops.sum(fd.ops.where(hit, x, 0.0), [1]))
+    refs = fd.precompile([meta(16, 96), meta(16, dtype=torch.int64)], "h100")
+    assert refs and any("int64_t" in r.source for r in refs)

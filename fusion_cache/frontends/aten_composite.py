@@ -158,8 +158,8 @@ def _batch_norm_eval(ctx: LoweringContext, x: Any, w: Any, b: Any, rm: Any, rv: 
     return _to(ctx, y, x.dtype)
 
 
-def _training(a: Args) -> bool:
-    training = a.get("training", False)
+def _training(a: Args, name: str = "training") -> bool:
+    training = a.get(name, False)
     if is_handle(training):
         raise UnsupportedOpError("batch_norm whose training flag is only known at run time")
     return bool(training)
@@ -183,6 +183,142 @@ def _batch_norm(ctx: LoweringContext, a: Args) -> Any:
 def _batch_norm_no_training(ctx: LoweringContext, a: Args) -> Any:
     y = _batch_norm_eval(ctx, a[0], a[1], a[2], a[3], a[4], a.get("eps", 1e-5))
     return y, None, None
+
+
+def _per_channel(ctx: LoweringContext, t: Any, ndim: int) -> Any:
+    """A [C] tensor broadcast against [N, C, *] (channels in dim 1)."""
+    return ctx.ops.broadcast(t, [d != 1 for d in range(ndim)])
+
+
+def _channel_dims(x: Any, what: str) -> list[int]:
+    if x.ndim < 2:
+        raise UnsupportedOpError(f"{what} of a rank-{x.ndim} tensor")
+    return [d for d in range(x.ndim) if d != 1]
+
+
+@lowers("_native_batch_norm_legit_functional")
+def _batch_norm_training(ctx: LoweringContext, a: Args) -> Any:
+    """Batch statistics; the running statistics come back updated (the functional form
+    AOTAutograd writes: the graph copies them into the buffers itself)."""
+    ops = ctx.ops
+    x, w, b, rm, rv = a[0], a.get("weight"), a.get("bias"), a[3], a[4]
+    if not _training(a):
+        raise UnsupportedOpError("_native_batch_norm_legit_functional in eval mode")
+    momentum, eps = a.get("momentum", 0.1), a.get("eps", 1e-5)
+    dims = _channel_dims(x, "batch_norm")
+    wide = _wide(ctx, x)
+    var, mean = ops.var_mean(wide, dims, 0, False)
+    rstd = ops.rsqrt(ops.add(var, eps))
+    y = ops.mul(ops.sub(wide, _per_channel(ctx, mean, x.ndim)), _per_channel(ctx, rstd, x.ndim))
+    if w is not None:
+        y = ops.mul(y, _per_channel(ctx, w, x.ndim))
+    if b is not None:
+        y = ops.add(y, _per_channel(ctx, b, x.ndim))
+    n = ctx.numel(x, dims)
+    unbiased = ops.mul(var, ops.truediv(n, ops.sub(n, 1)) if is_handle(n) else n / max(n - 1, 1))
+    keep = 1.0 - momentum
+    new_rm = ops.add(ops.mul(_wide(ctx, rm), keep), ops.mul(mean, momentum))
+    new_rv = ops.add(ops.mul(_wide(ctx, rv), keep), ops.mul(unbiased, momentum))
+    return (_to(ctx, y, x.dtype), mean, rstd, _to(ctx, new_rm, rm.dtype),
+            _to(ctx, new_rv, rv.dtype))  # fmt: skip
+
+
+@lowers("native_batch_norm_backward")
+def _batch_norm_backward(ctx: LoweringContext, a: Args) -> Any:
+    ops = ctx.ops
+    dy, x, w = a[0], a[1], a.get("weight")
+    train, eps = _training(a, "train"), a.get("eps", 1e-5)
+    mask = list(a.get("output_mask", [True] * 3))
+    dims = _channel_dims(x, "batch_norm backward")
+    if train:
+        mean, invstd = a.get("save_mean"), a.get("save_invstd")
+    else:
+        mean, rv = a.get("running_mean"), a.get("running_var")
+        invstd = None if rv is None else ops.rsqrt(ops.add(_wide(ctx, rv), eps))
+    if mean is None or invstd is None:
+        raise UnsupportedOpError("batch_norm backward without saved or running statistics")
+    g, wide = _wide(ctx, dy), _wide(ctx, x)
+    mean, invstd = _wide(ctx, mean), _wide(ctx, invstd)
+    x_hat = ops.mul(ops.sub(wide, _per_channel(ctx, mean, x.ndim)),
+                    _per_channel(ctx, invstd, x.ndim))  # fmt: skip
+    sum_dy = ops.sum(g, dims, False) if (mask[2] or (mask[0] and train)) else None
+    sum_dy_xhat = ops.sum(ops.mul(g, x_hat), dims, False) if (mask[1] or (mask[0] and train)) else None
+    grad_in = grad_w = grad_b = None
+    if mask[0]:
+        scale = invstd if w is None else ops.mul(invstd, _wide(ctx, w))
+        if train:
+            n = ctx.numel(x, dims)
+            mean_dy = _per_channel(ctx, ops.truediv(sum_dy, n), x.ndim)
+            mean_dy_xhat = _per_channel(ctx, ops.truediv(sum_dy_xhat, n), x.ndim)
+            g = ops.sub(ops.sub(g, mean_dy), ops.mul(x_hat, mean_dy_xhat))
+        grad_in = _to(ctx, ops.mul(g, _per_channel(ctx, scale, x.ndim)), x.dtype)
+    if mask[1] and w is not None:
+        grad_w = _to(ctx, sum_dy_xhat, w.dtype)
+    if mask[2] and w is not None:
+        grad_b = _to(ctx, sum_dy, w.dtype)
+    return grad_in, grad_w, grad_b
+
+
+# ---- nll_loss -------------------------------------------------------------------------------
+# The class a target picks is found by comparing it with an iota over the classes, not by a
+# gather: the compare fuses into the reduction over the classes (and into log_softmax).
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _picked(ctx: LoweringContext, x: Any, target: Any, weight: Any,
+            ignore_index: Any) -> tuple[Any, Any]:  # fmt: skip
+    """(where(target == class), the weight of each row's target, 0 where ignored) of
+    log-probabilities x [N, C] and targets [N]."""
+    ops = ctx.ops
+    if x.ndim != 2 or target.ndim != 1:
+        raise UnsupportedOpError(f"nll_loss of a rank-{x.ndim} input (rank 2 is lowered)")
+    classes = ops.broadcast(ops.iota(ctx.extent(x, 1), 0, 1, DataType.Int), [True, False])
+    hit = ops.eq(classes, ops.broadcast(target, [False, True]))
+    valid = ops.ne(target, ignore_index)
+    if weight is None:
+        w_t = ops.cast(valid, DataType.Float)
+    else:
+        w_row = ops.broadcast(_wide(ctx, weight), [True, False])
+        w_t = ops.where(valid, ops.sum(ops.where(hit, w_row, 0.0), [1], False), 0.0)
+    return hit, w_t
+
+
+def _reduction(a: Args, index: int) -> str:
+    reduction = a.get("reduction", a.get(index))
+    if is_handle(reduction) or reduction not in _REDUCTIONS:
+        raise UnsupportedOpError(f"nll_loss reduction {reduction!r}")
+    return _REDUCTIONS[reduction]
+
+
+@lowers("nll_loss_forward")
+def _nll_loss_forward(ctx: LoweringContext, a: Args) -> Any:
+    ops = ctx.ops
+    x, target, weight, ignore = a[0], a[1], a.get("weight"), a.get("ignore_index", -100)
+    reduction = _reduction(a, 3)
+    hit, w_t = _picked(ctx, x, target, weight, ignore)
+    picked = ops.sum(ops.where(hit, _wide(ctx, x), 0.0), [1], False)
+    loss = ops.neg(ops.mul(picked, w_t))
+    total = ops.sum(w_t, [0], False)
+    if reduction == "none":
+        return _to(ctx, loss, x.dtype), ops.full([], 0.0, DataType.Float)
+    out = ops.sum(loss, [0], False)
+    if reduction == "mean":
+        out = ops.truediv(out, total)
+    return _to(ctx, out, x.dtype), _to(ctx, total, x.dtype)
+
+
+@lowers("nll_loss_backward")
+def _nll_loss_backward(ctx: LoweringContext, a: Args) -> Any:
+    ops = ctx.ops
+    grad, x, target, weight = a[0], a[1], a[2], a.get("weight")
+    reduction, ignore, total = _reduction(a, 4), a.get("ignore_index", -100), a[6]
+    hit, w_t = _picked(ctx, x, target, weight, ignore)
+    scale = ops.neg(ops.mul(_wide(ctx, grad), w_t))  # grad: 0-dim, or [N] for 'none'
+    if reduction == "mean":
+        scale = ops.truediv(scale, _wide(ctx, total))
+    g = ops.where(hit, ops.broadcast(scale, [False, True]), 0.0)
+    return _to(ctx, g, x.dtype)
 
 
 # ---- activations and their backward --------------------------------------------------------

@@ -426,3 +426,42 @@ def _full_like(ctx: LoweringContext, a: Args) -> Any:
     dtype = a.get("dtype")
     dt = x.dtype if dtype is None else as_datatype(dtype)
     return ctx.ops.full(ctx.extents(x), fill, dt)
+
+
+def _creation_dtype(a: Args, like: Any, fill: Any) -> DataType:
+    dtype = a.get("dtype")
+    if dtype is not None:
+        return as_datatype(dtype)
+    if like is not None:
+        return like.dtype
+    return _dtype_of(fill) if isinstance(fill, (bool, int)) else DataType.Float
+
+
+@lowers("full", "zeros", "ones", "new_full", "new_zeros", "new_ones", "scalar_tensor")
+def _full(ctx: LoweringContext, a: Args) -> Any:
+    name = a.op.split("::")[-1]
+    like = a[0] if name.startswith("new_") else None
+    shape = [] if name == "scalar_tensor" else list(a[1] if like is not None else a[0])
+    if name == "scalar_tensor":
+        fill = a[0]
+    elif name.endswith("full"):
+        fill = a[2] if like is not None else a[1]
+    else:
+        fill = 0 if name.endswith("zeros") else 1
+    return ctx.ops.full(shape, fill, _creation_dtype(a, like, fill))
+
+
+@lowers("arange")
+def _arange(ctx: LoweringContext, a: Args) -> Any:
+    if "start" in a.names:  # arange.start / arange.start_step
+        start, end, step = a.get("start", 0), a.get("end"), a.get("step", 1)
+    else:
+        start, end, step = 0, a[0], 1
+    if any(is_handle(v) for v in (start, end, step)):
+        raise UnsupportedOpError("arange whose bounds are known only at run time")
+    length = max(0, -(-(end - start) // step)) if all(isinstance(v, int) for v in
+                                                       (start, end, step)) else None  # fmt: skip
+    if length is None:
+        raise UnsupportedOpError("arange over floats")
+    dtype = as_datatype(a.get("dtype")) if a.get("dtype") is not None else DataType.Int
+    return ctx.ops.iota(length, start, step, dtype)

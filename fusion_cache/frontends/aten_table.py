@@ -1,10 +1,18 @@
-"""Every aten lowering, registered: the primitives (aten_ops.py) and the composites
-(aten_composite.py) fill lowering.LOWERINGS as they are imported here."""
+"""Every aten lowering, registered: the primitives (aten_ops.py), slicing and joining
+(aten_resize.py), gathers and scatters (aten_indexing.py), the composites
+(aten_composite.py) and the library ops (aten_library.py: GEMMs, attention) fill
+lowering.LOWERINGS as they are imported here."""
 from __future__ import annotations
 
 from typing import Any
 
-from . import aten_composite, aten_ops  # noqa: F401  (they register themselves)
+from . import (  # noqa: F401  (they register themselves)
+    aten_composite,
+    aten_indexing,
+    aten_library,
+    aten_ops,
+    aten_resize,
+)
 from .lowering import LOWERINGS, Args, LoweringContext, UnsupportedOpError
 
 

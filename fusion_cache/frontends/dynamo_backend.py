@@ -3,11 +3,12 @@
 Dynamo hands the backend an FX graph; AOTAutograd turns it into aten-level forward and
 backward graphs, and both come to `fuse_graph`. It partitions the graph into the largest
 connected regions of ops the lowering takes (CapabilityBasedPartitioner), lowers each
-region into a FusionDefinition run by fd.execute, and leaves the rest (matmuls,
-embeddings, random ops...) to eager.
+region into a FusionDefinition, called through a RegionCall that replays a launch sequence
+(Note [Region call]), and leaves the rest (random ops, what has no lowering) to eager.
 
-Knobs: FUSION_CACHE_SINGLE_NODE=1 keeps regions of a single op (by default a region needs
-two ops that are not views); FUSION_CACHE_DUMP=graph prints each partitioned graph with
+Knobs: mode="reduce-overhead" (or FUSION_CACHE_CUDA_GRAPHS=1) replays each compiled graph as
+a CUDA graph (Note [CUDA-graph mode]); FUSION_CACHE_SINGLE_NODE=1 keeps regions of a single
+op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=graph prints each partitioned graph with
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
 definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute.
 """
@@ -17,11 +18,13 @@ import inspect
 import itertools
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.fx import GraphModule, Node
 from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
@@ -29,11 +32,13 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
 
-from .fx_region import FusedRegion, build_region, spec_of
+from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
+from .fx_region import RegionCall, build_region, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
 
 _PREFIX = "fusion_region_"
+_CASTS = frozenset({"_to_copy", "convert_element_type", "to", "_autocast_to_reduced_precision"})
 
 
 @dataclass
@@ -48,6 +53,10 @@ class GraphReport:
     views_eager: int = 0  # views left to eager (they cost no copy there)
     fusion_ids: list[int] = field(default_factory=list)
     eager_reasons: dict[str, str] = field(default_factory=dict)  # node name -> why
+    fused_ops: dict[str, int] = field(default_factory=dict)  # aten op -> how many were fused
+    eager_ops: dict[str, dict[str, int]] = field(default_factory=dict)  # op -> why -> count
+    fuse_s: float = 0.0  # partitioning and lowering this graph
+    regions_list: list = field(default_factory=list, repr=False)  # its RegionCalls
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +64,11 @@ class GraphReport:
             "ops_fused": self.ops_fused, "ops_eager": self.ops_eager,
             "views_eager": self.views_eager,
             "fusion_ids": list(self.fusion_ids), "eager_reasons": dict(self.eager_reasons),
+            "fused_ops": dict(self.fused_ops),
+            "eager_ops": {op: dict(why) for op, why in self.eager_ops.items()},
+            "fuse_s": self.fuse_s,
+            # first calls: recording the launch sequences (planning, compiling or loading)
+            "record_s": sum(r.record_s for r in self.regions_list),
         }  # fmt: skip
 
 
@@ -87,16 +101,24 @@ def single_node_allowed() -> bool:
 # ---- the backend ----------------------------------------------------------------------------
 
 
-def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
-    """torch.compile backend: forward and backward aten graphs both go through fuse_graph."""
+def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: str | None = None,
+                         options: dict[str, Any] | None = None) -> Callable:  # fmt: skip
+    """torch.compile backend: forward and backward aten graphs both go through fuse_graph.
+
+    `mode="reduce-overhead"` (or `options={"cuda_graphs": True}`, or FUSION_CACHE_CUDA_GRAPHS=1)
+    also captures each graph in a CUDA graph (Note [CUDA-graph mode] in cuda_graphs.py)."""
     from torch._dynamo.backends.common import aot_autograd
 
+    if cuda_graphs_wanted(mode, options):
+        captured = compile_with_cuda_graphs(gm, example_inputs, fuse_graph)
+        if captured is not None:
+            return captured
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
     )
-    return backend(gm, example_inputs, **kwargs)
+    return backend(gm, example_inputs)
 
 
 def _compiler(kind: str) -> Callable[[GraphModule, Sequence[Any]], Callable]:
@@ -113,7 +135,8 @@ def _compiler(kind: str) -> Callable[[GraphModule, Sequence[Any]], Callable]:
 
 
 def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
-    """Replace the fusable regions of an aten graph by FusedRegion modules, in place."""
+    """Replace the fusable regions of an aten graph by calls of RegionCalls, in place."""
+    start = time.perf_counter()
     report = GraphReport(kind, next(_counter))
     support = FusionSupport()
     proposed = _propose(gm, support)
@@ -137,9 +160,12 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
             for n in ops:
                 labels[n] = f"region {i} did not lower: {region}"
             continue
-        setattr(gm, name, region)
+        _call_region(gm, name, region)
+        report.regions_list.append(region)
         report.regions += 1
         report.ops_fused += len(ops)
+        for n in ops:
+            report.fused_ops[base_name(n)] = report.fused_ops.get(base_name(n), 0) + 1
         report.fusion_ids.append(region.fusion_id)
     gm.recompile()
 
@@ -149,9 +175,12 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
                 report.views_eager += 1
             else:
                 report.ops_eager += 1
+                reasons = report.eager_ops.setdefault(base_name(node) or str(node.target), {})
+                reasons[why] = reasons.get(why, 0) + 1
             report.eager_reasons[node.name] = why
     if dump_enabled("graph"):
         _print_listing(report, listing, labels)
+    report.fuse_s = time.perf_counter() - start
     with _lock:
         _reports.append(report)
     return report.as_dict()
@@ -193,7 +222,8 @@ def _connected_parts(part: Partition) -> list[Partition]:
 
 
 def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> list[Partition]:
-    """Regions worth a fusion: at least one op that is not a view, two unless single-node."""
+    """Regions worth a fusion: at least one op that is not a view or a cast, and two ops
+    unless single-node."""
     least = 1 if single_node_allowed() else 2
     kept = []
     for part in partitions:
@@ -202,6 +232,8 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
             continue
         if not compute:
             why = "only views: eager views cost no copy"
+        elif all(base_name(n) in _CASTS for n in compute):
+            why = "only casts: eager's copy kernel does the same in one launch"
         elif len(compute) < least:
             why = (f"region of {len(compute)} op (FUSION_CACHE_SINGLE_NODE=1 fuses single "
                    "ops)")  # fmt: skip
@@ -213,21 +245,39 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
     return kept
 
 
-def _lower_region(gm: GraphModule, name: str) -> FusedRegion | str:
-    """The FusedRegion for submodule `name`, or why its definition could not be built."""
+def _call_region(gm: GraphModule, name: str, region: RegionCall) -> None:
+    """The graph calls `region` as a function where it called submodule `name`."""
+    graph = gm.graph
+    call = next(n for n in graph.nodes if n.op == "call_module" and n.target == name)
+    with graph.inserting_before(call):
+        node = graph.call_function(region, call.args, call.kwargs)
+    node.meta = dict(call.meta)
+    call.replace_all_uses_with(node)
+    graph.erase_node(call)
+    gm.delete_submodule(name)
+
+
+def _lower_region(gm: GraphModule, name: str) -> RegionCall | str:
+    """The RegionCall for submodule `name`, or why its definition could not be built."""
     sub = getattr(gm, name)
     call = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == name)
     vals = [a.meta.get("val") if isinstance(a, Node) else a for a in call.args]
+    if not any(isinstance(v, torch.Tensor) and not (v.device.type == "cpu" and v.dim() == 0)
+               for v in vals):  # fmt: skip
+        # a fusion runs where its tensors are: without one it could not tell the device
+        return "no tensor input to tell the region's device"
     try:
         specs = tuple(spec_of(v) for v in vals)
-        fd = build_region(sub, specs)
+        fd, constants = build_region(sub, specs)
     except (LoweringError, NotImplementedError) as err:
         return str(err)
     except Exception as err:  # a bug in a lowering: the region runs in eager, loudly
         warnings.warn(f"fusion_cache: {name} stays in eager after an unexpected "
                       f"{type(err).__name__} while lowering it: {err}", stacklevel=2)  # fmt: skip
         return f"{type(err).__name__}: {err}"
-    return FusedRegion(name, sub, fd, specs)
+    if not fd.output_records():
+        return "every output is a constant: nothing to run"
+    return RegionCall(name, sub, fd, specs, constants)
 
 
 # ---- FUSION_CACHE_DUMP=graph ----------------------------------------------------------------

@@ -1,13 +1,14 @@
 """One fusion region of an aten FX graph: its FusionDefinition, and the module that runs it.
 
 A region's definition depends on its inputs' dtypes, sizes and strides (they decide the
-declared shape codes and contiguity), so `FusedRegion` keeps one definition per input
+declared shape codes and contiguity), so `RegionCall` keeps one definition per input
 signature. Definitions of identical regions are identical record sequences, so the trie
 gives them the same fusion id, and the store and warm restarts apply to them as to any.
 """
 from __future__ import annotations
 
 import operator
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from torch.fx import GraphModule, Node
 
 from fusion_cache.frontend.definition import FusionDefinition
 from fusion_cache.frontend.dtypes import DataType, from_torch
+from fusion_cache.runtime.plans import input_key
+from fusion_cache.runtime.sequence import Guard, LaunchSequence, sequence_for
 
 from .aten_table import lower_op
 from .fx_support import op_name
@@ -59,8 +62,14 @@ def _define_input(fd: FusionDefinition, spec: InputSpec) -> Any:
                             dtype=from_torch(spec.dtype), is_cpu=spec.cpu_scalar)  # fmt: skip
 
 
-def build_region(gm: GraphModule, specs: Sequence[InputSpec]) -> FusionDefinition:
-    """Lower the region's subgraph into a closed FusionDefinition; raises LoweringError."""
+Constants = tuple  # (output position, Python value): region outputs known when lowering
+
+
+def build_region(gm: GraphModule, specs: Sequence[InputSpec]) -> tuple[FusionDefinition,
+                                                                          Constants]:  # fmt: skip
+    """Lower the region's subgraph into a closed FusionDefinition; raises LoweringError.
+    Outputs the lowering knows as Python values (an attention op's static sequence length,
+    an undefined tensor's None) are not fusion outputs: they come back as constants."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(specs):
         raise LoweringError(f"region has {len(placeholders)} inputs, got {len(specs)} specs")
@@ -71,21 +80,22 @@ def build_region(gm: GraphModule, specs: Sequence[InputSpec]) -> FusionDefinitio
         for node, spec in zip(placeholders, specs):
             env[node] = _define_input(fd, spec)
             ctx.hint(env[node], spec.sizes if spec.is_tensor else None)
+        constants: Constants = ()
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 env[node] = _lower_node(ctx, node, env)
             elif node.op == "output":
-                _add_outputs(fd, node, env)
+                constants = _add_outputs(fd, node, env)
             elif node.op != "placeholder":
                 raise LoweringError(f"unexpected {node.op} node {node.name} in a region")
-    return fd
+    return fd, constants
 
 
 def _lower_node(ctx: LoweringContext, node: Node, env: dict[Node, Any]) -> Any:
     if node.target is operator.getitem:
         src, index = node.args
         value = env[src][index]
-        if value is None:
+        if value is None and node.meta.get("val") is not None:
             raise LoweringError(f"{node.name}: output {index} of {src} is not lowered")
         return value
     name = op_name(node)
@@ -116,39 +126,95 @@ def _match_meta(ctx: LoweringContext, result: Any, val: Any, where: str) -> Any:
     return result
 
 
-def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> None:
+def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> Constants:
     outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
     inputs = set(fd.inputs())
-    for out in outs:
-        value = env[out]
+    constants = []
+    for k, out in enumerate(outs):
+        value = env[out] if isinstance(out, Node) else out
+        if value is None or isinstance(value, (bool, int, float)):
+            constants.append((k, value))
+            continue
         if not is_handle(value):
             raise LoweringError(f"region output {out} lowered to {value!r}, not a fusion value")
         if value.index in inputs:
             value = fd.ops.set(value)  # an input passed through: the output gets its own copy
         fd.add_output(value)
+    return tuple(constants)
 
 
-class FusedRegion(torch.nn.Module):
-    """Runs one region through fd.execute; replaces the region's submodule in the graph."""
+def _with_constants(outs: list, constants: Constants) -> list:
+    outs = list(outs)
+    for k, value in constants:
+        outs.insert(k, value)
+    return outs
+
+
+class RegionCall:
+    """Runs one region; the graph calls it in place of the region's submodule.
+
+    Note [Region call]: a region is called once per step with inputs of the same signature,
+    so its first call with a signature records a launch sequence (Note [Launch sequence] in
+    fusion_cache/runtime/sequence.py) and later calls replay it after a guard on their
+    shapes, strides, dtypes and alignment, with no trip through execute(). The guard of the
+    last sequence run is tried first; a miss looks the signature up, and a new signature
+    defines the region again (the definition's shape codes and contiguity come from sizes
+    and strides) and records a sequence for it. Devices are not guarded: torch.compile's
+    guards fix the graph inputs' devices, and each op's outputs follow its inputs.
+
+    A plain callable rather than a Module: the graph calls it as a function, without
+    Module.__call__'s hook checks on every step.
+    """
 
     def __init__(self, name: str, gm: GraphModule, fd: FusionDefinition,
-                 specs: tuple[InputSpec, ...]) -> None:  # fmt: skip
-        super().__init__()
-        self.region_name = name
+                 specs: tuple[InputSpec, ...], constants: Constants = ()) -> None:  # fmt: skip
+        self.__name__ = self.__qualname__ = name  # FX's code generator names calls by these
+        self.__module__ = __name__
         self.region_graph = gm
-        self._definitions: dict[tuple[InputSpec, ...], FusionDefinition] = {specs: fd}
+        self._definitions: dict[tuple, tuple[FusionDefinition, Constants]] = {
+            specs: (fd, constants)}
         self.fusion_id = fd.id()
         # the submodule returned a tuple or a single value: the caller indexes accordingly
         output = next(n for n in gm.graph.nodes if n.op == "output")
         self._returns_tuple = isinstance(output.args[0], (tuple, list))
+        self._sequences: dict[tuple, tuple[Guard, LaunchSequence, Constants]] = {}
+        self._last: tuple[Guard, LaunchSequence, Constants] | None = None
+        self.record_s = 0.0  # spent recording sequences (planning, compiling, loading)
 
-    def definition_for(self, args: Sequence[Any]) -> FusionDefinition:
-        key = tuple(spec_of(a) for a in args)
-        fd = self._definitions.get(key)
-        if fd is None:  # strides (or sizes) differ from the traced ones: define again
-            fd = self._definitions[key] = build_region(self.region_graph, key)
-        return fd
-
-    def forward(self, *args: Any) -> Any:
-        outs = self.definition_for(args).execute(list(args))
+    def __call__(self, *args: Any) -> Any:
+        last = self._last
+        if last is not None and last[0].matches(args):
+            outs = last[1].run(args)
+            if last[2]:
+                outs = _with_constants(outs, last[2])
+        else:
+            outs = self._record_or_find(args)
         return tuple(outs) if self._returns_tuple else outs[0]
+
+    def _record_or_find(self, args: Sequence[Any]) -> list:
+        key = input_key(args)
+        entry = self._sequences.get(key)
+        if entry is not None:
+            self._last = entry
+            outs = entry[1].run(args)
+        else:
+            start = time.perf_counter()
+            fd, constants = self.definition_for(args)
+            seq, outs = sequence_for(fd, args)
+            entry = self._last = self._sequences[key] = (Guard(args), seq, constants)
+            self.record_s += time.perf_counter() - start
+        return _with_constants(outs, entry[2]) if entry[2] else outs
+
+    def definition_for(self, args: Sequence[Any]) -> tuple[FusionDefinition, Constants]:
+        key = tuple(spec_of(a) for a in args)
+        found = self._definitions.get(key)
+        if found is None:  # strides (or sizes) differ from the traced ones: define again
+            found = self._definitions[key] = build_region(self.region_graph, key)
+        return found
+
+    @property
+    def sequences(self) -> list[LaunchSequence]:
+        return [entry[1] for entry in self._sequences.values()]
+
+    def __repr__(self) -> str:
+        return f"RegionCall({self.__name__}, fusion {self.fusion_id})"

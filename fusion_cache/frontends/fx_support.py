@@ -5,6 +5,7 @@ partitioner asks it through `FusionSupport`, and the graph dump prints the reaso
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -12,14 +13,16 @@ import torch
 from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from fusion_cache.frontend.dtypes import from_torch
+from fusion_cache.frontend.dtypes import DataType, from_torch
+from fusion_cache.frontend.ops import Operators
 
 from .aten_table import has_lowering
 
 # ops that only change how a tensor is viewed: they do not make a region worth launching
 VIEW_OPS = frozenset(
     "view _unsafe_view _reshape_alias reshape permute t transpose expand expand_as "
-    "unsqueeze squeeze alias detach clone contiguous".split()
+    "unsqueeze squeeze alias detach clone contiguous split split_with_sizes unbind select "
+    "slice narrow chunk".split()
 )
 # random or stateful: never fused
 _RANDOM = frozenset("native_dropout dropout bernoulli rand_like randn_like".split())
@@ -61,7 +64,7 @@ def reject_reason(node: Node) -> str | None:
         return "random op"
     if not has_lowering(name):
         return f"no lowering for {name}"
-    return _check_values(node) or _check_op(node)
+    return _check_values(node) or _check_op(node) or _check_needs(node)
 
 
 def _check_values(node: Node) -> str | None:
@@ -110,6 +113,80 @@ def _check_op(node: Node) -> str | None:
     if name in ("max", "min") and len(node.args) > 1 and not isinstance(node.args[1], Node):
         return "max/min along a dim returns indices"
     return None
+
+
+# aten ops whose lowering emits fd.ops that not every build has (the ATen ops) or whose
+# schedulers not every build runs (the resize family, iota): they join a region only where
+# the frontend has the ops and, on CUDA, a scheduler takes them, so that no region fails to
+# lower and no region of a CUDA graph lands on the reference evaluator
+_FLASH = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu")
+_NEEDS = {
+    "arange": ("iota",), "nll_loss_forward": ("iota",), "nll_loss_backward": ("iota",),
+    "slice": ("slice",), "narrow": ("slice",), "select": ("slice",), "unbind": ("slice",),
+    "split": ("slice",), "split_with_sizes": ("slice",), "cat": ("cat",), "stack": ("cat",),
+    "constant_pad_nd": ("pad", "slice"), "slice_backward": ("pad",), "select_backward": ("pad",),
+    "mm": ("matmul",), "bmm": ("matmul",), "matmul": ("matmul",), "addmm": ("matmul",),
+    "linear": ("linear",), "embedding": ("embedding_fwd",),
+    "embedding_dense_backward": ("index_put_accumulate",),
+    **{name: ("sdpfa_fwd",) for name in _FLASH},
+    **{f"{name}_backward": ("sdpfa_bwd",) for name in _FLASH},
+}  # fmt: skip
+
+
+def _check_needs(node: Node) -> str | None:
+    needs = _NEEDS.get(base_name(node), ())
+    if not needs:
+        return None
+    vals = [v for v in _flat([node.meta.get("val")]) if isinstance(v, torch.Tensor)]
+    cuda = any(v.is_cuda for v in vals)  # CPU regions run on the reference evaluator anyway
+    for op in needs:
+        if not hasattr(Operators, op):
+            return f"this build's frontend has no fd.ops.{op}"
+        if cuda and not gpu_schedules(op):
+            return (f"needs fd.ops.{op}, which no GPU scheduler of this build runs (the region "
+                    "would run on the reference evaluator)")  # fmt: skip
+    return None
+
+
+@functools.cache
+def gpu_schedules(op: str) -> bool:
+    """Whether a scheduler takes a small fusion around fd.ops.`op` (as one kernel, or as an
+    ATen segment's torch call)."""
+    try:
+        return _probe(op)
+    except (AttributeError, TypeError, ValueError):  # no such op, or not with these operands
+        return False
+
+
+def _probe(op: str) -> bool:
+    from fusion_cache.ir.subfusion import ScratchDefinition
+    from schedulers.registry import schedule
+
+    fd = ScratchDefinition()
+    with fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        if op == "iota":
+            y = fd.ops.add(x, fd.ops.cast(fd.ops.iota(8, 0, 1, DataType.Int), DataType.Float))
+        elif op == "slice":
+            y = fd.ops.mul(fd.ops.slice(x, [0, 1], [4, 5]), 2.0)
+        elif op == "pad":
+            y = fd.ops.mul(fd.ops.pad(x, [1, 2]), 2.0)
+        elif op == "cat":
+            y = fd.ops.mul(fd.ops.cat([x, fd.ops.exp(x)], 0), 2.0)
+        elif op in ("matmul", "linear"):
+            y = fd.ops.matmul(x, x) if op == "matmul" else fd.ops.linear(x, x)
+        elif op == "embedding_fwd":
+            y = fd.ops.embedding_fwd(fd.define_tensor(shape=[-1], dtype=DataType.Int), x)
+        elif op == "index_put_accumulate":
+            index = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+            y = fd.ops.index_put_accumulate(fd.ops.full([8, 8], 0.0, DataType.Float), index, x)
+        elif op in ("sdpfa_fwd", "sdpfa_bwd"):  # the backward is planned as the forward
+            q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
+            y = fd.ops.sdpfa_fwd(q, q, q, 0.0, True, None)[0]
+        else:
+            raise ValueError(f"gpu_schedules: no probe for {op!r}")
+        fd.add_output(y)
+    return schedule(fd)[0] is not None
 
 
 def _arg(node: Node, index: int, name: str, default: Any) -> Any:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fusion_cache.frontend.dtypes import DataType, from_torch
-from fusion_cache.frontend.values import Scalar, Tensor, _Handle
+from fusion_cache.frontend.records import Record, Ref
+from fusion_cache.frontend.values import HANDLE_TYPES, Scalar, Tensor, _Handle
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -142,6 +143,17 @@ class LoweringContext:
             if not isinstance(e, int):
                 total = self.ops.mul(total, e)
         return total
+
+    def producer(self, t: Tensor) -> Record | None:
+        """The op record that made `t` in this definition (None for an input)."""
+        for record in reversed(self.fd._records):
+            if any(o.index == t.index for o in record.outputs):
+                return record if record.kind == "op" else None
+        return None
+
+    def handle(self, ref: Ref) -> Any:
+        """The handle of a state of this definition, from a record's reference to it."""
+        return HANDLE_TYPES[ref.kind](self.fd, ref)
 
     def hint(self, value: Any, sizes: Sequence[int] | None) -> None:
         if isinstance(value, Tensor) and sizes is not None:

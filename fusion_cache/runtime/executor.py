@@ -5,6 +5,14 @@ Note [Plan cache]: a plan is everything a run needs that depends on the inputs b
 their data: output shapes, scratch buffers, and the kernels with their argument templates.
 Validation depends only on the same key, so a hit skips it: it costs a key, a dict lookup,
 output allocation and the launches.
+
+Note [Stored segmentations]: searching a segmentation is the costly part of planning a big
+fusion (a torch.compile region holding a whole layer stack: seconds), and a new process on
+a warm store would search again for the same fusion and inputs. So a segmented plan's
+summary in the store keeps its groups (each segment's owned and computed ops) beside the
+segmenter's version, and a later plan for the same fusion, signature and target takes
+them after checking they fit the fusion (schedulers/segmenter.py, `given`), searching
+again only where they do not, or where a group would land on the reference evaluator.
 """
 from __future__ import annotations
 
@@ -171,9 +179,19 @@ class FusionExecutor:
 
         from .segmented import build_plan, describe_plan
 
+        drafts = None
+        stored = self.stored_groups(values, profile) if fd is None else None
         fd = self.fd if fd is None else fd
+        if stored is not None:  # Note [Stored segmentations]
+            try:
+                drafts = segment(fd, values, env, profile, stored)
+            except SchedulerRefused:
+                drafts = None
+            if drafts is not None and any(d.scheduler is None for d in drafts):
+                drafts = None  # a segment only the reference runs: search again, to be sure
         try:
-            drafts = segment(fd, values, env, profile)
+            if drafts is None:
+                drafts = segment(fd, values, env, profile)
         except SchedulerRefused as err:
             raise FusionUnsupportedError(f"no scheduler takes it ({why}) and it cannot be "
                                          f"segmented: {err}") from None  # fmt: skip
@@ -185,13 +203,33 @@ class FusionExecutor:
         # recorded like a kernel plan, so `fusion-cache show` tells which fusions run it
         self.record(values, profile, {"scheduler": "segmented", "plan": plan.description,
                                       "segments": [s.definition.id() for s in plan.segments],
-                                      "refused": why})  # fmt: skip
+                                      "refused": why, "segmenter": segmenter_version(),
+                                      "groups": [[sorted(d.owned), sorted(d.ops)]
+                                                 for d in drafts]})  # fmt: skip
         return plan
+
+    def stored_groups(self, values: Sequence[Any], profile: Any) -> list | None:
+        """The groups a segmentation of these inputs found before, as the store holds them,
+        or None (none stored, another segmenter's, or not well-formed)."""
+        try:
+            store = FusionCache.get().store
+            text = store.get_plan(self.fid, _signature(values), f"sm_{profile.arch}")
+            found = json.loads(text) if text else None
+            if not isinstance(found, dict) or found.get("segmenter") != segmenter_version():
+                return None
+            groups = []
+            for owned, ops in found["groups"]:
+                if not all(type(p) is int for p in (*owned, *ops)):
+                    return None
+                groups.append((frozenset(owned), frozenset(ops)))
+            return groups
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def record(self, values: Sequence[Any], profile: Any, plan: dict) -> None:
         """Keep a plan's summary in the store under these inputs' signature and target."""
-        sig = json.dumps([repr(k) for k in input_key(values)])
-        FusionCache.get().store.put_plan(self.fid, sig, f"sm_{profile.arch}", json.dumps(plan))
+        FusionCache.get().store.put_plan(self.fid, _signature(values), f"sm_{profile.arch}",
+                                         json.dumps(plan))  # fmt: skip
 
     def plan(self, values: Sequence[Any], key: tuple) -> Any:
         with self.lock:
@@ -360,6 +398,18 @@ def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], w
     device = None if reads_tensors or not torch.cuda.is_available() else torch.device(
         "cuda", torch.cuda.current_device())  # no tensor input: the current device
     return run_reference(fd, values, device)
+
+
+def _signature(values: Sequence[Any]) -> str:
+    return json.dumps([repr(k) for k in input_key(values)])
+
+
+def segmenter_version() -> str:
+    """What a stored segmentation was found with: the format and the schedulers a group
+    could be given to (a build with another scheduler list searches again)."""
+    from schedulers.registry import SCHEDULERS
+
+    return "fc-segments-1:" + ",".join(name for name, *_ in SCHEDULERS)
 
 
 def home_device(values: Sequence[Any]) -> int:

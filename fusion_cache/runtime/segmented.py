@@ -67,13 +67,15 @@ def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any
                  dump: bool = False) -> list[Any]:  # fmt: skip
     ctx = run_context.current() if run_context.ACTIVE else None
     env = dict(zip(plan.input_states, inputs))
+    device = run_device(inputs)
     for k, seg in enumerate(plan.segments):
         if ctx is not None:
             ctx.segment = k  # a profile tells which segment each kernel ran for
         args = [env[v] for v in seg.sub.inputs]
         for i in seg.dense_inputs:  # an ATen result read where strides are fixed
             args[i] = args[i].contiguous()
-        outs = seg.definition.execute(args)
+        # a segment reading no CUDA tensor (it only creates values) runs where the rest does
+        outs = seg.definition.execute(args, device=None if run_device(args) else device)
         for v, value in zip(seg.sub.outputs, outs):
             env[v] = value
         for v in seg.drop_after:
@@ -82,6 +84,11 @@ def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any
             print(describe_segment(k, seg))
     # an input returned as an output is the input itself (Note [Outputs that alias inputs])
     return [env[v] for v in plan.output_states]
+
+
+def run_device(values: Sequence[Any]) -> Any:
+    """The CUDA device of the first CUDA tensor among `values`, else None."""
+    return next((v.device for v in values if getattr(v, "is_cuda", False)), None)
 
 
 def _kind(seg: Segment) -> str:

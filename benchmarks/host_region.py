@@ -1,0 +1,285 @@
+"""Host time of one torch.compile region call on a cache hit, against its launches alone.
+
+    python -m benchmarks.host_region [--calls 2000] [--rounds 5] [--json FILE]
+    python -m benchmarks.host_region --stub   # no GPU: kernels planned for h100, launches stubbed
+
+Each case is a region the backend makes from a small aten graph (make_fx + fuse_graph), at
+a tiny size so the GPU waits on the host. Per case, in microseconds a call (back to back,
+one synchronize a round, the median of the rounds):
+
+- `region`: the RegionCall replaying its launch sequence (Note [Region call]);
+- `launches`: the same kernel launches alone, arguments prepared ahead;
+- `overhead`: region - launches, the issue's target being at most 10 us;
+- `execute`: fd.execute on the same inputs (the path regions took before);
+- `eager`: the aten graph run by torch.
+
+`--stub` runs on the CPU: the plans are made for the h100 profile (NVRTC compiles here), the
+kernels are stubs whose launch does nothing, and CPU tensors stand in for CUDA ones. It
+adds `python_calls`: the Python functions one region call enters (a stub launch counts one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+# ---- the cases --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegionCase:
+    name: str
+    fn: Callable[..., Any]
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: torch.dtype = torch.float32
+
+
+def _bias_gelu(x, b):
+    return F.gelu(x + b, approximate="tanh")
+
+
+def _residual_layer_norm(x, y, w, b):
+    h = x + y
+    return h, F.layer_norm(h, [h.shape[-1]], w, b)
+
+
+def _layer_norm_backward(x, w, b, g):
+    x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+    out = F.layer_norm(x, [x.shape[-1]], w, b)
+    return torch.autograd.grad(out, (x, w, b), g)
+
+
+def _softmax_dropout_free(x, m):
+    return torch.softmax(x * 0.125 + m, dim=-1)
+
+
+CASES = (
+    RegionCase("bias_gelu", _bias_gelu, ((8, 64), (64,))),
+    RegionCase("residual_layer_norm", _residual_layer_norm, ((8, 64), (8, 64), (64,), (64,))),
+    RegionCase("softmax_scale_mask", _softmax_dropout_free, ((8, 64), (8, 64))),
+    RegionCase("layer_norm_backward", _layer_norm_backward, ((8, 64), (64,), (64,), (8, 64))),
+)
+
+
+def region_of(case: RegionCase, device: str) -> tuple[Any, list[torch.Tensor], Callable]:
+    """The case's largest region (a RegionCall), its inputs, and the whole graph as eager."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusion_cache.frontends import dynamo_backend
+    from fusion_cache.frontends.fx_region import RegionCall
+
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(s, generator=gen, dtype=case.dtype).to(device) for s in case.shapes]
+    gm = make_fx(case.fn)(*inputs)
+    eager = make_fx(case.fn)(*inputs)
+    dynamo_backend.fuse_graph(gm, "forward")
+    calls = [n for n in gm.graph.nodes if isinstance(n.target, RegionCall)]
+    if not calls:
+        raise RuntimeError(f"{case.name}: no region")
+    node = max(calls, key=lambda n: len(n.target.region_graph.graph.nodes))
+    # the region's own inputs: run the graph once, keeping the values the call reads
+    seen: dict[str, Any] = {}
+    interp = torch.fx.Interpreter(gm)
+    original = interp.run_node
+
+    def run_node(n):
+        value = original(n)
+        seen[n.name] = value
+        return value
+
+    interp.run_node = run_node
+    interp.run(*inputs)
+    args = [seen[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args]
+    return node.target, args, lambda: eager(*inputs)
+
+
+# ---- stub launches (--stub, and the CPU tests) ------------------------------------------------
+
+
+class StubKernel:
+    """Stands in for a LoadedKernel: records each launch, runs nothing."""
+
+    def __init__(self, name: str, log: list | None = None) -> None:
+        self.name = name
+        self.log = log
+
+    def launch(self, grid, block, arg_types, args, shared_mem=0, stream=None, cooperative=False,
+               dependent=False) -> None:  # fmt: skip
+        if self.log is not None:
+            self.log.append((self.name, tuple(grid), tuple(block), shared_mem, cooperative,
+                             dependent, tuple(arg_types), list(args)))  # fmt: skip
+
+    def max_resident(self, block, shared_mem=0) -> int:
+        return 0
+
+
+@contextlib.contextmanager
+def stub_launches(target: str = "h100", log: list | None = None) -> Iterator[list | None]:
+    """Within it, CPU inputs take the GPU path: plans are made for `target` (kernels compiled
+    through the store as on a GPU machine), launched by StubKernels (into `log` when given),
+    and outputs are allocated on the CPU."""
+    from fusion_cache.runtime import execute, executor, sequence
+    from schedulers.device import resolve_target
+
+    profile = resolve_target(target)
+    saved = (executor.FusionExecutor.plan, execute._on_gpu, sequence._on_gpu,
+             executor.LaunchPlan.barrier)
+
+    def plan(self, values, key, device=None):
+        found = self.plans.get(key)
+        if found is None:
+            try:
+                found = self.make_plan(values, profile, load=False)
+            except executor.FusionUnsupportedError as why:
+                found = executor.ReferencePlan(str(why))
+            if isinstance(found, executor.LaunchPlan):
+                found.kernels = [StubKernel(r.name, log) for r in found.refs]
+                found.device = torch.device("cpu")
+                # 0-dim tensors stand for the CPU scalars a GPU run copies over
+                found.host_inputs = tuple(i for i, v in enumerate(values)
+                                          if isinstance(v, torch.Tensor) and v.dim() == 0)
+            self.plans[key] = found
+        return found
+
+    def on_gpu(values) -> bool:
+        return any(isinstance(v, torch.Tensor) for v in values)
+
+    def barrier(self) -> torch.Tensor:
+        return torch.zeros(2, dtype=torch.int32)
+
+    executor.FusionExecutor.plan = plan
+    execute._on_gpu = sequence._on_gpu = on_gpu
+    executor.LaunchPlan.barrier = barrier
+    try:
+        yield log
+    finally:
+        (executor.FusionExecutor.plan, execute._on_gpu, sequence._on_gpu,
+         executor.LaunchPlan.barrier) = saved  # fmt: skip
+
+
+def count_python_calls(fn: Callable[[], Any]) -> int:
+    """The Python functions `fn()` enters (C functions not counted)."""
+    calls = 0
+
+    def profiler(frame, event, arg):
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(profiler)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls - 1  # fn itself
+
+
+# ---- timing -----------------------------------------------------------------------------------
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def per_call_us(fn: Callable[[], Any], calls: int, rounds: int, device: str) -> float:
+    for _ in range(min(calls, 100)):
+        fn()
+    times = []
+    for _ in range(rounds):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        _sync(device)
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(times)
+
+
+def launches_only(region: Any, args: list) -> Callable[[], None]:
+    """The region's kernel launches with their arguments filled once: what the target excludes."""
+    from fusion_cache.runtime.sequence import KernelStep
+
+    (seq,) = region.sequences
+    env = [*args, *seq.pad]
+    work = []
+    for step in seq.steps:  # one run to fill every slot
+        step.run(env)
+    for step in seq.steps:
+        if isinstance(step, KernelStep):
+            for kernel, grid, block, types, template, pointers, values, smem, flags in step.launches:
+                a = list(template)
+                for pos, slot in pointers:
+                    a[pos] = env[slot].data_ptr()
+                for pos, slot in values:
+                    a[pos] = env[slot]
+                kw = dict(cooperative=flags[0], dependent=flags[1]) if flags else {}
+                work.append((kernel.launch, (grid, block, types, a, smem), kw))
+    keep = env  # noqa: F841  (the buffers the pointers name stay alive)
+
+    def run() -> None:
+        for launch, a, kw in work:
+            launch(*a, **kw)
+
+    run.keep = keep  # type: ignore[attr-defined]
+    return run
+
+
+def measure(case: RegionCase, device: str, calls: int, rounds: int) -> dict[str, Any]:
+    region, args, eager = region_of(case, device)
+    fd, _ = next(iter(region._definitions.values()))
+    region(*args)  # record the sequence
+    (seq,) = region.sequences
+    row: dict[str, Any] = {"case": case.name, "sequence": seq.describe(), "launches": seq.launches}
+    row["region_us"] = per_call_us(lambda: region(*args), calls, rounds, device)
+    row["launches_us"] = per_call_us(launches_only(region, args), calls, rounds, device)
+    row["overhead_us"] = row["region_us"] - row["launches_us"]
+    row["execute_us"] = per_call_us(lambda: fd.execute(args), calls, rounds, device)
+    row["eager_us"] = per_call_us(eager, calls, rounds, device)
+    row["python_calls"] = count_python_calls(lambda: region(*args))
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.host_region", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--stub", action="store_true", help="CPU, plans for h100, stub launches")
+    parser.add_argument("-k", dest="only", default=None, help="cases whose name contains this")
+    parser.add_argument("--json", default=None, help="write the rows to this file")
+    args = parser.parse_args(argv)
+    if not args.stub and not torch.cuda.is_available():
+        parser.error("no CUDA GPU: pass --stub to measure the Python path with stub launches")
+    device = "cpu" if args.stub else "cuda"
+    rows = []
+    with stub_launches() if args.stub else contextlib.nullcontext():
+        for case in CASES:
+            if args.only and args.only not in case.name:
+                continue
+            rows.append(measure(case, device, args.calls, args.rounds))
+            r = rows[-1]
+            print(f"{r['case']:<22} region {r['region_us']:6.1f} us  launches {r['launches_us']:6.1f}"
+                  f"  overhead {r['overhead_us']:5.1f}  execute {r['execute_us']:6.1f}"
+                  f"  eager {r['eager_us']:6.1f}  python calls {r['python_calls']:3d}"
+                  f"  [{r['sequence']}]", flush=True)  # fmt: skip
+    if args.json:
+        meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (stub)",
+                "torch": torch.__version__, "calls": args.calls, "rounds": args.rounds}  # fmt: skip
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

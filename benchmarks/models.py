@@ -1,0 +1,468 @@
+"""Training steps of three models: eager, inductor and fusion_cache in one run.
+
+    python -m benchmarks.models [--models gpt2,llama,resnet18] [--steps 10] [--out DIR]
+    python -m benchmarks.models --tiny --device cpu --contenders eager,fusion_cache  # CPU check
+
+Per model (benchmarks/model_defs.py) and contender, from the same initial weights on the same
+batches: the step time (the median of steps 5 to the last), the first step (cold: compiles
+included, on an empty fusion store and empty inductor caches), the loss of every step and
+its largest difference from eager's. For fusion_cache also: the first step of a new process
+on the warm store and that process's steady step (`--warm-child`, run as a subprocess), the
+regions and the ops fused and left to eager with their reasons, kernels compiled and loaded,
+plan misses and reference-evaluator runs (zero on a GPU). `fusion_cache_graphs` (opt-in, in
+--contenders) is fusion_cache with CUDA graphs (mode="reduce-overhead").
+
+`--stub` (with --device cpu) is a model of the GPU path's host side on a machine without
+one: fusion_cache plans every region for the h100 profile (NVRTC compiles here, through
+the store), stub kernels launch nothing, and the eager ops run on the CPU; losses are
+meaningless, plans, compiles, fallbacks and host times are not.
+
+A step: zero_grad, forward (under bf16 autocast for GPT-2), backward, SGD step, synchronize.
+Results: DIR/models-<device>.json and .md (default benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.model_defs import ModelCase, model_cases
+
+RESULTS_DIR = Path(__file__).parent / "results"
+CONTENDERS = ("eager", "inductor", "fusion_cache")
+OPTIONAL = ("fusion_cache_graphs",)
+MEDIAN_FROM = 4  # steps 5.. (0-based 4..): the median skips compiles and warm-up
+
+
+# ---- one training run -------------------------------------------------------------------------
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def batches_for(case: ModelCase, steps: int, device: str) -> list[tuple[torch.Tensor, ...]]:
+    gen = torch.Generator().manual_seed(1234)
+    return [case.batch(gen, device) for _ in range(steps)]
+
+
+def initial_model(case: ModelCase, device: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return case.build().to(device=device, dtype=case.weights)
+
+
+def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase, batches: list,
+          device: str, after_step: Callable[[], None] | None = None,
+          ) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Loss and seconds of each step; `after_step()` runs after each, outside the timing."""
+    opt = torch.optim.SGD(params, lr=case.lr, momentum=0.9)
+    losses, times = [], []
+    for batch in batches:
+        sync(device)
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=case.autocast or torch.bfloat16,
+                            enabled=case.autocast is not None):  # fmt: skip
+            loss = model(*batch)
+        loss.backward()
+        opt.step()
+        sync(device)
+        times.append(time.perf_counter() - start)
+        losses.append(float(loss.detach()))
+        if after_step is not None:
+            after_step()
+    return losses, times
+
+
+def compiled(contender: str, model: torch.nn.Module) -> Callable:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    if contender == "eager":
+        return model
+    if contender == "inductor":
+        return torch.compile(model)
+    from fusion_cache.frontends import register_backend
+
+    register_backend()
+    if contender == "fusion_cache_graphs":
+        return torch.compile(model, backend="fusion_cache", mode="reduce-overhead")
+    return torch.compile(model, backend="fusion_cache")
+
+
+def fusion_counters() -> dict[str, int]:
+    from fusion_cache import FusionCache
+
+    return dict(FusionCache.get().stats())
+
+
+# per step: what a steady step should not do (compile, plan, fall back, recompile), and
+# what it does from Python (launches; none once CUDA graphs replay)
+STEP_COUNTERS = ("kernel_launches", "plan_cache_misses", "kernels_compiled", "kernels_loaded",
+                 "reference_runs")  # fmt: skip
+
+
+class StepWatch:
+    """Counter deltas, dynamo recompiles and garbage-collection time of each step."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.rows: list[dict[str, float]] = []
+        self._last = self._snapshot()
+        self._gc_s = 0.0
+        self._gc_start = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self._gc_s += time.perf_counter() - self._gc_start
+
+    @staticmethod
+    def _snapshot() -> dict[str, float]:
+        from torch._dynamo.utils import counters
+
+        snap = {k: float(v) for k, v in fusion_counters().items() if k in STEP_COUNTERS}
+        snap["dynamo_frames"] = float(sum(counters["frames"].values()))
+        snap["recompiles"] = float(sum(counters["recompiles"].values()))
+        return snap
+
+    def __call__(self) -> None:
+        now = self._snapshot()
+        row = {k: now[k] - self._last.get(k, 0.0) for k in now}
+        row["gc_ms"], self._gc_s = self._gc_s * 1e3, 0.0
+        self.rows.append(row)
+        self._last = now
+
+    def close(self) -> None:
+        import gc
+
+        gc.callbacks.remove(self._gc)
+
+
+def release_memory(device: str) -> None:
+    """Give the caching allocator's free blocks back: cuDNN and cuBLAS size their workspaces
+    (and cuDNN picks its algorithms) by the memory the device has free, so a run, or a new
+    process beside this one, must not start with another run's cache held."""
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def free_gib(device: str) -> float | None:
+    return torch.cuda.mem_get_info()[0] / 2**30 if device == "cuda" else None
+
+
+def run_contender(contender: str, case: ModelCase, steps: int, device: str,
+                  stub: bool = False) -> dict[str, Any]:  # fmt: skip
+    if stub and contender.startswith("fusion_cache"):
+        from benchmarks.host_region import stub_launches
+
+        with stub_launches():
+            row = run_contender(contender, case, steps, device)
+        row["fallbacks"] = reference_plans()
+        return row
+    from fusion_cache.frontends import dynamo_backend
+
+    release_memory(device)
+    free = free_gib(device)
+    model = initial_model(case, device)
+    batches = batches_for(case, steps, device)
+    dynamo_backend.reset_reports()
+    before = fusion_counters()
+    fn = compiled(contender, model)
+    watch = StepWatch()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # recompile notes and the like: the results say it
+            losses, times = train(fn, list(model.parameters()), case, batches, device, watch)
+    finally:
+        watch.close()
+    after = fusion_counters()
+    row: dict[str, Any] = {
+        "losses": losses, "step_s": times, "first_step_s": times[0],
+        "median_ms": statistics.median(times[MEDIAN_FROM:] or times) * 1e3,
+        "free_gib_at_start": free,
+    }  # fmt: skip
+    row["per_step"] = {k: [r[k] for r in watch.rows] for k in watch.rows[0]} if watch.rows else {}
+    if contender.startswith("fusion_cache"):
+        row["counters"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        row.update(graph_summary(dynamo_backend.reports()))
+        row["kernels"] = kernel_keys()
+    torch._dynamo.reset()
+    return row
+
+
+def reference_plans() -> dict[int, str]:
+    """Fusion id -> why it runs on the reference evaluator, for every such plan."""
+    from fusion_cache import FusionCache
+
+    out = {}
+    for fid, ex in FusionCache.get().executors.items():
+        for plan in ex.plans.values():
+            if hasattr(plan, "reason") and not hasattr(plan, "spec"):
+                out[fid] = plan.reason
+    return out
+
+
+def kernel_keys() -> list[str]:
+    """The store keys of every kernel the process's fusions planned (cold and warm runs of
+    the same model should list the same ones)."""
+    from fusion_cache import FusionCache
+
+    keys = set()
+    for ex in FusionCache.get().executors.values():
+        for plan in ex.plans.values():
+            keys.update(ref.key[:16] for ref in getattr(plan, "refs", ()))
+    return sorted(keys)
+
+
+def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Regions and ops over the compiled graphs: fused by op, left to eager by op and reason."""
+    eager: dict[str, dict[str, int]] = {}
+    fused: dict[str, int] = {}
+    for r in reports:
+        for op, n in r["fused_ops"].items():
+            fused[op] = fused.get(op, 0) + n
+        for op, whys in r["eager_ops"].items():
+            for why, n in whys.items():
+                eager.setdefault(op, {})
+                eager[op][why] = eager[op].get(why, 0) + n
+    return {
+        "graphs": len(reports),
+        # of the first step: partitioning and lowering the graphs, and the regions' first
+        # calls (planning, compiling or loading kernels); the rest is torch's tracing and
+        # the step itself
+        "fuse_s": sum(r["fuse_s"] for r in reports),
+        "record_s": sum(r["record_s"] for r in reports),
+        "regions": sum(r["regions"] for r in reports),
+        "ops_fused": sum(r["ops_fused"] for r in reports),
+        "ops_eager": sum(r["ops_eager"] for r in reports),
+        "fused_ops": dict(sorted(fused.items(), key=lambda kv: -kv[1])),
+        "eager_ops": dict(sorted(eager.items(), key=lambda kv: -sum(kv[1].values()))),
+    }
+
+
+# ---- the warm child ---------------------------------------------------------------------------
+
+
+def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool) -> int:
+    """In a new process on the store FUSION_CACHE_DIR names: one fusion_cache run, as JSON."""
+    case = next(c for c in model_cases(tiny) if c.name == name)
+    row = run_contender("fusion_cache", case, steps, device, stub)
+    print("WARM-RESULT " + json.dumps(row))
+    return 0
+
+
+def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.models", "--warm-child", case.name,
+           "--steps", str(args.steps), "--device", args.device]  # fmt: skip
+    cmd += ["--tiny"] if args.tiny else []
+    cmd += ["--stub"] if args.stub else []
+    env = dict(os.environ, FUSION_CACHE_DIR=store)
+    env.pop("FUSION_CACHE_DB_URL", None)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
+    wall = time.perf_counter() - start
+    line = next((x for x in done.stdout.splitlines() if x.startswith("WARM-RESULT ")), None)
+    if done.returncode != 0 or line is None:
+        return {"error": f"warm child failed ({done.returncode}): {done.stderr[-3000:]}"}
+    row = json.loads(line.removeprefix("WARM-RESULT "))
+    row["process_s"] = wall
+    return row
+
+
+# ---- one model, every contender ---------------------------------------------------------------
+
+
+def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
+    store = fresh_caches(args.caches)  # each model's cold start is cold
+    out: dict[str, Any] = {"model": case.name, "contenders": {}}
+    for contender in args.contenders:
+        print(f"{case.name}: {contender} ...", flush=True)
+        try:
+            out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
+                                                         args.stub)  # fmt: skip
+        except Exception as err:  # one failing contender does not lose the others' figures
+            out["contenders"][contender] = {"error": f"{type(err).__name__}: {err}"[:3000]}
+    if "fusion_cache" in args.contenders and not args.no_warm:
+        print(f"{case.name}: fusion_cache, new process on the warm store ...", flush=True)
+        if not args.warm_beside_cache:
+            release_memory(args.device)
+        out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store)
+    eager = out["contenders"].get("eager", {}).get("losses")
+    for row in out["contenders"].values():
+        if eager and "losses" in row:
+            diffs = [abs(a - b) for a, b in zip(row["losses"], eager)]
+            row["max_loss_diff"] = max(diffs)
+            row["max_loss_rel_diff"] = max(d / max(abs(b), 1e-12) for d, b in zip(diffs, eager))
+    return out
+
+
+def device_slug(device: str) -> str:
+    name = torch.cuda.get_device_name() if device == "cuda" else f"cpu-{platform.machine()}"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def fresh_caches(under: Path | None) -> str:
+    """An empty fusion store and empty inductor/Triton caches for this process: cold starts."""
+    if under is not None:
+        under.mkdir(parents=True, exist_ok=True)
+    root = tempfile.mkdtemp(prefix="fc-models-", dir=under)
+    store = os.path.join(root, "fusion_cache")
+    os.environ["FUSION_CACHE_DIR"] = store
+    os.environ.pop("FUSION_CACHE_DB_URL", None)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(root, "triton")
+    from fusion_cache import FusionCache
+
+    FusionCache.reset()
+    return store
+
+
+# ---- report -----------------------------------------------------------------------------------
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
+
+
+def _s(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    meta = data["meta"]
+    lines = [f"# Training steps: {meta['device']} ({meta['date']})", "",
+             f"torch {meta['torch']}; {meta['steps']} steps; step time = median of steps "
+             f"{MEDIAN_FROM + 1}-{meta['steps']}; first step cold (empty caches) and warm (a new "
+             "process on the warm fusion store).", "",
+             "| model | contender | step ms | first step s | loss diff vs eager | regions | "
+             "ops fused / eager | kernels compiled / loaded | reference runs |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m in data["models"]:
+        for name, row in m["contenders"].items():
+            if "error" in row:
+                lines.append(f"| {m['model']} | {name} | error: {row['error'][:120]} |||||||")
+                continue
+            c = row.get("counters", {})
+            fused = f"{row['ops_fused']} / {row['ops_eager']}" if "ops_fused" in row else "-"
+            kernels = (f"{c.get('kernels_compiled', 0)} / {c.get('kernels_loaded', 0)}"
+                       if c else "-")  # fmt: skip
+            lines.append(
+                f"| {m['model']} | {name} | {_ms(row['median_ms'])} | {_s(row['first_step_s'])} "
+                f"| {row.get('max_loss_diff', 0):.2e} | {row.get('regions', '-')} | {fused} "
+                f"| {kernels} | {c.get('reference_runs', '-') if c else '-'} |")
+    lines += ["", "## Restarts and steady steps", "",
+              "steps 2+ of each run: plan misses, compiles, reference runs, dynamo recompiles "
+              "and garbage-collection ms (all should be 0 but gc), Python launches a step "
+              "(0 once CUDA graphs replay)", "",
+              "| model | run | first step s | of which lowering s / first region calls s | "
+              "step ms | warm/cold first | kernels as cold | misses | compiles | ref runs | "
+              "recompiles | gc ms | launches/step | free GiB at start |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m in data["models"]:
+        rows = m["contenders"]
+        cold = rows.get("fusion_cache", {})
+        for name, row in rows.items():
+            if not name.startswith("fusion_cache") or "per_step" not in row:
+                continue
+            steady = {k: v[1:] for k, v in row["per_step"].items()}
+            ratio = (f"{row['first_step_s'] / cold['first_step_s']:.2f}"
+                     if name == "fusion_cache_warm" and cold.get("first_step_s") else "-")
+            same = ("yes" if row.get("kernels") == cold.get("kernels") else "no") if name != (
+                "fusion_cache") else "-"  # fmt: skip
+            launches = statistics.median(steady["kernel_launches"]) if steady["kernel_launches"] \
+                else 0  # fmt: skip
+            lines.append(
+                f"| {m['model']} | {name} | {_s(row['first_step_s'])} "
+                f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} | {_ms(row['median_ms'])} "
+                f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
+                f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
+                f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} "
+                f"| {_s(row.get('free_gib_at_start'))} |")
+    for m in data["models"]:
+        row = m["contenders"].get("fusion_cache", {})
+        if "eager_ops" not in row:
+            continue
+        lines += ["", f"## {m['model']}: ops left to eager", ""]
+        for op, whys in row["eager_ops"].items():
+            for why, n in whys.items():
+                lines.append(f"- {op} x{n}: {why}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.models", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="gpt2,llama,resnet18")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                        help=f"of {', '.join(CONTENDERS + OPTIONAL)}")  # fmt: skip
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--tiny", action="store_true", help="small models (the CPU test's)")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm-store process")
+    parser.add_argument("--warm-beside-cache", action="store_true",
+                        help="start the warm-store process while this one holds its allocator's "
+                             "cache (the condition a warm ResNet-18 once ran slower under)")
+    parser.add_argument("--stub", action="store_true",
+                        help="CPU only: plan for h100, launch nothing (the host side's model)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--caches", type=Path, default=None,
+                        help="where the fresh stores and compiler caches go (default: a temp dir)")
+    parser.add_argument("--warm-child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.warm_child:
+        return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub)
+    if args.stub and args.device != "cpu":
+        parser.error("--stub runs on the CPU (--device cpu)")
+    args.contenders = [c for c in args.contenders.split(",") if c]
+    unknown = set(args.contenders) - set(CONTENDERS + OPTIONAL)
+    if unknown:
+        parser.error(f"unknown contenders {sorted(unknown)}")
+    names = args.models.split(",")
+    cases = [c for c in model_cases(args.tiny) if c.name in names]
+    if len(cases) != len(names):
+        parser.error(f"models are {[c.name for c in model_cases(args.tiny)]}")
+    data: dict[str, Any] = {"meta": {
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch": torch.__version__, "steps": args.steps, "tiny": args.tiny, "stub": args.stub,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }, "models": []}  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = ("-tiny" if args.tiny else "") + ("-stub" if args.stub else "")
+    stem = args.out / f"models-{device_slug(args.device)}{suffix}"
+    for case in cases:
+        data["models"].append(run_model(case, args))
+        print(render_markdown({**data, "models": [data["models"][-1]]}), flush=True)
+        # written after each model: a run cut short keeps what it measured
+        stem.with_suffix(".json").write_text(json.dumps(data, indent=1))
+        stem.with_suffix(".md").write_text(render_markdown(data))
+    print(f"wrote {stem}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

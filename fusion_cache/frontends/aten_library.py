@@ -1,0 +1,136 @@
+"""Lowerings of the aten ops a library does best onto the fusion's ATen ops (Note [ATen
+segments] in schedulers/aten.py): mm, addmm, bmm and linear onto fd.ops.matmul/linear,
+flash attention and its backward onto fd.ops.sdpfa_fwd/sdpfa_bwd. Inside a region they
+become segments of their own, so the casts, bias adds and activations around them fuse
+into the generated kernels before and after, in the same region call.
+
+Only the flash kernels are lowered: sdpfa_fwd is torch's flash attention, so a region's
+log-sum-exp and random state are what eager's backward expects (and the other way round)
+whichever side of a forward/backward pair lowers. Where this build's frontend has no such
+op, the lowering refuses and the op stays eager.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fusion_cache.frontend.dtypes import DataType
+
+from .lowering import Args, LoweringContext, UnsupportedOpError, is_handle, is_tensor, lowers
+
+
+def _op(ctx: LoweringContext, name: str) -> Any:
+    fn = getattr(ctx.ops, name, None)
+    if fn is None:
+        raise UnsupportedOpError(f"this build's frontend has no fd.ops.{name}")
+    return fn
+
+
+def _is_one(value: Any) -> bool:
+    return not is_handle(value) and value == 1
+
+
+# ---- GEMMs ----------------------------------------------------------------------------------
+
+
+@lowers("mm", "bmm", "matmul")
+def _mm(ctx: LoweringContext, a: Args) -> Any:
+    return _op(ctx, "matmul")(a[0], a[1])
+
+
+def transposed_weight(ctx: LoweringContext, t: Any) -> Any:
+    """W where `t` is this fusion's permute [1, 0] of a 2-D W (aten writes x @ W.t() for a
+    linear layer), else None."""
+    record = ctx.producer(t)
+    if record is None or record.name != "permute" or t.ndim != 2:
+        return None
+    if tuple(record.kw("dims")) != (1, 0):
+        return None
+    return ctx.handle(record.args[0])
+
+
+@lowers("addmm")
+def _addmm(ctx: LoweringContext, a: Args) -> Any:
+    """beta * bias + alpha * (mat1 @ mat2): a linear layer with the bias in the GEMM's
+    epilogue where the bias is one row (x @ mat2 + b is linear(x, mat2.T, b), the transpose
+    a view the ATen segment takes along); else a matmul and an add."""
+    bias, x, mat2 = a[0], a[1], a[2]
+    beta, alpha = a.get("beta", 1), a.get("alpha", 1)
+    plain = _is_one(beta) and _is_one(alpha)
+    if plain and is_tensor(bias) and bias.ndim == 1 and bias.dtype is x.dtype \
+            and hasattr(ctx.ops, "linear"):  # fmt: skip
+        weight = transposed_weight(ctx, mat2)
+        if weight is None:
+            weight = ctx.ops.permute(mat2, [1, 0])
+        return ctx.ops.linear(x, weight, bias)
+    out = _op(ctx, "matmul")(x, mat2)
+    if not _is_one(alpha):
+        out = ctx.ops.mul(out, alpha)
+    if not _is_one(beta):
+        bias = ctx.ops.mul(bias, beta)
+    return ctx.ops.add(out, bias)
+
+
+@lowers("linear")
+def _linear(ctx: LoweringContext, a: Args) -> Any:
+    return _op(ctx, "linear")(a[0], a[1], a.get("bias"))
+
+
+# ---- attention ------------------------------------------------------------------------------
+
+
+def _attention_flags(a: Args, what: str) -> tuple[float, bool, Any]:
+    p, causal, scale = a.get("dropout_p", 0.0), a.get("is_causal", False), a.get("scale")
+    if any(is_handle(v) for v in (p, causal, scale)):
+        raise UnsupportedOpError(f"{what} whose flags are known only at run time")
+    if p:
+        raise UnsupportedOpError(f"{what} with dropout (its mask is drawn by torch's kernel)")
+    return float(p), bool(causal), scale
+
+
+@lowers("_scaled_dot_product_flash_attention")
+def _flash_attention(ctx: LoweringContext, a: Args) -> Any:
+    """(output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, rng_state, unused,
+    debug_attn_mask): the dense form has no cumulative sequences (None), static lengths,
+    and an empty debug mask."""
+    q, k, v = a[0], a[1], a[2]
+    p, causal, scale = _attention_flags(a, "flash attention")
+    if a.get("return_debug_mask", False):
+        raise UnsupportedOpError("flash attention returning its debug mask")
+    out, lse, seed, offset = _op(ctx, "sdpfa_fwd")(q, k, v, p, causal, scale)
+    max_q, max_k = ctx.known_extent(q, 2), ctx.known_extent(k, 2)
+    if max_q is None or max_k is None:
+        raise UnsupportedOpError("flash attention over sequence lengths known only at run time")
+    empty = ctx.ops.full([0], 0.0, q.dtype)
+    return out, lse, None, None, max_q, max_k, seed, offset, empty
+
+
+@lowers("_scaled_dot_product_flash_attention_backward")
+def _flash_attention_backward(ctx: LoweringContext, a: Args) -> Any:
+    grad, q, k, v, out, lse = (a[i] for i in range(6))
+    p, causal, scale = _attention_flags(a, "flash attention backward")
+    seed, offset = a.get("philox_seed"), a.get("philox_offset")
+    if not (is_tensor(seed) and is_tensor(offset)):
+        raise UnsupportedOpError("flash attention backward without its random state tensors")
+    return _op(ctx, "sdpfa_bwd")(grad, q, k, v, out, lse, p, causal, seed, offset, scale)
+
+
+@lowers("_scaled_dot_product_flash_attention_for_cpu")
+def _flash_attention_cpu(ctx: LoweringContext, a: Args) -> Any:
+    if a.get("attn_mask") is not None:
+        raise UnsupportedOpError("attention with a mask")
+    p, causal, scale = _attention_flags(a, "flash attention")
+    out, lse, _, _ = _op(ctx, "sdpfa_fwd")(a[0], a[1], a[2], p, causal, scale)
+    return out, lse
+
+
+@lowers("_scaled_dot_product_flash_attention_for_cpu_backward")
+def _flash_attention_cpu_backward(ctx: LoweringContext, a: Args) -> Any:
+    if a.get("attn_mask") is not None:
+        raise UnsupportedOpError("attention with a mask")
+    p, causal, scale = _attention_flags(a, "flash attention backward")
+    backward = _op(ctx, "sdpfa_bwd")
+    # the CPU kernel draws no random numbers: a zero state stands for the one it has not
+    seed = ctx.ops.full([2], 0, DataType.UInt64)
+    offset = ctx.ops.full([], 0, DataType.UInt64)
+    grad, q, k, v, out, lse = (a[i] for i in range(6))
+    return backward(grad, q, k, v, out, lse, p, causal, seed, offset, scale)

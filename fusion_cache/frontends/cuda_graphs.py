@@ -1,0 +1,129 @@
+"""The backend's opt-in CUDA-graph mode: each compiled forward and backward graph, regions
+and eager ops alike, is captured once and replayed.
+
+Note [CUDA-graph mode]: `torch.compile(model, backend="fusion_cache", mode="reduce-overhead")`
+(or `options={"cuda_graphs": True}`, or FUSION_CACHE_CUDA_GRAPHS=1) does for this backend
+what the same mode does for inductor, through the same machinery: torch's CUDA-graph trees
+(torch._inductor.cudagraph_trees), as torch's own "cudagraphs" backend uses them. They keep
+parameters and buffers at fixed addresses, copy the other inputs into static buffers, give
+every graph a private memory pool shared along a forward/backward tree, re-record when a
+static input moves, and skip graphs that mutate inputs, run on several devices or the CPU.
+A graph's first call runs it without capture (regions record their launch sequences and
+load their kernels there, Note [Region call]); the capture replays those sequences, whose
+launches go to torch's current stream, the capture stream. A new process rebuilds the
+graphs from the store: its kernels load, none compiles, and the capture happens again.
+
+As with inductor's mode, a step's outputs live in the pool until the next replay: a loop
+that keeps them past the next step calls torch.compiler.cudagraph_mark_step_begin().
+"""
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch.fx import GraphModule
+
+GRAPH_MODES = ("reduce-overhead", "max-autotune")  # inductor's modes that capture graphs
+ENV = "FUSION_CACHE_CUDA_GRAPHS"
+
+
+def cuda_graphs_wanted(mode: str | None, options: dict[str, Any] | None) -> bool:
+    """Whether torch.compile's mode/options (or the environment) ask for CUDA graphs."""
+    options = dict(options or {})
+    wanted = options.pop("cuda_graphs", None)
+    if options:
+        raise ValueError(f"fusion_cache backend: unknown options {sorted(options)}; the "
+                         "backend takes options={'cuda_graphs': bool}")  # fmt: skip
+    if mode not in (None, "default", "max-autotune-no-cudagraphs", *GRAPH_MODES):
+        raise ValueError(f"fusion_cache backend: unknown mode {mode!r}; 'reduce-overhead' "
+                         "captures CUDA graphs, 'default' does not")  # fmt: skip
+    if wanted is not None:
+        return bool(wanted)
+    if mode in GRAPH_MODES:
+        return True
+    return os.environ.get(ENV, "").strip() not in ("", "0", "false")
+
+
+def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
+                             fuse: Callable[[GraphModule, str], Any]) -> Callable | None:  # fmt: skip
+    """AOTAutograd with each aten graph fused by `fuse(graph, kind)` and then captured; None
+    (after a warning) where this torch has no CUDA-graph trees."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    try:
+        from torch._dynamo.backends.cudagraphs import (
+            check_for_skip,
+            find_input_mutations,
+            get_device_index,
+            get_stack_traces,
+        )
+        from torch._inductor.cudagraph_trees import cudagraphify_impl, get_manager
+        from torch._inductor.cudagraph_utils import BoxedDeviceIndex, get_placeholder_info
+        from torch._inductor.utils import BoxedBool, count_tangents, num_fw_fixed_arguments
+    except ImportError as err:  # a torch without CUDA-graph trees: run without graphs
+        warnings.warn(f"fusion_cache: CUDA-graph mode needs torch's cudagraph trees ({err}); "
+                      "running without CUDA graphs", stacklevel=2)  # fmt: skip
+        return None
+    from functorch.compile import make_boxed_func
+
+    capturing = BoxedBool(True)
+    device_index = BoxedDeviceIndex(None)
+
+    def captured(aot_model: GraphModule, aot_inputs: list, kind: str, fixed: int) -> Callable:
+        # read off the aten graph before regions replace its ops
+        skip = check_for_skip(aot_model, fixed)
+        mutated = find_input_mutations(aot_model.graph)
+        placeholders = get_placeholder_info(aot_model.graph)
+        fuse(aot_model, kind)
+        run = make_boxed_func(aot_model.forward)
+        if skip:
+            return run, skip
+        out = cudagraphify_impl(run, aot_inputs, range(fixed),
+                                device_index=get_device_index(aot_model),
+                                is_backward=kind == "backward",
+                                is_inference=kind == "inference",
+                                stack_traces=get_stack_traces(aot_model),
+                                placeholders=placeholders,
+                                mutated_input_idxs=mutated)  # fmt: skip
+        out._boxed_call = True
+        return out, None
+
+    def forward(aot_model: GraphModule, aot_inputs: list, kind: str = "forward") -> Callable:
+        fixed = num_fw_fixed_arguments(len(example_inputs), len(aot_inputs))
+        out, skip = captured(aot_model, aot_inputs, kind, fixed)
+        if skip:
+            BoxedBool.disable(capturing)
+            _note_skip(skip)
+        else:
+            device_index.set(get_device_index(aot_model))
+        return out
+
+    def backward(aot_model: GraphModule, aot_inputs: list) -> Callable:
+        if not capturing:  # the forward runs without graphs: so does its backward
+            fuse(aot_model, "backward")
+            return make_boxed_func(aot_model.forward)
+        out, skip = captured(aot_model, aot_inputs, "backward", count_tangents(aot_model))
+        if not skip:
+            return out
+        _note_skip(skip)
+        # the forward was captured: tell the tree its backward now runs outside it
+        manager = get_manager(device_index.value or 0, create_if_none_exists=False)
+
+        def run_outside(inputs: list) -> Any:
+            if manager is not None:
+                manager.set_to_running_backward()
+            return out(inputs)
+
+        run_outside._boxed_call = True  # type: ignore[attr-defined]
+        return run_outside
+
+    backend = aot_autograd(fw_compiler=forward, bw_compiler=backward,
+                           inference_compiler=functools.partial(forward, kind="inference"))
+    return backend(gm, example_inputs)
+
+
+def _note_skip(why: str) -> None:
+    warnings.warn(f"fusion_cache: a graph runs without CUDA graphs: {why}", stacklevel=3)

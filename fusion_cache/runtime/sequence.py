@@ -1,0 +1,437 @@
+"""Launch sequences: a fusion's run for inputs of one signature, flattened into steps.
+
+Note [Launch sequence]: execute() pays on every call for what does not change between calls
+of the same signature: the input key, the executor and plan lookups, and for a segmented
+fusion the same again per segment plus the argument bookkeeping between them. A launch
+sequence does that work once. `sequence_for(fd, values)` runs the fusion the usual way and
+records what the run did as a straight line of steps over a list of slots (inputs first,
+then every tensor a step makes): allocate these outputs, launch these kernels with these
+argument templates (pointers filled from slots), drop the intermediates no later step
+reads. A replay on inputs of the same signature (`Guard`, below) runs the steps and nothing
+else: no validation, no key, no dict lookup, no segment bookkeeping.
+
+What the sequence cannot replay as launches (the reference evaluator, CPU inputs, plan
+kinds it does not know) stays a step that calls execute(), so a replay is never wrong, only
+slower where execute() would be slow anyway. The torch.compile backend runs each fusion
+region through one (Note [Region call] in fusion_cache/frontends/fx_region.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from operator import and_
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.validate import validate_inputs
+
+from .executor import executor_for
+from .plans import LaunchPlan
+from .segmented import SegmentedPlan, run_device
+
+if TYPE_CHECKING:
+    from fusion_cache.frontend.definition import FusionDefinition
+
+
+# ---- the guard ------------------------------------------------------------------------------
+
+
+class Guard:
+    """What a replay needs of its inputs: each tensor's shape, strides and dtype, and that its
+    address is aligned at least as the recorded one (a kernel planned for 4-byte alignment
+    runs correctly on 16-byte aligned data, not the other way round); each int's value (it
+    may size a tensor) and each other scalar's type.
+
+    Shapes, strides and dtypes are checked by torch's own tensor guard (the C++ check that
+    torch.compile's guards run: dtype, device, dispatch keys, sizes, strides) where this
+    torch has it, about five times faster than reading them in Python; the alignment is one
+    pass of C-level maps over the data pointers."""
+
+    __slots__ = ("check", "aligns", "tensor_at", "scalars", "everything_tensor", "specs")
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        self.tensor_at = tuple(i for i, v in enumerate(values) if isinstance(v, torch.Tensor))
+        self.everything_tensor = len(tensors) == len(values)
+        self.aligns = [_alignment(t.data_ptr()) - 1 for t in tensors]
+        self.scalars = tuple((i, v if type(v) is int else type(v)) for i, v in enumerate(values)
+                             if not isinstance(v, torch.Tensor))  # fmt: skip
+        self.specs = [(t.shape, t.stride(), t.dtype) for t in tensors]
+        self.check = _tensor_guard(tensors)
+
+    def matches(self, args: Sequence[Any]) -> bool:
+        """True when `args` (of the recorded arity) may replay the recorded sequence."""
+        if self.everything_tensor:  # the usual region: tensors only
+            tensors = args
+        else:
+            tensors = [args[i] for i in self.tensor_at]
+            for i, want in self.scalars:
+                v = args[i]
+                if (v if type(v) is int else type(v)) != want:
+                    return False
+        check = self.check
+        if check is not None:
+            if not check(*tensors):
+                return False
+        else:
+            for t, (shape, stride, dtype) in zip(tensors, self.specs):
+                if t.shape != shape or t.stride() != stride or t.dtype is not dtype:
+                    return False
+        return not any(map(and_, map(_data_ptr, tensors), self.aligns))
+
+
+_data_ptr = torch.Tensor.data_ptr
+
+
+def _tensor_guard(tensors: Sequence[torch.Tensor]) -> Callable[..., bool] | None:
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        return TensorGuards(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
+    except Exception:  # not in this torch (a private API): the Python check
+        return None
+
+
+def _alignment(ptr: int) -> int:
+    return 16 if ptr % 16 == 0 else (ptr & -ptr if ptr else 16)
+
+
+def _fast_empty(device: torch.device) -> Callable | None:
+    """torch's allocation without the dispatcher (what inductor's generated code calls): on
+    the current CUDA device, or the CPU. A third of torch.empty's host time."""
+    try:
+        from torch._C._dynamo import guards
+    except ImportError:
+        return None
+    return getattr(guards, f"_empty_strided_{device.type}", None)
+
+
+_current_cuda_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)  # C: no Python frame
+
+
+# ---- steps ----------------------------------------------------------------------------------
+
+
+class KernelStep:
+    """One LaunchPlan: allocate its fresh outputs and scratch, launch its kernels."""
+
+    __slots__ = ("allocs", "scratch", "launches", "plan", "barrier_slot", "count", "empty",
+                 "device")  # fmt: skip
+
+    def __init__(self, allocs: tuple, scratch: tuple, launches: tuple, plan: LaunchPlan,
+                 barrier_slot: int | None) -> None:  # fmt: skip
+        self.allocs = allocs  # (slot, shape, contiguous strides, torch dtype)
+        self.scratch = scratch  # (slot, (numel,), (1,), torch dtype)
+        # (kernel, grid, block, arg types, template, pointer fills, value fills, smem, flags)
+        self.launches = launches
+        self.plan = plan
+        self.barrier_slot = barrier_slot
+        self.count = len(launches)
+        self.device = plan.device
+        self.empty = _fast_empty(plan.device)
+
+    def run(self, env: list) -> None:
+        empty = self.empty
+        device = self.device
+        if empty is None or (device.type == "cuda" and _current_cuda_device() != device.index):
+            for slot, shape, stride, dtype in self.allocs + self.scratch:
+                env[slot] = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        else:
+            for slot, shape, stride, dtype in self.allocs:
+                env[slot] = empty(shape, stride, dtype)
+            for slot, shape, stride, dtype in self.scratch:
+                env[slot] = empty(shape, stride, dtype)
+        if self.barrier_slot is not None:
+            env[self.barrier_slot] = self.plan.barrier()
+        for kernel, grid, block, types, template, pointers, values, smem, flags in self.launches:
+            args = template.copy()
+            for pos, slot in pointers:
+                args[pos] = env[slot].data_ptr()
+            for pos, slot in values:
+                args[pos] = env[slot]
+            if flags:
+                kernel.launch(grid, block, types, args, smem, cooperative=flags[0],
+                              dependent=flags[1])  # fmt: skip
+            else:
+                kernel.launch(grid, block, types, args, smem)
+
+    def slots(self) -> set[int]:
+        out = {s for s, *_ in self.allocs} | {s for s, *_ in self.scratch}
+        for launch in self.launches:
+            out |= {s for _, s in launch[5]} | {s for _, s in launch[6]}
+        if self.barrier_slot is not None:
+            out.add(self.barrier_slot)
+        return out
+
+
+class TensorStep:
+    """One tensor made from another by a torch call: a 0-dim CPU input copied to the GPU
+    (Note [CPU scalar tensors]), an ATen segment's strided result made contiguous for a
+    segment that reads it so (the segmented plan's dense inputs)."""
+
+    __slots__ = ("src", "dst", "make", "count")
+
+    def __init__(self, src: int, dst: int, make: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.src, self.dst, self.make, self.count = src, dst, make, 0
+
+    def run(self, env: list) -> None:
+        env[self.dst] = self.make(env[self.src])
+
+    def slots(self) -> set[int]:
+        return {self.src, self.dst}
+
+
+def _to_device(device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: t.to(device, non_blocking=True)
+
+
+class PlanStep:
+    """A plan the executor launches itself (an ATen segment's torch call, a fusion with
+    random numbers whose seeds advance each run): its launch, without execute()'s checks,
+    key and plan lookup."""
+
+    __slots__ = ("launch", "plan", "reads", "writes", "count")
+
+    def __init__(self, ex: Any, plan: Any, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
+        self.launch, self.plan, self.reads, self.writes, self.count = ex.launch, plan, reads, writes, 0
+
+    def run(self, env: list) -> None:
+        outs = self.launch(self.plan, [env[s] for s in self.reads])
+        for slot, value in zip(self.writes, outs):
+            env[slot] = value
+
+    def slots(self) -> set[int]:
+        return set(self.reads) | set(self.writes)
+
+
+class ExecuteStep:
+    """A fusion run through execute(): what the sequence does not replay as launches.
+    `device`: where a fusion reading no CUDA tensor runs (a segment creating values)."""
+
+    __slots__ = ("fd", "reads", "writes", "count", "device")
+
+    def __init__(self, fd: FusionDefinition, reads: tuple[int, ...], writes: tuple[int, ...],
+                 device: torch.device | None = None) -> None:  # fmt: skip
+        self.fd, self.reads, self.writes, self.count, self.device = fd, reads, writes, 0, device
+
+    def run(self, env: list) -> None:
+        outs = self.fd.execute([env[s] for s in self.reads], device=self.device)
+        for slot, value in zip(self.writes, outs):
+            env[slot] = value
+
+    def slots(self) -> set[int]:
+        return set(self.reads) | set(self.writes)
+
+
+# ---- the sequence ---------------------------------------------------------------------------
+
+
+class LaunchSequence:
+    """Steps over slots: `run(args)` puts the inputs in slots 0..n-1, runs each step and
+    returns the output slots' values; `drops[k]` are the slots step k reads last."""
+
+    __slots__ = ("steps", "drops", "outputs", "n_inputs", "pad", "launches", "counters",
+                 "fusion_id")  # fmt: skip
+
+    def __init__(self, fd: FusionDefinition, n_inputs: int, n_slots: int, steps: Sequence[Any],
+                 outputs: Sequence[int]) -> None:  # fmt: skip
+        self.steps = tuple(steps)
+        self.outputs = tuple(outputs)
+        self.n_inputs = n_inputs
+        self.pad = [None] * (n_slots - n_inputs)
+        self.drops = _last_reads(self.steps, n_inputs, self.outputs)
+        self.launches = sum(s.count for s in self.steps)
+        self.counters = fd._cache.counters
+        self.fusion_id = fd._fid
+
+    def run(self, args: Sequence[Any]) -> list:
+        env = [*args, *self.pad]
+        drops = self.drops
+        for k, step in enumerate(self.steps):
+            step.run(env)
+            for slot in drops[k]:
+                env[slot] = None
+        self.counters["kernel_launches"] += self.launches
+        return [env[s] for s in self.outputs]
+
+    @property
+    def kernel_steps(self) -> int:
+        return sum(isinstance(s, KernelStep) for s in self.steps)
+
+    def describe(self) -> str:
+        kinds = [type(s).__name__.removesuffix("Step").lower() for s in self.steps]
+        return (f"fusion {self.fusion_id}: {len(self.steps)} steps ({', '.join(kinds)}), "
+                f"{self.launches} launches")  # fmt: skip
+
+
+def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> tuple:
+    """Per step, the intermediate slots no later step reads and no output is: dropped at once,
+    so a replay holds no more memory than the segmented run it replaces."""
+    keep = set(outputs) | set(range(n_inputs))
+    last: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        for slot in step.slots():
+            last[slot] = k
+    drops: list[list[int]] = [[] for _ in steps]
+    for slot, k in last.items():
+        if slot not in keep:
+            drops[k].append(slot)
+    return tuple(tuple(sorted(d)) for d in drops)
+
+
+# ---- recording a sequence -------------------------------------------------------------------
+
+
+class _Builder:
+    """Slots and steps as a run is recorded."""
+
+    def __init__(self, n_inputs: int) -> None:
+        self.n_slots = n_inputs
+        self.steps: list[Any] = []
+
+    def slot(self) -> int:
+        self.n_slots += 1
+        return self.n_slots - 1
+
+
+def sequence_for(fd: FusionDefinition, values: Sequence[Any]) -> tuple[LaunchSequence, list]:
+    """Run `fd` on `values` (checked here, as execute does) and record the run; returns the
+    sequence that replays it for inputs `Guard(values)` matches, and this run's outputs."""
+    values = validate_inputs(fd, values)
+    b = _Builder(len(values))
+    outs, out_slots = _record(fd, values, list(range(len(values))), b)
+    return LaunchSequence(fd, len(values), b.n_slots, b.steps, out_slots), outs
+
+
+def _on_gpu(values: Sequence[Any]) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)
+
+
+def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _Builder,
+            device: torch.device | None = None) -> tuple[list, list[int]]:  # fmt: skip
+    """Run `fd` on `values` (in `slots`) and append its steps; its outputs and their slots.
+    `device`: where the run is, for a fusion that reads no CUDA tensor."""
+    device = None if _on_gpu(values) else device
+    plan = _plan(fd, values, device)
+    # random numbers (seeds that advance each run) and outputs that alias inputs (views made
+    # after the launch) are the executor's launch to handle: replayed through it
+    ex = executor_for(fd) if plan is not None else None
+    special = ex is not None and (getattr(ex, "seeded", False) or getattr(ex, "aliased", False))
+    if isinstance(plan, LaunchPlan) and not special:
+        start = len(b.steps)
+        step = _kernel_step(plan, slots, b)
+        b.steps.append(step)
+        env: dict[int, Any] = dict(zip(slots, values))
+        try:
+            for s in b.steps[start:]:
+                s.run(env)
+        except (ValueError, TypeError):
+            raise
+        except Exception:  # a launch the driver refused: execute() falls back, or raises
+            del b.steps[start:]
+        else:
+            executor_for(fd).last_plan = plan
+            fd._cache.counters["kernel_launches"] += step.count
+            return [env[s] for s, *_ in step.allocs], [s for s, *_ in step.allocs]
+    elif isinstance(plan, SegmentedPlan):
+        return _record_segments(plan, values, slots, b, device)
+    elif plan is not None and device is None:  # the executor's own launch of other plans
+        outs = ex.launch(plan, list(values))
+        writes = tuple(b.slot() for _ in outs)
+        b.steps.append(PlanStep(ex, plan, tuple(slots), writes))
+        return outs, list(writes)
+    # CPU inputs, the reference evaluator, a plan kind not recorded here: execute() each time
+    outs = fd.execute(list(values), device=device)
+    writes = tuple(b.slot() for _ in outs)
+    b.steps.append(ExecuteStep(fd, tuple(slots), writes, device))
+    return outs, list(writes)
+
+
+def _plan(fd: FusionDefinition, values: Sequence[Any], device: torch.device | None) -> Any:
+    """The executor's plan for CUDA inputs (or, reading none, for `device`); None where
+    execute() is to run instead."""
+    on_device = device is not None and device.type == "cuda"
+    if not (on_device or _on_gpu(values)):
+        return None
+    ex = executor_for(fd)
+    if ex.dumps or getattr(getattr(ex, "aliases", None), "all_views", False):
+        return None  # the dump knobs print from execute's own path; views need no plan
+    try:
+        if on_device:  # a fusion reading no tensor runs on the current device: this one
+            with torch.cuda.device(device):
+                return ex.plan(values, ex.key(values))
+        return ex.plan(values, ex.key(values))
+    except (ValueError, TypeError):
+        raise
+    except Exception:  # codegen or compile failures: execute() falls back, or raises
+        return None
+
+
+def _kernel_step(plan: LaunchPlan, slots: list[int], b: _Builder) -> KernelStep:
+    spec = plan.spec
+    device = plan.device
+    for i in plan.host_inputs:  # read from a device copy made by a step of its own
+        dst = b.slot()
+        b.steps.append(TensorStep(slots[i], dst, _to_device(device)))
+        slots = [*slots[:i], dst, *slots[i + 1 :]]
+    out_slots, allocs = [], []
+    for o in spec.outputs:
+        if o.alias_input is not None:
+            out_slots.append(slots[o.alias_input])  # written in place, not returned
+        else:
+            out_slots.append(b.slot())
+            shape = tuple(o.shape)
+            strides = getattr(o, "strides", None)  # Note [Output layouts], else contiguous
+            if strides is None:
+                strides = torch.empty(shape, device="meta").stride()
+            allocs.append((out_slots[-1], shape, tuple(strides), to_torch(o.dtype)))
+    scratch = []
+    for numel, dtype in spec.workspaces:
+        scratch.append((b.slot(), (numel,), (1,), to_torch(dtype)))
+    barrier = b.slot() if any(k.cooperative for k in spec.kernels) else None
+    work_slots = [s for s, *_ in scratch] + ([barrier] if barrier is not None else [])
+    launches = []
+    for kernel, launch, fills in zip(plan.kernels, spec.kernels, plan.slots):
+        template = list(launch.args)
+        pointers, scalars = [], []
+        for pos, ref in fills:
+            template[pos] = None
+            if ref.kind == "input":
+                pointers.append((pos, slots[ref.index]))
+            elif ref.kind == "output":
+                pointers.append((pos, out_slots[ref.index]))
+            elif ref.kind == "workspace":
+                pointers.append((pos, work_slots[ref.index]))
+            else:
+                scalars.append((pos, slots[ref.index]))
+        flags = (launch.cooperative, launch.dependent) if launch.cooperative or launch.dependent else ()
+        launches.append((kernel, launch.grid, launch.block, launch.arg_types, template,
+                         tuple(pointers), tuple(scalars), launch.shared_mem, flags))  # fmt: skip
+    return KernelStep(tuple(allocs), tuple(scratch), tuple(launches), plan, barrier)
+
+
+def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int], b: _Builder,
+                     device: torch.device | None) -> tuple[list, list[int]]:  # fmt: skip
+    """Each segment recorded in turn into the same slots (Note [Segment index space]: the
+    original's state indices name the values between segments)."""
+    env = dict(zip(plan.input_states, values))
+    where = dict(zip(plan.input_states, slots))
+    device = run_device(values) or device
+    for seg in plan.segments:
+        args = [env[v] for v in seg.sub.inputs]
+        arg_slots = [where[v] for v in seg.sub.inputs]
+        for i in getattr(seg, "dense_inputs", ()):  # an ATen result read where strides are fixed
+            args[i] = args[i].contiguous()
+            arg_slots[i] = b.slot()
+            b.steps.append(TensorStep(where[seg.sub.inputs[i]], arg_slots[i],
+                                      torch.Tensor.contiguous))  # fmt: skip
+        outs, out_slots = _record(seg.definition, args, arg_slots, b, device)
+        for v, value, slot in zip(seg.sub.outputs, outs, out_slots):
+            env[v], where[v] = value, slot
+        for v in seg.drop_after:
+            env.pop(v, None)
+    # an input returned as an output is the input itself (Note [Outputs that alias inputs])
+    results = [env[v] for v in plan.output_states]
+    result_slots = [where[v] for v in plan.output_states]
+    return results, result_slots

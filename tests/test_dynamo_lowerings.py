@@ -1,0 +1,246 @@
+"""Each aten lowering through torch.compile(backend="fusion_cache") on tiny CPU tensors (the
+reference evaluator runs the regions here): forward and backward against eager, on fresh
+random inputs, and the op shows up fused in the graph reports (not left to eager)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fusion_cache.frontends import dynamo_backend, register_backend
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo(monkeypatch):
+    import torch._dynamo
+
+    register_backend()
+    monkeypatch.setenv("FUSION_CACHE_SINGLE_NODE", "1")  # a lone op still makes a region
+    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
+    torch._dynamo.reset()
+    dynamo_backend.reset_reports()
+    yield
+    torch._dynamo.reset()
+
+
+def _rope(x):
+    b, t, d = x.shape
+    x1, x2 = (x * 1.5).reshape(b, t, d // 2, 2).unbind(-1)
+    cos, sin = torch.cos(x1), torch.sin(x2)
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(2)
+
+
+# name -> (function, input shapes, ops the forward must fuse, ops the backward must fuse)
+CASES = {
+    "split_sizes": (lambda x: [t * (i + 2) for i, t in enumerate((x * 2).split([2, 3, 1], 1))],
+                    [(4, 6)], {"split_with_sizes"}, {"cat"}),
+    "split_even": (lambda x: [t.exp() for t in (x + 1).split(2, -1)], [(3, 5)], {"split"},
+                   {"cat"}),
+    "chunk": (lambda x: (lambda q, k: q * k)(*(x * 2).chunk(2, dim=-1)), [(2, 3, 8)], {"split"},
+              {"cat"}),
+    "unbind_stack_rope": (_rope, [(2, 3, 8)], {"unbind", "stack"}, {"stack"}),
+    "stack_dim1": (lambda x, y: torch.stack([x * 2, y + 1, x * y], dim=1).sin(),
+                   [(3, 4), (3, 4)], {"stack"}, set()),
+    "select": (lambda x: (x * 2)[:, 1] * 3 + (x * 2)[-1], [(5, 5)], {"select"},
+               {"select_backward"}),
+    "slice": (lambda x: (x * 2)[:, 1:4] + (x * 3)[:, -3:], [(3, 6)], {"slice"},
+              {"slice_backward"}),
+    "slice_step": (lambda x: (x * 2)[::2, 1::3].exp(), [(5, 7)], {"slice"}, set()),
+    "narrow": (lambda x: (x * 2).narrow(1, 1, 2) + 1, [(3, 5)], {"slice"}, set()),
+    "cat": (lambda x, y: torch.cat([x.sin(), y.cos(), x * 2], dim=0) * 3, [(2, 4), (3, 4)],
+            {"cat"}, set()),
+    "cat_last_dim": (lambda x, y: torch.cat([x * 2, y.exp()], dim=-1).tanh(),
+                     [(2, 3, 4), (2, 3, 1)], {"cat"}, set()),
+    "pad": (lambda x: F.pad(x * 2, (1, 2, 0, 1), value=0.5).exp(), [(3, 4)],
+            {"constant_pad_nd"}, {"constant_pad_nd"}),
+    "arange_full": (lambda x: x * torch.arange(x.shape[1], dtype=x.dtype)
+                    + torch.arange(1, 2 * x.shape[1], 2) + torch.full((x.shape[1],), 0.5)
+                    + torch.zeros_like(x), [(3, 4)], {"arange", "full"}, set()),
+    "pad_crop": (lambda x: F.pad(x * 2, (-1, 2)).exp(), [(3, 4)], {"constant_pad_nd"},
+                 {"constant_pad_nd"}),
+}
+
+
+def _check(fn, shapes, fwd_ops, bwd_ops, dtype=torch.float64, rtol=None, atol=None):
+    torch.manual_seed(0)
+    inputs = [torch.randn(s, dtype=dtype, requires_grad=True) for s in shapes]
+    same = [t.detach().clone().requires_grad_() for t in inputs]
+    compiled = torch.compile(fn, backend="fusion_cache")
+    got, want = compiled(*inputs), fn(*same)
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    want = list(want) if isinstance(want, (list, tuple)) else [want]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
+    # a random weighting of the outputs, so every gradient path carries distinct values
+    weights = [torch.randn_like(w) for w in want]
+    sum(((g * k).sum() for g, k in zip(got, weights)), torch.zeros((), dtype=dtype)).backward()
+    sum(((w * k).sum() for w, k in zip(want, weights)), torch.zeros((), dtype=dtype)).backward()
+    for a, b in zip(inputs, same):
+        assert (a.grad is None) == (b.grad is None)
+        if a.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
+    reports = dynamo_backend.reports()
+    fused = {k: set() for k in ("forward", "backward")}
+    for r in reports:
+        fused[r["graph"]] |= set(r["fused_ops"])
+    assert fwd_ops <= fused["forward"], (fused, [r["eager_ops"] for r in reports])
+    assert bwd_ops <= fused["backward"], (fused, [r["eager_ops"] for r in reports])
+    return reports
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_lowering_matches_eager(name):
+    fn, shapes, fwd_ops, bwd_ops = CASES[name]
+    _check(fn, shapes, fwd_ops, bwd_ops)
+
+
+def test_a_region_without_tensor_inputs_stays_eager():
+    """Creation ops alone would run where no input tells the device: eager keeps them."""
+    out = torch.compile(lambda: torch.arange(6) * 2 + 1, backend="fusion_cache")()
+    torch.testing.assert_close(out, torch.arange(6) * 2 + 1)
+    (report,) = dynamo_backend.reports()
+    assert report["regions"] == 0
+    assert "no tensor input" in " ".join(report["eager_reasons"].values())
+
+
+# ---- composites: batch norm in training, nll_loss, log_softmax, gelu, silu ----------------
+
+
+def _bn_train(x, w, b):
+    rm, rv = torch.zeros(x.shape[1], dtype=x.dtype), torch.ones(x.shape[1], dtype=x.dtype)
+    y = F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
+    return y.relu() + x, rm * 1, rv * 1  # the updated running statistics are outputs too
+
+
+COMPOSITES = {
+    "batch_norm_training": (_bn_train, [(4, 3, 5, 5), (3,), (3,)],
+                            {"_native_batch_norm_legit_functional"},
+                            {"native_batch_norm_backward"}),
+    "log_softmax_nll_mean": (lambda x: F.nll_loss(F.log_softmax(x * 2, -1),
+                                                  torch.tensor([1, 0, 4, -100, 2])),
+                             [(5, 6)], {"_log_softmax", "nll_loss_forward"},
+                             {"nll_loss_backward", "_log_softmax_backward_data"}),
+    "cross_entropy_sum_weight": (lambda x, w: F.cross_entropy(
+        x * 2, torch.tensor([3, 0, 3, 1]), weight=w.detach().abs() + 0.1, reduction="sum"),
+        [(4, 5), (5,)], {"nll_loss_forward"}, {"nll_loss_backward"}),
+    "nll_none_ignore": (lambda x: F.nll_loss(x.exp(), torch.tensor([0, 2, 1]), reduction="none",
+                                             ignore_index=2), [(3, 4)], {"nll_loss_forward"},
+                        {"nll_loss_backward"}),
+    "gelu_erf": (lambda x: F.gelu(x * 2) * 3, [(4, 7)], {"gelu"}, {"gelu_backward"}),
+    "gelu_tanh": (lambda x: F.gelu(x * 2, approximate="tanh") * 3, [(4, 7)], {"gelu"},
+                  {"gelu_backward"}),
+    "silu": (lambda x, y: F.silu(x * 2) * y, [(4, 7), (4, 7)], {"silu"}, {"silu_backward"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSITES))
+def test_composite_lowering_matches_eager(name):
+    fn, shapes, fwd_ops, bwd_ops = COMPOSITES[name]
+    _check(fn, shapes, fwd_ops, bwd_ops)
+
+
+@pytest.mark.parametrize("name", ["gelu_tanh", "silu", "log_softmax_nll_mean"])
+def test_reduced_precision_composites(name):
+    fn, shapes, fwd_ops, bwd_ops = COMPOSITES[name]
+    _check(fn, shapes, fwd_ops, bwd_ops, dtype=torch.bfloat16, rtol=2e-2, atol=2e-2)
+
+
+def test_cuda_regions_leave_out_ops_no_gpu_scheduler_runs(monkeypatch):
+    """On CUDA graphs (fake CUDA tensors here) an op whose fusion ops no scheduler of this
+    build runs stays eager with the reason, instead of sending its region to the reference
+    evaluator; once a scheduler takes them, it fuses."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusion_cache.frontends import fx_support
+
+    def fn(x):
+        a, b = (x * 2).split([2, 4], 1)
+        return a.exp(), torch.cat([b.sin(), b], 0) + 1
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(4, 6, device="cuda")
+    for runs in (False, True):
+        monkeypatch.setattr(fx_support, "gpu_schedules", lambda op, runs=runs: runs)
+        report = dynamo_backend.fuse_graph(make_fx(fn, tracing_mode="fake")(x), "forward")
+        if runs:
+            assert {"split_with_sizes", "cat"} <= set(report["fused_ops"]), report
+        else:
+            assert "no GPU scheduler" in str(report["eager_ops"]["cat"])
+            assert "split_with_sizes" not in report["fused_ops"]
+
+
+# ---- library ops as ATen segments: GEMMs and attention -------------------------------------
+
+_needs_aten = pytest.mark.skipif(
+    not hasattr(__import__("fusion_cache.frontend.ops", fromlist=["Operators"]).Operators,
+                "matmul"), reason="this build's frontend has no fd.ops.matmul/sdpfa_fwd yet")
+
+
+def _mlp(x, w1, b1, w2):
+    return F.linear(F.gelu(F.linear(x * 2, w1, b1), approximate="tanh"), w2) + x
+
+
+def _attention(x, wqkv):
+    b, t, c = x.shape
+    q, k, v = F.linear(x, wqkv).split(c, dim=2)
+    q, k, v = (y.view(b, t, 2, c // 2).transpose(1, 2) for y in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(1, 2).reshape(b, t, c) * 2
+
+
+LIBRARY = {
+    "mm_chain": (lambda x, w: torch.relu(x @ w) @ w.t() * 3, [(4, 6), (6, 6)], {"mm"}, {"mm"}),
+    "bmm": (lambda x, y: torch.bmm(x.exp(), y) + 1, [(2, 3, 4), (2, 4, 5)], {"bmm"}, {"bmm"}),
+    "mlp_linear_bias_gelu": (_mlp, [(2, 3, 8), (16, 8), (16,), (8, 16)], {"addmm", "mm", "gelu"},
+                             {"mm", "gelu_backward"}),
+    "attention": (_attention, [(2, 4, 8), (24, 8)],
+                  {"_scaled_dot_product_flash_attention_for_cpu", "mm"},
+                  {"_scaled_dot_product_flash_attention_for_cpu_backward", "mm"}),
+}
+
+
+@_needs_aten
+@pytest.mark.parametrize("name", sorted(LIBRARY))
+def test_library_lowering_matches_eager(name):
+    fn, shapes, fwd_ops, bwd_ops = LIBRARY[name]
+    dtype = torch.float32 if name == "attention" else torch.float64  # flash: no f64 CPU kernel
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else {}
+    reports = _check(fn, shapes, fwd_ops, bwd_ops, dtype=dtype, **tol)
+    forward = next(r for r in reports if r["graph"] == "forward")
+    assert forward["regions"] == 1, forward  # one region holds the GEMMs and the work around
+
+
+@_needs_aten
+def test_addmm_of_a_transposed_weight_is_a_linear():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusion_cache.frontends.fx_region import RegionCall
+
+    x, w, b = torch.randn(4, 8), torch.randn(16, 8), torch.randn(16)
+    gm = make_fx(lambda x, w, b: F.gelu(F.linear(x, w, b)))(x, w, b)
+    dynamo_backend.fuse_graph(gm, "forward")
+    (region,) = [n.target for n in gm.graph.nodes if isinstance(n.target, RegionCall)]
+    fd, _ = next(iter(region._definitions.values()))
+    assert [r.name for r in fd.records if r.kind == "op"].count("linear") == 1
+    torch.testing.assert_close(gm(x, w, b)[0] if isinstance(gm(x, w, b), tuple) else gm(x, w, b),
+                               F.gelu(F.linear(x, w, b)))  # fmt: skip
+
+
+_needs_indexing = pytest.mark.skipif(
+    not hasattr(__import__("fusion_cache.frontend.ops", fromlist=["Operators"]).Operators,
+                "index_put_accumulate"), reason="this build's frontend has no gathers/scatters")
+
+
+@_needs_indexing
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_embedding_and_its_backward(padding_idx, dtype):
+    idx = torch.tensor([[1, 2, 4, 2], [0, 2, 1, 1]])
+
+    def fn(w, x):
+        return F.embedding(idx, w * 1.5, padding_idx=padding_idx) * x
+
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
+    _check(fn, [(5, 3), (2, 4, 3)], {"embedding"}, {"embedding_dense_backward"}, dtype=dtype,
+           **tol)  # fmt: skip

@@ -1,0 +1,59 @@
+"""`python -m benchmarks.models` end to end on the CPU, tiny models: the script runs, writes
+its results, and fusion_cache's losses match eager's (the reference evaluator runs the
+regions here), in this process and in a new one on the warm store."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import models
+
+
+@pytest.fixture(autouse=True)
+def restored_cache_env(monkeypatch, tmp_path):
+    """The script points these at its fresh caches: undone after each test."""
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+
+
+def _run(tmp_path, *extra: str) -> dict:
+    out = tmp_path / "results"
+    assert models.main(["--tiny", "--device", "cpu", "--steps", "3", "--out", str(out),
+                        "--caches", str(tmp_path / "caches"),
+                        "--contenders", "eager,fusion_cache", *extra]) == 0  # fmt: skip
+    (path,) = out.glob("models-*-tiny.json")
+    assert path.with_suffix(".md").read_text().startswith("# Training steps")
+    return json.loads(path.read_text())
+
+
+def _check_losses(row: dict, eager: dict) -> None:
+    assert "error" not in row, row.get("error")
+    assert len(row["losses"]) == 3
+    for got, want in zip(row["losses"], eager["losses"]):
+        assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
+
+
+def test_gpt2_with_a_warm_process(tmp_path):
+    data = _run(tmp_path, "--models", "gpt2")
+    (gpt,) = data["models"]
+    rows = gpt["contenders"]
+    for name in ("fusion_cache", "fusion_cache_warm"):
+        _check_losses(rows[name], rows["eager"])
+        assert rows[name]["regions"] > 0 and rows[name]["ops_fused"] > 0
+        assert rows[name]["median_ms"] > 0 and rows[name]["first_step_s"] > 0
+    # the same graphs, regions and fusions in the new process
+    assert rows["fusion_cache_warm"]["fused_ops"] == rows["fusion_cache"]["fused_ops"]
+    assert rows["fusion_cache"]["eager_ops"]  # ops left to eager are listed with reasons
+    assert all(isinstance(why, str) for whys in rows["fusion_cache"]["eager_ops"].values()
+               for why in whys)  # fmt: skip
+
+
+def test_llama_and_resnet(tmp_path):
+    data = _run(tmp_path, "--models", "llama,resnet18", "--no-warm")
+    assert [m["model"] for m in data["models"]] == ["llama", "resnet18"]
+    for m in data["models"]:
+        rows = m["contenders"]
+        assert set(rows) == {"eager", "fusion_cache"}
+        _check_losses(rows["fusion_cache"], rows["eager"])
+        assert rows["fusion_cache"]["max_loss_diff"] < 1e-3

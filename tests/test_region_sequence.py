@@ -1,0 +1,214 @@
+"""Launch sequences (Note [Launch sequence]) and their guard, on the CPU.
+
+The plans are made for the h100 profile and launched by stub kernels (benchmarks.host_region's
+stub_launches), so the CPU sees the GPU path's wiring. The oracle is execute()'s own path:
+a sequence, recorded and replayed, must launch the same kernels with the same grids and
+scalars, and pointers that name the same buffers (inputs by position, every other buffer by
+the order it first appears; allocations are kept alive so no address is reused).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.host_region import StubKernel, count_python_calls, stub_launches
+from fusion_cache import DataType, FusionDefinition
+from fusion_cache.runtime import sequence as seq_mod
+from fusion_cache.runtime.sequence import (
+    ExecuteStep,
+    Guard,
+    KernelStep,
+    TensorStep,
+    sequence_for,
+)
+from tests import segment_patterns as sp
+
+
+def _bias_gelu() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        y = fd.ops.add(x, fd.ops.broadcast(b, [True, False]))
+        fd.add_output(fd.ops.mul(y, fd.ops.sigmoid(y)))
+        fd.add_output(y)
+    return fd
+
+
+def _scaled_by_cpu_scalar() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        s = fd.define_tensor(shape=[], dtype=DataType.Float, is_cpu=True)
+        fd.add_output(fd.ops.mul(x, s))
+    return fd
+
+
+def _batch_norm_training() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
+        w, b, rm, rv = (fd.define_tensor(shape=[-1], dtype=DataType.Float) for _ in range(4))
+        out, mean, invstd = fd.ops.batch_norm(x, w, b, rm, rv, 0.1, 1e-5, True)
+        fd.add_output(out)
+        fd.add_output(mean)
+        fd.add_output(invstd)
+    return fd
+
+
+def _inputs(name: str) -> tuple[FusionDefinition, list]:
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    if name == "pointwise":
+        return _bias_gelu(), [r(8, 64), r(64)]
+    if name == "cpu_scalar":
+        return _scaled_by_cpu_scalar(), [r(8, 64), torch.tensor(1.5)]
+    if name == "batch_norm_aliases":
+        return _batch_norm_training(), [r(4, 3, 5, 5), r(3), r(3), r(3), r(3).abs() + 0.5]
+    if name == "layer_norm_backward":
+        return sp.layer_norm_backward(torch.float32), list(
+            sp.layer_norm_backward_inputs(64, 256, torch.float32))
+    if name == "segmented_chain":
+        return sp.chain_with_boundaries(3), [r(16, 32)]
+    if name == "aten_linear_gelu":
+        return _linear_gelu(), [r(8, 16), r(32, 16), r(32)]
+    raise KeyError(name)
+
+
+def _linear_gelu() -> FusionDefinition:
+    """An ATen segment (the GEMM) between generated ones (Note [ATen segments])."""
+    with FusionDefinition() as fd:
+        x, w, b = (fd.define_tensor(shape=[-1] * n, dtype=DataType.Float) for n in (2, 2, 1))
+        y = fd.ops.linear(fd.ops.mul(x, 2.0), w, b)
+        fd.add_output(fd.ops.mul(y, fd.ops.sigmoid(y)))
+    return fd
+
+
+HAS_ATEN = hasattr(FusionDefinition().ops, "linear")
+
+
+CASES = ["pointwise", "cpu_scalar", "batch_norm_aliases", "layer_norm_backward",
+         "segmented_chain", "aten_linear_gelu"]  # fmt: skip
+
+
+@pytest.fixture
+def kept_allocations(monkeypatch):
+    """torch.empty and empty_strided keep what they allocate: no address is reused."""
+    kept, empty, strided = [], torch.empty, torch.empty_strided
+
+    def keep(fn):
+        def alloc(*a, **k):
+            kept.append(fn(*a, **k))
+            return kept[-1]
+
+        return alloc
+
+    monkeypatch.setattr(torch, "empty", keep(empty))
+    monkeypatch.setattr(torch, "empty_strided", keep(strided))
+    monkeypatch.setattr(seq_mod, "_fast_empty", lambda device: None)
+    return kept
+
+
+def _labelled(log: list, inputs: list, outs: list) -> tuple[list, list]:
+    """Launch records and outputs with pointers named: inN for inputs, bufN by first use."""
+    names = {t.data_ptr(): f"in{i}" for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
+
+    def name(ptr: int) -> str:
+        if ptr not in names:
+            names[ptr] = f"buf{sum(n.startswith('buf') for n in names.values())}"
+        return names[ptr]
+
+    launches = []
+    for kernel, grid, block, smem, coop, dep, types, args in log:
+        named = [name(a) if t == "ptr" else a for a, t in zip(args, types)]
+        launches.append((kernel, grid, block, smem, coop, dep, named))
+    return launches, [name(o.data_ptr()) for o in outs]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_replay_launches_what_execute_launches(name, kept_allocations):
+    if name.startswith("aten") and not HAS_ATEN:
+        pytest.skip("this build's frontend has no ATen ops")
+    fd, inputs = _inputs(name)
+    log: list = []
+    with stub_launches(log=log):
+        want_outs = fd.execute(inputs)
+        want = _labelled(log, inputs, want_outs)
+        assert want[0], "execute launched nothing"
+        log.clear()
+        seq, outs = sequence_for(fd, inputs)
+        assert _labelled(log, inputs, outs) == want
+        log.clear()
+        replayed = seq.run(inputs)
+        assert _labelled(log, inputs, replayed) == want
+    assert not any(isinstance(s, ExecuteStep) for s in seq.steps), seq.describe()
+    assert [tuple(o.shape) for o in replayed] == [tuple(o.shape) for o in want_outs]
+    assert [o.dtype for o in replayed] == [o.dtype for o in want_outs]
+    if name == "cpu_scalar":
+        assert any(isinstance(s, TensorStep) for s in seq.steps)
+    if name == "segmented_chain":
+        assert seq.kernel_steps == 3 and any(seq.drops), seq.describe()
+    if name == "aten_linear_gelu":  # the GEMM is the executor's launch, between two kernels
+        assert [type(s).__name__ for s in seq.steps] == ["KernelStep", "PlanStep", "KernelStep"]
+        torch.testing.assert_close(replayed[0].shape, want_outs[0].shape)
+
+
+def test_replay_without_kept_buffers_drops_only_dead_slots():
+    """Intermediates die as soon as no later step reads them; a slot dropped early would be
+    None when read, so replaying the segmented chain with real frees checks the drops."""
+    fd, inputs = _inputs("segmented_chain")
+    with stub_launches():
+        seq, _ = sequence_for(fd, inputs)
+        for _ in range(3):
+            (out,) = seq.run(inputs)
+            assert out.shape == inputs[0].shape
+    dropped = {s for d in seq.drops for s in d}
+    assert dropped and not dropped & set(seq.outputs) and min(dropped) >= seq.n_inputs
+
+
+def test_cpu_inputs_replay_through_execute():
+    fd, inputs = _inputs("pointwise")
+    seq, outs = sequence_for(fd, inputs)
+    assert [type(s) for s in seq.steps] == [ExecuteStep]
+    x, b = torch.randn(8, 64), torch.randn(64)
+    got = seq.run([x, b])
+    y = x + b
+    torch.testing.assert_close(got[1], y)
+    torch.testing.assert_close(got[0], y * torch.sigmoid(y))
+
+
+def test_guard_takes_the_same_signature_only():
+    x, b = torch.randn(8, 64), torch.randn(64)
+    guard = Guard([x, b, 3, 0.5])
+    assert guard.matches([torch.randn(8, 64), torch.randn(64), 3, 2.5])  # floats: any value
+    assert not guard.matches([torch.randn(8, 65), b, 3, 0.5])  # shape
+    assert not guard.matches([torch.randn(64, 8).t(), b, 3, 0.5])  # strides
+    assert not guard.matches([x.double(), b, 3, 0.5])  # dtype
+    assert not guard.matches([x, b, 4, 0.5])  # an int may size a tensor
+    assert not guard.matches([x, b, 3, 1])  # a scalar's type
+    shifted = torch.randn(8 * 64 + 1)[1:].view(8, 64)  # 4-byte aligned, same shape and strides
+    assert not guard.matches([shifted, b, 3, 0.5])
+    # recorded at 4 bytes, a 16-byte aligned input replays the same kernels correctly
+    assert Guard([shifted, b]).matches([x, b])
+
+
+def test_guard_without_torchs_tensor_guard(monkeypatch):
+    monkeypatch.setattr(seq_mod, "_tensor_guard", lambda tensors: None)
+    x = torch.randn(4, 6)
+    guard = Guard([x])
+    assert guard.check is None
+    assert guard.matches([torch.randn(4, 6)]) and not guard.matches([torch.randn(6, 4).t()])
+    assert not guard.matches([x.half()])
+
+
+def test_replay_is_a_few_python_calls():
+    """The replay of a one-kernel plan: the guard, the sequence, its step and the launch."""
+    fd, inputs = _inputs("pointwise")
+    with stub_launches():
+        seq, _ = sequence_for(fd, inputs)
+        guard = Guard(inputs)
+        (step,) = seq.steps
+        assert isinstance(step, KernelStep) and isinstance(step.launches[0][0], StubKernel)
+
+        def call():
+            if guard.matches(inputs):
+                seq.run(inputs)
+
+        assert count_python_calls(call) <= 6  # matches, run, step.run, launch, + a listcomp

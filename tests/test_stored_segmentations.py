@@ -1,0 +1,72 @@
+"""Note [Stored segmentations]: a new process plans a segmented fusion from the groups the
+store kept, without searching, and searches again where they do not fit."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fusion_cache import FusionCache
+from fusion_cache.runtime.executor import executor_for
+from schedulers import segmenter
+from schedulers.device import profile_by_name
+from tests import segment_patterns as sp
+
+
+def _plan(fd, inputs):
+    """Plan for h100 as a new process would (fresh executor), without loading kernels."""
+    FusionCache.get().executors.clear()
+    return executor_for(fd).make_plan(inputs, profile_by_name("h100"), load=False)
+
+
+def _fusion():
+    fd = sp.layer_norm_backward_with_bias_grad(torch.float32)
+    return fd, list(sp.layer_norm_backward_inputs(64, 256, torch.float32))
+
+
+def test_a_second_plan_takes_the_stored_groups(monkeypatch):
+    fd, inputs = _fusion()
+    first = _plan(fd, inputs)
+    assert hasattr(first, "segments"), "the pattern must segment"
+    FusionCache.reset()  # a new process: same store, nothing in memory
+    fd, _ = _fusion()
+
+    def no_search(self):
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(segmenter._Segmenter, "run", no_search)
+    again = _plan(fd, inputs)
+    assert again.description == first.description
+    assert [s.sub.records for s in again.segments] == [s.sub.records for s in first.segments]
+
+
+@pytest.mark.parametrize("damage", ["overlap", "missing", "foreign", "version", "junk"])
+def test_groups_that_do_not_fit_are_searched_again(damage, monkeypatch):
+    fd, inputs = _fusion()
+    first = _plan(fd, inputs)
+    store = FusionCache.get().store
+    ((sig, target),) = [(p.signature_key, p.target) for p in store.plans_for(fd.id())]
+    plan = json.loads(store.get_plan(fd.id(), sig, target))
+    groups = plan["groups"]
+    if damage == "overlap":  # an op owned twice
+        groups[1][0] = groups[1][0] + groups[0][0][:1]
+        groups[1][1] = groups[1][1] + groups[0][0][:1]
+    elif damage == "missing":  # a group dropped: its values made by nobody
+        del groups[0]
+    elif damage == "foreign":  # a position that is no tensor op of this fusion
+        groups[0][1] = groups[0][1] + [10_000]
+    elif damage == "version":
+        plan["segmenter"] = "fc-segments-0:pointwise"
+    else:
+        plan["groups"] = "junk"
+    store.put_plan(fd.id(), sig, target, json.dumps(plan))
+    searches, run = [], segmenter._Segmenter.run
+
+    def counted(self):
+        searches.append(1)
+        return run(self)
+
+    monkeypatch.setattr(segmenter._Segmenter, "run", counted)
+    again = _plan(fd, inputs)
+    assert searches and again.description == first.description
