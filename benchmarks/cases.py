@@ -30,7 +30,7 @@ DefineFn = Callable[[Any, torch.dtype, Shape], None]  # (fd, dtype, shape) -> No
 InputsFn = Callable[[Shape, torch.dtype, Any], Tensors]  # (shape, dtype, device) -> inputs
 EagerFn = Callable[..., Any]  # (*inputs) -> Tensor or tuple of Tensors
 
-FAMILIES = ("pointwise", "reduction", "normalization", "host", "aten", "resize")
+FAMILIES = ("pointwise", "reduction", "normalization", "host", "aten", "resize", "layouts")
 DTYPES = (torch.float32, torch.bfloat16)
 LARGE_BYTES = 256 * 2**20  # "a large size" in PERFORMANCE.md's first target
 EPS = 1e-5
@@ -42,6 +42,10 @@ ROW_LENGTHS = (256, 1024, 4096, 16384, 65536, 262144)
 REDUCTION_SHAPES: tuple[Shape, ...] = tuple((2**26 // n, n) for n in ROW_LENGTHS)
 BATCH_NORM_SHAPES: tuple[Shape, ...] = ((32, 256, 56, 56), (256, 64, 28, 28))
 HOST_SHAPE: Shape = (8, 8)
+# issue 28: transposes, reductions over middle and every dim, short rows
+ATTENTION_SHAPE: Shape = (8, 2048, 32, 128)  # [B, T, H, D]
+MIDDLE_SHAPES: tuple[Shape, ...] = ((64, 4096, 1024), (8, 16384, 4096))
+SHORT_ROW_SHAPES: tuple[Shape, ...] = ((2097152, 32), (524288, 128))
 
 
 def short_dtype(dtype: torch.dtype) -> str:
@@ -428,6 +432,110 @@ def eager_batch_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch
     return F.batch_norm(x, None, None, w, b, training=True, momentum=BN_MOMENTUM, eps=EPS)
 
 
+# --- Layouts (issue 28) -----------------------------------------------------------------------
+
+
+def define_transpose_add(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    """add(permute(a, [1, 0]), b): a is [M, N], b and the output [N, M]."""
+    a, b = _input(fd, 2, dtype), _input(fd, 2, dtype)
+    fd.add_output(_down(fd, fd.ops.add(fd.ops.permute(a, [1, 0]), b), dtype))
+
+
+def eager_transpose_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a.t() + b
+
+
+def _square_pair(shape: Shape, dtype: torch.dtype, device: Any) -> Tensors:
+    return _randn([shape, shape[::-1]], dtype, device)
+
+
+def define_transpose_scale(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    """mul(permute(a, [0, 2, 1]), 2), written out contiguous."""
+    a = _input(fd, 3, dtype)
+    fd.add_output(_down(fd, fd.ops.mul(fd.ops.permute(a, [0, 2, 1]), _const(fd, 2.0)), dtype))
+
+
+def eager_transpose_scale(a: torch.Tensor) -> torch.Tensor:
+    return (a.permute(0, 2, 1) * 2).contiguous()
+
+
+def define_attention_heads(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    """[B, T, H, D] -> [B, H, T, D] with the attention scale 1/sqrt(D), as q is prepared."""
+    x = _input(fd, 4, dtype)
+    y = fd.ops.mul(fd.ops.permute(x, [0, 2, 1, 3]), _const(fd, 1.0 / math.sqrt(shape[-1])))
+    fd.add_output(_down(fd, y, dtype))
+
+
+def eager_attention_heads(x: torch.Tensor) -> torch.Tensor:
+    return (x.transpose(1, 2) * (1.0 / math.sqrt(x.shape[-1]))).contiguous()
+
+
+def define_attention_merge(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    """The inverse: [B, H, T, D] -> [B, T, H, D], scaled, as the backward returns it."""
+    x = _input(fd, 4, dtype)
+    y = fd.ops.mul(fd.ops.permute(x, [0, 2, 1, 3]), _const(fd, 1.0 / math.sqrt(shape[-1])))
+    fd.add_output(_down(fd, y, dtype))
+
+
+def define_nchw_to_nhwc(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    x = _tensor(fd, 4, dtype)
+    fd.add_output(fd.ops.permute(x, [0, 2, 3, 1]))
+
+
+def eager_nchw_to_nhwc(x: torch.Tensor) -> torch.Tensor:
+    return x.permute(0, 2, 3, 1).contiguous()
+
+
+def define_mid_sum(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    x = _input(fd, 3, dtype)
+    fd.add_output(_down(fd, fd.ops.sum(x, dims=[1]), dtype))
+
+
+def eager_mid_sum(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(dim=1)
+
+
+def define_mid_var_mean(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    x = _input(fd, 3, dtype)
+    var, mean = fd.ops.var_mean(x, dims=[1], correction=0)
+    fd.add_output(_down(fd, var, dtype))
+    fd.add_output(_down(fd, mean, dtype))
+
+
+def eager_mid_var_mean(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.var_mean(x, dim=1, correction=0)
+
+
+def define_mid_softmax(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    x = _input(fd, 3, dtype)
+    mx = fd.ops.broadcast_in_dim(fd.ops.max(x, dims=[1]), list(shape), [0, 2])
+    e = fd.ops.exp(fd.ops.sub(x, mx))
+    y = fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[1]), list(shape), [0, 2]))
+    fd.add_output(_down(fd, y, dtype))
+
+
+def eager_mid_softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=1)
+
+
+def define_all_sum(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    x = _input(fd, 1, dtype)
+    fd.add_output(_down(fd, fd.ops.sum(x, dims=[0]), dtype))
+
+
+def eager_all_sum(x: torch.Tensor) -> torch.Tensor:
+    return x.sum()
+
+
+def define_all_mean(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
+    x = _input(fd, 1, dtype)
+    fd.add_output(_down(fd, fd.ops.mul(fd.ops.sum(x, dims=[0]), _const(fd, 1.0 / shape[0])), dtype))
+
+
+def eager_all_mean(x: torch.Tensor) -> torch.Tensor:
+    return x.mean()
+
+
 # --- The registry -----------------------------------------------------------------------------
 
 
@@ -452,7 +560,7 @@ def _cases(
 
 
 def _registry() -> list[Case]:
-    pw, red, norm = "pointwise", "reduction", "normalization"
+    pw, red, norm, lay = "pointwise", "reduction", "normalization", "layouts"
     rs, bs = REDUCTION_SHAPES, BATCH_NORM_SHAPES
     three, one = _matrices(3), _matrices(1)
     return [
@@ -487,6 +595,29 @@ def _registry() -> list[Case]:
         # issue 27: resize and indexing ops (benchmarks/resize_cases.py), in bf16
         *(case for op, (define, eager, inputs, shape, _) in RESIZE.items()
           for case in _cases(op, "resize", define, eager, inputs, (shape,), (torch.bfloat16,))),
+        # issue 28: layouts (transposes, reductions over middle and every dim, short rows)
+        *_cases("transpose_add", lay, define_transpose_add, eager_transpose_add, _square_pair,
+                ((8192, 8192),)),
+        *_cases("transpose_scale", lay, define_transpose_scale, eager_transpose_scale, one,
+                ((64, 1024, 1024),)),
+        *_cases("attention_heads", lay, define_attention_heads, eager_attention_heads, one,
+                (ATTENTION_SHAPE,), (torch.bfloat16,)),
+        *_cases("attention_merge", lay, define_attention_merge, eager_attention_heads, one,
+                ((8, 32, 2048, 128),), (torch.bfloat16,)),
+        *_cases("nchw_to_nhwc", lay, define_nchw_to_nhwc, eager_nchw_to_nhwc, one,
+                ((64, 256, 56, 56),)),
+        *_cases("mid_sum", lay, define_mid_sum, eager_mid_sum, one, MIDDLE_SHAPES),
+        *_cases("mid_var_mean", lay, define_mid_var_mean, eager_mid_var_mean, one,
+                MIDDLE_SHAPES),
+        *_cases("mid_softmax", lay, define_mid_softmax, eager_mid_softmax, one,
+                ((32, 4096, 512),)),
+        *_cases("all_sum", lay, define_all_sum, eager_all_sum, one, ((67108864,),),
+                (torch.float32,)),
+        *_cases("all_mean", lay, define_all_mean, eager_all_mean, one, ((67108864,),),
+                (torch.float32,)),
+        *_cases("short_softmax", lay, define_softmax, eager_softmax, one, SHORT_ROW_SHAPES),
+        *_cases("short_layer_norm", lay, define_layer_norm, eager_layer_norm, _norm_inputs,
+                SHORT_ROW_SHAPES),
     ]
 
 

@@ -22,6 +22,7 @@ _REQUIRES: dict[str, tuple[str, ...]] = {
     "float8": ("core",),
     "philox": ("core",),
     "index": ("core",),
+    "tile": ("core",),
 }
 FEATURES: tuple[str, ...] = tuple(_REQUIRES)
 

@@ -15,9 +15,12 @@ from .reduction import NAME as REDUCTION
 from .reduction import lower_reduction, plan_reduction
 from .scatter import NAME as SCATTER
 from .scatter import lower_scatter, plan_scatter
+from .transpose import NAME as TRANSPOSE
+from .transpose import lower_transpose, plan_transpose
 
 # priority order: the first scheduler whose lowering accepts the fusion takes it
 SCHEDULERS: list[tuple[str, Any, Any]] = [
+    (TRANSPOSE, lower_transpose, plan_transpose),  # pointwise fusions across layouts
     (POINTWISE, lower_pointwise, plan_pointwise),
     (REDUCTION, lower_reduction, plan_reduction),
     (INNER_OUTER, lower_inner_outer, plan_inner_outer),

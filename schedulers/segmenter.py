@@ -23,6 +23,7 @@ from .aten import NAME as ATEN
 from .base import SchedulerRefused
 from .pointwise import NAME as POINTWISE
 from .registry import plan_for, schedule
+from .transpose import NAME as TRANSPOSE
 
 # cheap elementwise work is worth redoing; these are not. Random ops are: the definitions
 # scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers
@@ -352,7 +353,7 @@ def segment(fd: Any, values: Sequence[Any], env: dict, profile: Any,
                  for v in seg.graph.produced(g.owned)}  # fmt: skip
     drafts = []
     for g, (finals, shared), kind in zip(groups, outs, kinds):
-        strided = from_aten if kind in (ATEN, POINTWISE) else set()
+        strided = from_aten if kind in (ATEN, POINTWISE, TRANSPOSE) else set()
         sub = seg.graph.carve(g.ops, set(finals), set(shared), strided)
         drafts.append(SegmentDraft(g.ops, sub, kind, g.owned))
     return drafts

@@ -63,6 +63,23 @@ KNOBS: dict[str, str] = {
     "outer.finish_tx": "columns a block of an outer reduction's finish kernel folds",
     "outer.finish_ty": "thread rows sharing a column's partials in an outer reduction's finish",
     "outer.cluster": "split blocks combine in one cluster (Note [Cluster columns]; 0: a second kernel)",
+    "split.threads": "threads a block of a few long rows split over the GPU (Note [Split rows])",
+    "split.unroll": "vectors a thread of a split row loads before accumulating",
+    "split.blocks_per_sm": "blocks an SM the slices of split rows aim at",
+    "split.max_rows": "rows under which long pure reductions are split over the GPU",
+    "colnorm.values": "values a thread of a column norm keeps in registers (Note [Column norms])",
+    "colnorm.tx": "column threads of a column norm block (VEC columns each)",
+    "colnorm.ty": "thread rows of a column norm block",
+    "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",
+    "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
+                        "[Transpose tiles])",
+    "transpose.tile_b": "elements of a transpose tile along the staged inputs' innermost dim",
+    "transpose.threads": "threads a block of the transpose kernel",
+    "transpose.stages": "tiles of staged inputs a transpose block keeps in shared memory, the "
+                        "next ones in flight (cp.async)",
+    "transpose.vec": "most elements a transpose thread moves as one access (V; blocks of V x V)",
+    "transpose.blocks_per_sm": "most transpose blocks an SM (the grid: SMs times this)",
+    "transpose.min_side": "fewest elements along either tile dim for a transpose to be tiled",
 }
 
 

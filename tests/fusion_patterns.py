@@ -69,20 +69,42 @@ def sum_max_min(dims):
     return build, ref
 
 
-def softmax(log=False):
+def softmax(log=False, dim=-1):
     def build(fd, dt, rank):
         x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)
         xf = _up(fd, x, dt)
-        flags = [False] * (rank - 1) + [True]
-        m = fd.ops.broadcast(fd.ops.max(xf, dims=[-1]), flags)
+        flags = [d == dim % rank for d in range(rank)]
+        m = fd.ops.broadcast(fd.ops.max(xf, dims=[dim]), flags)
         e = fd.ops.exp(xf - m)
-        s = fd.ops.broadcast(fd.ops.sum(e, dims=[-1]), flags)
+        s = fd.ops.broadcast(fd.ops.sum(e, dims=[dim]), flags)
         y = (xf - m) - fd.ops.log(s) if log else e / s
         fd.add_output(_down(fd, y, dt))
 
     def ref(x):
         fn = torch.log_softmax if log else torch.softmax
-        return fn(_ref_up(x), -1).to(x.dtype)
+        return fn(_ref_up(x), dim).to(x.dtype)
+
+    return build, ref
+
+
+def standardize(dim, eps=1e-5):
+    """(x - mean) * rsqrt(var + eps) over `dim`, and the mean: a normalization over any dim."""
+
+    def build(fd, dt, rank):
+        x = fd.define_tensor(shape=[-1] * rank, contiguity=[CONTIGUOUS[0]] * rank, dtype=dt)
+        xf = _up(fd, x, dt)
+        kept = [d for d in range(rank) if d != dim % rank]
+        var, mean = fd.ops.var_mean(xf, dims=[dim], correction=0)
+        rstd = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(eps)))
+        y = fd.ops.mul(fd.ops.sub(xf, fd.ops.broadcast_in_dim(mean, fd.ops.shape(xf), kept)),
+                       fd.ops.broadcast_in_dim(rstd, fd.ops.shape(xf), kept))  # fmt: skip
+        fd.add_output(_down(fd, y, dt))
+        fd.add_output(_down(fd, mean, dt))
+
+    def ref(x):
+        var, mean = torch.var_mean(_ref_up(x), dim=dim, correction=0, keepdim=True)
+        return [((_ref_up(x) - mean) * torch.rsqrt(var + eps)).to(x.dtype),
+                mean.squeeze(dim).to(x.dtype)]  # fmt: skip
 
     return build, ref
 

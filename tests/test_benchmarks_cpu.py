@@ -21,7 +21,7 @@ from benchmarks import cases as bench_cases
 from benchmarks import report
 from benchmarks.cases import CASES, FAMILIES, Case
 
-SMALL = {2: (6, 40), 3: (2, 6, 128), 4: (3, 5, 4, 2)}  # a small shape per rank, non-square
+SMALL = {1: (48,), 2: (6, 40), 3: (2, 6, 128), 4: (3, 5, 4, 2)}  # a small shape per rank, non-square
 
 
 def small_shape(case: Case) -> tuple[int, ...]:
@@ -85,6 +85,10 @@ class EagerOps:
         assert t.dim() == len(dims)
         view = [t.shape[dims.index(i)] if i in dims else 1 for i in range(len(shape))]
         return t.reshape(view).expand(shape)
+
+    @staticmethod
+    def permute(t: torch.Tensor, dims: list[int]) -> torch.Tensor:
+        return t.permute(dims)
 
     @staticmethod
     def sum(t: torch.Tensor, dims: list[int], keepdim: bool = False) -> torch.Tensor:

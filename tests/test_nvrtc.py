@@ -161,6 +161,22 @@ extern "C" __global__ void index_kernel(const long long* idx, const float* x, fl
 }
 """
 
+TILE_KERNEL = r"""
+extern "C" __global__ void tile_kernel(const float* f, const fc_bf16* h, float* of, fc_bf16* oh) {
+  __shared__ __align__(16) unsigned char s[1024];
+  const int i = threadIdx.x;
+  fc_cp_async<16>(s + 16 * i, f + 4 * i, i < 8);
+  fc_cp_async<8>(s + 512 + 8 * i, h + 4 * i, true);
+  fc_cp_async<4>(s + 768 + 4 * i, h + 2 * i, i > 1);
+  fc_cp_async_commit_group();
+  fc_cp_async_wait_groups<0>();
+  __syncthreads();
+  fc_store_vec<4>(of + 4 * i, fc_smem_get<4, float>(s + 16 * (i ^ 1)));
+  fc_smem_put<2, fc_bf16>(s + 768 + 4 * i, fc_smem_get<2, fc_bf16>(s + 512 + 8 * i));
+  oh[i] = fc_smem_get<1, fc_bf16>(s + 768 + 2 * i)[0];
+}
+"""
+
 COMPLEX_KERNEL = r"""
 extern "C" __global__ void complex_kernel(const fc_complex<float>* a, const fc_complex<double>* b,
                                           fc_complex<float>* o, double* od, bool* ob) {
@@ -201,6 +217,7 @@ FEATURE_KERNELS = {
     "index": ("index_kernel", INDEX_KERNEL),
     "math": ("math_kernel", MATH_KERNEL),
     "reduce": ("reduce_kernel", REDUCE_KERNEL),
+    "tile": ("tile_kernel", TILE_KERNEL),
     "complex": ("complex_kernel", COMPLEX_KERNEL),
     "float8": ("float8_kernel", FLOAT8_KERNEL),
     "philox": ("philox_kernel", PHILOX_KERNEL),

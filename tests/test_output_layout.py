@@ -100,8 +100,12 @@ def test_pointwise_plan_writes_the_order_in_the_kernel(perm):
     assert out.strides == tuple(strides_for(shape, perm))
     assert plan.fresh[0][2] == out.strides  # what the executor allocates
     (kernel,) = plan.spec.kernels
-    # the store's per-dim strides are kernel arguments: the permuted layout is written there
-    assert "fc_pointwise" in kernel.source and plan.spec.scheduler == "pointwise"
+    # the store's per-dim strides are kernel arguments: the permuted layout is written there,
+    # by the pointwise kernel, or by the tiled one where the order moves the innermost dim
+    # and tiles pay (Note [Transpose tiles]: [2, 0, 1] runs along dim 1 of 16)
+    tiled = perm == [2, 0, 1]
+    assert plan.spec.scheduler == ("transpose" if tiled else "pointwise"), plan.spec.description
+    assert kernel.name == ("fc_transpose" if tiled else "fc_pointwise")
 
 
 def test_reduction_plan_writes_the_order_in_the_kernel():

@@ -11,5 +11,7 @@ One module a decision: `variants` (the launch choices a scheduler hands over), `
 functors, accumulator types, parameters, row-level statements), `row_kernel` (the row
 kernel's passes), `row_loads` (how a row's data arrives: pipeline, registers, weights),
 `cluster_exchange` (row partials across a cluster, the deferred row end), `column_finish`
-(column partials and their finish), `outer_kernel` (dim-0 reductions and their finish).
+(column partials and their finish), `outer_kernel` (dim-0 and middle-dim reductions and
+their finish), `split_kernel` (slices of a few long rows), `column_norm` (normalizations
+along a strided dim).
 """

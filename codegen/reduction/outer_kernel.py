@@ -12,6 +12,7 @@ from .common import (
     accumulator_type,
     ident,
     identity_of,
+    k_offset,
     kernel_params,
     op_functor,
     row_level_stmts,
@@ -24,10 +25,13 @@ FINISH_NAME = "fc_outer_finish"
 
 def outer_arg_types(program: ReductionProgram, v: OuterVariant, finish: bool) -> tuple[str, ...]:
     idx = "i32" if v.index_type == "int" else "i64"
-    per = ("ptr", idx, idx)
+    # each tensor's kept strides and reduced stride(s); cols and N, and for a middle
+    # reduction the kept runs' sizes but the first and K1 (Note [Middle reductions])
+    per = ("ptr",) + (idx,) * (v.i_rank + 1 + v.k2)
+    sizes = (idx,) * (2 + (v.i_rank - 1 + v.k2 if v.i_rank > 1 or v.k2 else 0))
     scal = scalar_arg_types(program)
     work = ("ptr",) * _work_count(program)
-    return per * (len(program.accesses) + len(program.stores)) + (idx, idx) + work + scal
+    return per * (len(program.accesses) + len(program.stores)) + sizes + work + scal
 
 
 def _work_count(program: ReductionProgram) -> int:
@@ -42,6 +46,9 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
     L: list[str] = [prelude_source("core", "math", "reduce", *features), f"typedef {v.index_type} idx_t;",
                     f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}"]  # fmt: skip
     extra = ["idx_t cols", "idx_t N"]
+    mid = v.i_rank > 1 or v.k2  # Note [Middle reductions]
+    if mid:
+        extra += [f"idx_t n{d}" for d in range(1, v.i_rank)] + (["idx_t K1"] if v.k2 else [])
     work = []
     for r in program.reductions:
         rt = REGISTER_TYPE[r.dtype]
@@ -54,7 +61,7 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         L.append(f"#define FC_SPLIT {v.split}")
         dims = " __cluster_dims__(1, FC_SPLIT, 1)"
     L.append(f'extern "C" __global__ void{dims} __launch_bounds__({threads}) {name}(')
-    L.append("    " + ",\n    ".join(kernel_params(program, 1, extra + work)) + ") {")
+    L.append("    " + ",\n    ".join(kernel_params(program, v.i_rank, extra + work, v.k2)) + ") {")
     if finish:  # the partials are the previous kernel's (Note [Dependent launch])
         L.append("  fc_wait_prior_grid();")
     red_types = sorted({accumulator_type(r) for r in program.reductions})
@@ -62,8 +69,15 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         L.append(f"  __shared__ __align__(16) {t} smem_{ident(t)}[{_fold_smem(v, t)}];")
     L.append("  const idx_t cb = ((idx_t)blockIdx.x * FC_TX + threadIdx.x) * FC_VEC;")
     L.append("  const bool col_ok = cb < cols;")
+    inner = f"_s{v.i_rank - 1}"  # the stride along the innermost kept run
+    if mid:
+        L += _column_offsets(program, v)
+        L.append(f"  idx_t col[{len(program.accesses) + len(program.stores)}];")
+        L.append("  column_offsets(col_ok ? cb : 0, col);")
 
     def col_load(i: int) -> str:
+        if mid:
+            return f"a{i}[col[{i}] + j * a{i}{inner}]"
         mode = v.modes[i]
         if mode == "bcast":
             return f"a{i}[0]"
@@ -89,7 +103,9 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         L.append("    for (int u = 0; u < FC_UNROLL; ++u) {")
         L.append("      const idx_t k = k0 + u * kstep < N ? k0 + u * kstep : k0;")
         for i in loads:
-            if v.modes[i] == "bcast":
+            if mid:
+                L += _mid_load(v, i, k_offset(f"a{i}", "k", v.k2), inner)
+            elif v.modes[i] == "bcast":
                 L.append(f"      a{i}_u[u] = a{i}[k * a{i}_k];")
             elif v.modes[i] == "vec":
                 L.append(f"      a{i}_u[u] = fc_load_vec_hint<FC_VEC, {v.load_hint}>"
@@ -132,7 +148,7 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
         L.append("  }")
         _reduce_over_rows(L, program, v)
         if v.cluster:
-            _cluster_columns(L, program, dtypes, col_load)
+            _cluster_columns(L, program, dtypes, col_load, v if mid else None)
             return "\n".join(L) + "\n"
         L.append("  if (threadIdx.y != 0 || !col_ok) return;")
         if v.split > 1:
@@ -154,10 +170,40 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
     L.append("    if (cb + j >= cols) break;")
     for r in program.reductions:
         L.append(f"    const {accumulator_type(r)} {r.var} = {r.var}_a[j];")
-    L.extend("    " + x for x in _column_epilogue(program, dtypes, col_load))
+    L.extend("    " + x for x in _column_epilogue(program, dtypes, col_load, v if mid else None))
     L.append("  }")
     L.append("}")
     return "\n".join(L) + "\n"
+
+
+def _column_offsets(program: ReductionProgram, v: OuterVariant) -> list[str]:
+    """Note [Middle reductions]: column c's offset in each tensor, from its coordinates
+    along the kept runs (innermost last)."""
+    n_acc = len(program.accesses)
+    tensors = [f"a{i}" for i in range(n_acc)] + [f"o{k}" for k in range(len(program.stores))]
+    m = v.i_rank
+    out = [f"  auto column_offsets = [&](idx_t c, idx_t (&off)[{len(tensors)}]) {{",
+           "    idx_t rest = c;"]  # fmt: skip
+    for d in range(m - 1, 0, -1):
+        out.append(f"    const idx_t i{d} = rest % n{d}; rest /= n{d};")
+    out.append("    const idx_t i0 = rest;")
+    for t, name in enumerate(tensors):
+        terms = " + ".join(f"i{d} * {name}_s{d}" for d in range(m))
+        out.append(f"    off[{t}] = {terms};")
+    out.append("  };")
+    return out
+
+
+def _mid_load(v: OuterVariant, i: int, k_off: str, inner: str) -> list[str]:
+    """Access i's loads of row k in a middle reduction (Note [Middle reductions])."""
+    at = f"col[{i}] + {k_off}"
+    if v.modes[i] == "bcast":  # the same along the innermost kept run
+        return [f"      a{i}_u[u] = a{i}[{at}];"]
+    if v.modes[i] == "vec":
+        return [f"      a{i}_u[u] = fc_load_vec_hint<FC_VEC, {v.load_hint}>(a{i} + {at});"]
+    return ["#pragma unroll",
+            f"      for (int j = 0; j < FC_VEC; ++j) a{i}_u[u][j] = "
+            f"cb + j < cols ? a{i}[{at} + j * a{i}{inner}] : a{i}[0];"]  # fmt: skip
 
 
 def _fold_partials(L: list[str], program: ReductionProgram, v: OuterVariant) -> None:
@@ -216,15 +262,19 @@ def _reduce_over_rows(L: list[str], program: ReductionProgram, v: OuterVariant) 
                  f"{op_functor(r)}, smem_{ident(t)});")  # fmt: skip
 
 
-def _column_epilogue(program: ReductionProgram, dtypes: dict, col_load) -> list[str]:
+def _column_epilogue(program: ReductionProgram, dtypes: dict, col_load,
+                     mid: OuterVariant | None = None) -> list[str]:  # fmt: skip
     """Column cb + j's outputs: row-level statements read the column's accumulators."""
     out = row_level_stmts(program, 0, dtypes, col_load) + row_level_stmts(program, 1, dtypes, col_load)
     for k, st in enumerate(program.stores):
-        out.append(f"o{k}[(cb + j) * o{k}_s0] = {to_memory(st.var, st.dtype)};")
+        at = (f"col[{len(program.accesses) + k}] + j * o{k}_s{mid.i_rank - 1}" if mid
+              else f"(cb + j) * o{k}_s0")  # fmt: skip
+        out.append(f"o{k}[{at}] = {to_memory(st.var, st.dtype)};")
     return out
 
 
-def _cluster_columns(L: list[str], program: ReductionProgram, dtypes: dict, col_load) -> None:
+def _cluster_columns(L: list[str], program: ReductionProgram, dtypes: dict, col_load,
+                     mid: OuterVariant | None) -> None:  # fmt: skip
     """Note [Cluster columns]: the FC_SPLIT blocks sharing a block's columns form one
     cluster (sm_90). Each leaves its column partials in its shared memory; after a cluster
     barrier, block r folds the partials of its 1/FC_SPLIT of the columns from every block,
@@ -248,11 +298,14 @@ def _cluster_columns(L: list[str], program: ReductionProgram, dtypes: dict, col_
     L.append("      const idx_t cb = (idx_t)blockIdx.x * FC_TX * FC_VEC + c;")
     L.append("      const int j = 0;")
     L.append("      if (cb >= cols) break;")
+    if mid is not None:  # this column's offsets (Note [Middle reductions])
+        L.append(f"      idx_t col[{len(program.accesses) + len(program.stores)}];")
+        L.append("      column_offsets(cb, col);")
     for r in program.reductions:
         L.append(f"      {accumulator_type(r)} {r.var} = fc_load_remote(&part_{r.var}[c], 0u);")
         L.append("      for (unsigned s = 1; s < FC_SPLIT; ++s) "
                  f"{r.var} = {op_functor(r)}({r.var}, fc_load_remote(&part_{r.var}[c], s));")  # fmt: skip
-    L.extend("      " + x for x in _column_epilogue(program, dtypes, col_load))
+    L.extend("      " + x for x in _column_epilogue(program, dtypes, col_load, mid))
     L.append("    }")
     L.append("  }")
     L.append("  fc_cluster_sync();")

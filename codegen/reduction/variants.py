@@ -104,8 +104,56 @@ class OuterVariant:
     unroll: int = 1  # rows a thread loads (all of them first) per loop iteration
     load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
     cluster: bool = False  # the split blocks combine in one cluster (Note [Cluster columns])
+    # Note [Middle reductions]: the kept dims collapse to I_RANK runs (columns are their
+    # elements, vectors within the innermost run), the reduced ones to one or two (K2)
+    i_rank: int = 1
+    k2: bool = False
 
     def describe(self) -> str:
         return (f"outer {self.tx}x{self.ty} threads, vec {self.vec}, split {self.split}"
                 f"{' in a cluster' if self.cluster else ''}, unroll {self.unroll}, {self.index_type}"
+                f"{f', hint {self.load_hint}' if self.load_hint else ''}"
+                f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}"
+                f"{', two reduced runs' if self.k2 else ''}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SplitVariant:
+    """A few long rows split over the whole GPU (Note [Split rows] in
+    schedulers/reduction/split_plan.py)."""
+
+    threads: int
+    vec: int
+    unroll: int  # vectors a thread loads (all of them first) per loop iteration
+    split: int  # blocks a row
+    index_type: str
+    modes: tuple[str, ...]  # per access: 'vec', 'strided' (along K) or 'row' (K stride 0)
+    load_hint: int = 0  # Note [Cache hints] (prelude/core.cuh)
+
+    def describe(self) -> str:
+        return (f"split rows: {self.split} blocks a row of {self.threads} threads, vec "
+                f"{self.vec}, unroll {self.unroll}, {self.index_type}"
                 f"{f', hint {self.load_hint}' if self.load_hint else ''}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ColumnNormVariant:
+    """A normalization along a strided reduced dim (Note [Column norms] in
+    schedulers/reduction/column_norm_plan.py)."""
+
+    i_rank: int  # kept runs (Note [Middle reductions])
+    tx: int  # threads along the columns, VEC columns each
+    ty: int  # thread rows sharing the reduced dim
+    vec: int
+    rows: int  # rows of the reduced dim a thread keeps in registers (RT)
+    cluster: int  # blocks sharing a tile of columns
+    index_type: str
+    modes: tuple[str, ...]  # per access then per store, along the columns: 'vec', 'bcast', 'strided'
+    cached: tuple[int, ...]  # accesses read along the reduced dim, kept in registers
+    load_hint: int = 0
+    store_hint: int = 0
+
+    def describe(self) -> str:
+        return (f"column norm: {self.tx}x{self.ty} threads, vec {self.vec}, {self.rows} rows a "
+                f"thread, clusters of {self.cluster}, {self.index_type}"
+                f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}")  # fmt: skip

@@ -5,7 +5,9 @@ reads from one call's inputs), `plan` (plan_reduction: a row or an outer kernel)
 `row_shape` (a row's vector width, access modes, threads), `clusters` (blocks a row, their
 exchange, the deferred row end, one wave of clusters), `row_loads` (rows in shared memory,
 the pipeline, weights loaded once), `row_plan` (the row kernel's launch), `outer_plan` (the
-dim-0 layout and split), `finish` (where partials are added up).
+dim-0 and middle-dim layouts and split), `split_plan` (a few long rows split over the GPU),
+`column_norm_plan` (normalizations along a strided dim), `finish` (where partials are added
+up).
 """
 from codegen.kernel_ir import ReductionProgram
 

@@ -3,6 +3,7 @@
 finish]), and whether a finish kernel starts while the kernel before it runs."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -41,7 +42,7 @@ def fused_finish(p: Problem) -> bool:
 def outer_finish(p: Problem, variant: OuterVariant, types: tuple[str, ...],
                  args: Sequence[Any]) -> KernelLaunch:  # fmt: skip
     """The kernel combining an outer reduction's `split` partials a column."""
-    cols = p.i_sizes[0]
+    cols = math.prod(p.i_sizes)
     # combining partials is latency-bound: up to 16 thread rows share a column's
     # partials, four or more each (Note [Outer finish]). On the H100 sum over dim 0 f32
     # 262144x256 (256 partials) 2577 GB/s with 16 rows, 2568 with 32, 2490 folding one

@@ -1,8 +1,20 @@
-"""The outer (dim-0) layout: columns are the (single, collapsed) row dim, contiguous in the
-primary input; threads own VEC columns, TY threads and SPLIT blocks share the reduced dim,
-and the split blocks combine in one cluster (Note [Cluster columns]) or through workspaces
-and a finish kernel (finish.py, Note [Outer finish])."""
+"""The outer (dim-0) layout: columns are the kept dims, contiguous in the primary input;
+threads own VEC columns, TY threads and SPLIT blocks share the reduced dim, and the split
+blocks combine in one cluster (Note [Cluster columns]) or through workspaces and a finish
+kernel (finish.py, Note [Outer finish]).
+
+Note [Middle reductions]: reduced dims between kept ones ([B, R, I] over R, and their
+relatives: several kept or reduced dims, reduced dims first and in the middle) are planned
+as one outer reduction over every kept element as a column, as if each outer index were
+its own dim-0 sum: the kept dims collapse to runs, column c sits at its coordinates along
+them (the innermost last, contiguous in the primary input), and a vector of VEC columns
+never leaves the innermost run (its length is a multiple of VEC). The reduced dims collapse
+to one run or two (Note [Two reduced dims]). The split, cluster and finish rules are the
+dim-0 sums' own, applied to the columns of every outer index together. Where the kept
+dims collapse to one run, the kernel is the dim-0 one, unchanged."""
 from __future__ import annotations
+
+import math
 
 from codegen.cuda_ops import ELEMENT_BYTES
 from codegen.reduction.outer_kernel import OUTER_NAME, outer_arg_types, render_outer
@@ -20,29 +32,31 @@ from .problem import Problem, next_pow2
 
 def plan_columns(p: Problem) -> LaunchSpec:
     """The outer kernel (and its finish) of a pure, single-stage reduction whose reduced
-    dim is strided and whose kept dims collapse to one contiguous run."""
+    dims are strided and whose innermost kept run is contiguous."""
     program, profile, env, tensors, outputs = p.program, p.profile, p.env, p.tensors, p.outputs
     i_sizes, i_strides, ks, ptrs, N = p.i_sizes, p.i_strides, p.ks, p.ptrs, p.N
     n_acc, sm, primary, scalars = p.n_acc, p.sm, p.primary, p.scalars
     loop, strides = p.loop, p.strides
     if not all(program.store_rowlevel) or program.stages != 1:
         raise SchedulerRefused("an outer reduction with element-level outputs or several stages")
-    if len(i_sizes) != 1 or i_strides[primary][0] != 1:
+    if i_strides[primary][-1] != 1:
         raise SchedulerRefused("the kept dims of an outer reduction are not contiguous")
-    cols = i_sizes[0]
+    cols = math.prod(i_sizes)
+    mid = len(i_sizes) > 1 or p.k2  # Note [Middle reductions]
     # the vector width of the tensors that move along the columns (a per-row value read by
     # every column, as rms norm's rstd in a column sum, is one load a row)
     widest = max((ELEMENT_BYTES[t.dtype] for k, t in enumerate(program.accesses)
-                  if i_strides[k][0] != 0), default=4)  # fmt: skip
+                  if i_strides[k][-1] != 0), default=4)  # fmt: skip
     vec = max(1, 16 // widest)
-    while vec > 1 and cols % vec:
+    while vec > 1 and i_sizes[-1] % vec:
         vec //= 2
     modes = []
     for k in range(len(tensors)):
-        s = i_strides[k][0]
+        s = i_strides[k][-1]
         # a vector of VEC columns is one aligned load when every row starts aligned
         dt = program.accesses[k].dtype if k < n_acc else program.stores[k - n_acc].dtype
-        aligned = ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and ks[k] % vec == 0
+        aligned = ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and ks[k] % vec == 0 and all(
+            x % vec == 0 for x in [*i_strides[k][:-1], *(p.k0s[k:k + 1] if p.k2 else [])])
         modes.append("bcast" if s == 0 else "vec" if s == 1 and aligned else "strided")
     tx = knob("outer.tx", min(32, max(1, next_pow2(-(-cols // vec)))))
     col_blocks = -(-cols // (tx * vec))
@@ -71,13 +85,15 @@ def plan_columns(p: Problem) -> LaunchSpec:
     cluster = (1 < split <= 8 and profile.supports_clusters and bool(knob("outer.cluster", 1)))
     variant = OuterVariant(tx, ty, vec, split, index_type(loop, strides), tuple(modes),
                            tuple(x != 0 for x in ks[:n_acc]), unroll,
-                           knob("load.hint", 3), cluster)  # fmt: skip
+                           knob("load.hint", 3), cluster, len(i_sizes), p.k2)  # fmt: skip
     base: list = []
     for k in range(len(tensors)):
         base.append(ArgRef("input", program.accesses[k].input_pos) if k < n_acc
                     else ArgRef("output", k - n_acc))  # fmt: skip
-        base += [i_strides[k][0], ks[k]]
+        base += [*i_strides[k], ks[k], *([p.k0s[k]] if p.k2 else [])]
     base += [cols, N]
+    if mid:
+        base += [*i_sizes[1:], *([p.k_sizes[-1]] if p.k2 else [])]
     workspaces, work_args = [], []
     if split > 1 and not cluster:
         for r in program.reductions:

@@ -9,10 +9,12 @@ from codegen.cuda_ops import RANDOM_STMTS
 from codegen.kernel_ir import ReductionProgram
 
 from ..base import LaunchSpec, SchedulerRefused
+from .column_norm_plan import column_norm
 from .lowering import NAME
 from .outer_plan import plan_columns
 from .problem import empty_outputs, read_problem
 from .row_plan import plan_rows
+from .split_plan import split_rows
 
 
 def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
@@ -35,12 +37,15 @@ def plan_reduction(program: ReductionProgram, values: Sequence[Any], env: dict,
         raise SchedulerRefused("random numbers in a reduction kernel need the reduced dims "
                                "innermost and the row kernel")  # fmt: skip
     if p.inner and p.primary is not None and p.ks[p.primary] not in (0, 1) and not p.pure:
-        # a row whose elements are strided apart is read uncoalesced, once per stage:
-        # outer reductions and a pointwise kernel (segments) read it coalesced instead
-        raise SchedulerRefused("a normalization along a strided dim (outer normalization) is "
-                               "not scheduled as one kernel")  # fmt: skip
+        # a row whose elements are strided apart would be read uncoalesced, once per stage:
+        # a column kernel keeps it in registers (Note [Column norms]); where it cannot,
+        # outer reductions and a pointwise kernel (segments) read it coalesced
+        plan = column_norm(p)
+        if isinstance(plan, str):
+            raise SchedulerRefused(f"a normalization along a strided dim: {plan}")
+        return plan
     if p.inner:
-        return plan_rows(p)
+        return split_rows(p) or plan_rows(p)
     if accumulate:
         raise SchedulerRefused("column partials ride on the inner kernel only")
     return plan_columns(p)

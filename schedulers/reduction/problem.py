@@ -187,10 +187,13 @@ def read_problem(program: ReductionProgram, values: Sequence[Any], env: dict, pr
                                    "written in place")  # fmt: skip
     primary = max(elem, key=lambda i: values[program.accesses[i].input_pos].numel()) if elem else None
     pure = all(program.store_rowlevel) and program.stages == 1
-    # outer kernels suit pure reductions whose reduced dim is strided; anything else takes
-    # the inner kernel, with strided loads where the reduced dim is not contiguous
-    inner = k2 or primary is None or ks[primary] == 1 or not pure or len(i_sizes) != 1 or (
-        i_strides[primary][0] != 1) or layout is not None  # the outer kernel reads no frames
+    # outer kernels suit pure reductions whose reduced dims are strided and whose innermost
+    # kept dim is contiguous, also where kept dims sit on both sides of reduced ones (Note
+    # [Middle reductions] in outer_plan.py); anything else takes the inner kernel, with
+    # strided loads where the reduced dim is not contiguous; the outer kernel reads no
+    # resize frames
+    inner = (primary is None or ks[primary] == 1 or not pure or i_strides[primary][-1] != 1
+             or layout is not None)
     scalars = [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     scalars += [env[state] for state, _ in program.host_scalars]
     return Problem(program, values, env, profile, accumulate, finish, loop, tensors, outputs,

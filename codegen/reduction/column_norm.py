@@ -1,0 +1,273 @@
+"""Normalizations along a strided reduced dim, as softmax over a middle dim (Note [Column
+norms] in schedulers/reduction/column_norm_plan.py): threads own VEC columns, TY thread rows
+and CLUSTER blocks share the reduced dim, and every thread keeps its RT rows of each input in
+registers; each stage's reductions fold over the thread rows (Note [Row fold]) and then over
+the cluster's blocks through distributed shared memory, so the data is read once and the
+outputs written once."""
+from __future__ import annotations
+
+from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert
+from ..kernel_ir import ReductionProgram, needed
+from ..prelude import prelude_source
+from ..stmt_cuda import render_stmt, scalar_arg_types
+from .common import (
+    accumulate_stmt,
+    accumulator_type,
+    ident,
+    identity_of,
+    kernel_params,
+    op_functor,
+    row_level_stmts,
+    stored_form,
+)
+from .outer_kernel import _fold_columns, _fold_smem
+from .variants import ColumnNormVariant, OuterVariant
+
+COLUMN_NORM_NAME = "fc_column_norm"
+
+
+def column_norm_arg_types(program: ReductionProgram, v: ColumnNormVariant) -> tuple[str, ...]:
+    idx = "i32" if v.index_type == "int" else "i64"
+    per = ("ptr",) + (idx,) * (v.i_rank + 1)
+    count = len(program.accesses) + len(program.stores)
+    return per * count + (idx,) * (v.i_rank + 1) + scalar_arg_types(program)
+
+
+def render_column_norm(program: ReductionProgram, v: ColumnNormVariant) -> str:
+    return _ColumnNorm(program, v).render()
+
+
+class _ColumnNorm:
+    def __init__(self, program: ReductionProgram, v: ColumnNormVariant) -> None:
+        self.program, self.v = program, v
+        self.dtypes = {s.var: s.dtype for s in program.stmts}
+        self.n_acc = len(program.accesses)
+        self.inner = f"_s{v.i_rank - 1}"
+        self.L: list[str] = []
+        self.kept: list[str] = []  # column-level values kept a column: var -> var_c[FC_VEC]
+        # the fold's shared-memory shape, as an outer kernel of the same threads has it
+        self.fold = OuterVariant(v.tx, v.ty, v.vec, 1, v.index_type, (), ())
+
+    def render(self) -> str:
+        program, v, L = self.program, self.v, self.L
+        L += [prelude_source("core", "math", "reduce"), f"typedef {v.index_type} idx_t;",
+              f"#define FC_VEC {v.vec}", f"#define FC_TX {v.tx}", f"#define FC_TY {v.ty}",
+              f"#define FC_RT {v.rows}", f"#define FC_CLUSTER {v.cluster}"]  # fmt: skip
+        extra = ["idx_t cols", "idx_t N"] + [f"idx_t n{d}" for d in range(1, v.i_rank)]
+        dims = " __cluster_dims__(FC_CLUSTER, 1, 1)" if v.cluster > 1 else ""
+        L.append(f'extern "C" __global__ void{dims} __launch_bounds__({v.tx * v.ty}) '
+                 f"{COLUMN_NORM_NAME}(")  # fmt: skip
+        L.append("    " + ",\n    ".join(kernel_params(program, v.i_rank, extra)) + ") {")
+        types = set()
+        for r in program.reductions:
+            types.add(REGISTER_TYPE[r.dtype] if r.op == "welford" else accumulator_type(r))
+        for t in sorted(types):
+            L.append(f"  __shared__ __align__(16) {t} smem_{ident(t)}[{_fold_smem(self.fold, t)}];")
+        L.append("  const idx_t tile = blockIdx.x / FC_CLUSTER;")
+        L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
+        L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("  const bool col_ok = cb < cols;")
+        self.column_offsets()
+        L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
+        self.load_rows()
+        self.column_stage(0)
+        for stage in range(1, program.stages + 1):
+            self.reduce_stage(stage)
+            self.column_stage(stage)
+        self.write_outputs()
+        if v.cluster > 1:  # peers may still read this block's partials
+            L.append("  fc_cluster_sync();")
+        L.append("}")
+        return "\n".join(L) + "\n"
+
+    def column_offsets(self) -> None:
+        """Note [Middle reductions]: column c's offset in each tensor."""
+        program, v, L = self.program, self.v, self.L
+        tensors = [f"a{i}" for i in range(self.n_acc)] + [f"o{k}" for k in range(len(program.stores))]
+        L.append(f"  idx_t col[{len(tensors)}];")
+        L.append("  {")
+        L.append("    idx_t rest = col_ok ? cb : 0;")
+        for d in range(v.i_rank - 1, 0, -1):
+            L.append(f"    const idx_t i{d} = rest % n{d}; rest /= n{d};")
+        L.append("    const idx_t i0 = rest;")
+        for t, name in enumerate(tensors):
+            L.append(f"    col[{t}] = {' + '.join(f'i{d} * {name}_s{d}' for d in range(v.i_rank))};")
+        L.append("  }")
+
+    def load_rows(self) -> None:
+        """Every element-level input's RT rows of the thread's columns, all loads at once."""
+        program, v, L = self.program, self.v, self.L
+        for i in v.cached:
+            mt = MEMORY_TYPE[program.accesses[i].dtype]
+            L.append(f"  fc_vec<{mt}, FC_VEC> x{i}[FC_RT];" if v.modes[i] != "bcast"
+                     else f"  {mt} x{i}[FC_RT];")  # fmt: skip
+        L.append("#pragma unroll")
+        L.append("  for (int it = 0; it < FC_RT; ++it) {")
+        L.append("    const idx_t k = k_base + (idx_t)it * FC_TY;")
+        L.append("    const bool ok = col_ok && k < N;")
+        for i in v.cached:
+            at = f"col[{i}] + k * a{i}_k"
+            mt = MEMORY_TYPE[program.accesses[i].dtype]
+            if v.modes[i] == "vec":
+                L.append(f"    x{i}[it] = fc_load_vec_if<FC_VEC, {v.load_hint}>(a{i} + {at}, ok);")
+            elif v.modes[i] == "bcast":
+                L.append(f"    x{i}[it] = ok ? a{i}[{at}] : {mt}();")
+            else:
+                L.append("#pragma unroll")
+                L.append(f"    for (int j = 0; j < FC_VEC; ++j) x{i}[it][j] = "
+                         f"ok ? a{i}[{at} + j * a{i}{self.inner}] : {mt}();")  # fmt: skip
+        L.append("  }")
+
+    def elem_load(self, i: int) -> str:
+        return f"x{i}[it]" if self.v.modes[i] == "bcast" else f"x{i}[it][j]"
+
+    def col_load(self, i: int) -> str:
+        return f"a{i}[col[{i}] + j * a{i}{self.inner}]"
+
+    def restore(self) -> list[str]:
+        """The column-level values so far, for column j."""
+        dt = self.dtypes
+        return [f"const {self._ctype(var)} {var} = {var}_c[j];" for var in self.kept
+                if var in dt or var in self._reds]
+
+    @property
+    def _reds(self) -> dict:
+        return {r.var: r for r in self.program.reductions}
+
+    def _ctype(self, var: str) -> str:
+        r = self._reds.get(var)
+        if r is not None:
+            return accumulator_type(r)
+        return REGISTER_TYPE[self.dtypes[var]]
+
+    def element_loop(self, targets: list[str], body: list[str]) -> None:
+        """For each of the thread's rows and columns: the statements `targets` need, then `body`."""
+        L, dtypes = self.L, self.dtypes
+        stmts, _ = needed(self.program, targets)
+        L.append("#pragma unroll")
+        L.append("  for (int it = 0; it < FC_RT; ++it) {")
+        L.append("    const bool ok = col_ok && k_base + (idx_t)it * FC_TY < N;")
+        L.append("#pragma unroll")
+        L.append("    for (int j = 0; j < FC_VEC; ++j) {")
+        L.extend("      " + x for x in self.restore())
+        L.extend("      " + render_stmt(st, dtypes, self.elem_load) for st in stmts)
+        L.extend("      " + x for x in body)
+        L.append("    }")
+        L.append("  }")
+
+    def combine(self, var: str, ctype: str, op: str) -> None:
+        """var[FC_VEC] of every thread row and every block of the cluster, folded in a fixed
+        order; every thread gets the totals of its columns."""
+        v, L = self.v, self.L
+        L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>({var}, "
+                 f"{op}, smem_{ident(ctype)});")  # fmt: skip
+        if v.cluster == 1:
+            return
+        L.append(f"  __shared__ {ctype} part_{var}[FC_TX * FC_VEC];")
+        L.append("  if (threadIdx.y == 0) {")
+        L.append("#pragma unroll")
+        L.append(f"    for (int j = 0; j < FC_VEC; ++j) part_{var}[threadIdx.x * FC_VEC + j] = {var}[j];")
+        L.append("  }")
+        L.append("  fc_cluster_sync();")
+        L.append("#pragma unroll")
+        L.append("  for (int j = 0; j < FC_VEC; ++j) {")
+        L.append(f"    {var}[j] = fc_load_remote(&part_{var}[threadIdx.x * FC_VEC + j], 0u);")
+        L.append("    for (unsigned s = 1; s < FC_CLUSTER; ++s)")
+        L.append(f"      {var}[j] = {op}({var}[j], fc_load_remote(&part_{var}[threadIdx.x * FC_VEC + j], s));")
+        L.append("  }")
+
+    def reduce_stage(self, stage: int) -> None:
+        """The stage's reductions over every row of the thread's columns, combined."""
+        program, L, dtypes = self.program, self.L, self.dtypes
+        reds = [r for r in program.reductions if r.stage == stage]
+        body = []
+        for r in reds:
+            if r.op == "welford":  # Note [Two-pass Welford]: sums of values, then of deviations
+                rt = REGISTER_TYPE[r.dtype]
+                L.append(f"  {rt} {r.var}_s[FC_VEC] = {{}};")
+                body.append(f"if (ok) {r.var}_s[j] += {convert(r.input, dtypes[r.input], r.dtype)};")
+            else:
+                L.append(f"  {accumulator_type(r)} {r.var}_c[FC_VEC];")
+                L.append("#pragma unroll")
+                L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_c[j] = {identity_of(r)};")
+                body.append("if (ok) " + accumulate_stmt(r, r.input, dtypes, f"{r.var}_c[j]"))
+        self.element_loop([r.input for r in reds], body)
+        welford = [r for r in reds if r.op == "welford"]
+        for r in reds:
+            if r.op != "welford":
+                self.combine(f"{r.var}_c", accumulator_type(r), op_functor(r))
+        if welford:
+            body = []
+            for r in welford:
+                rt = REGISTER_TYPE[r.dtype]
+                self.combine(f"{r.var}_s", rt, f"fc_op_sum<{rt}>()")
+                L.append(f"  {rt} {r.var}_d[FC_VEC] = {{}};")
+                x = convert(r.input, dtypes[r.input], r.dtype)
+                body.append(f"if (ok) {{ const {rt} d = {x} - {r.var}_s[j] / ({rt})N; "
+                            f"{r.var}_d[j] += d * d; }}")  # fmt: skip
+            self.element_loop([r.input for r in welford], body)
+            for r in welford:
+                rt = REGISTER_TYPE[r.dtype]
+                self.combine(f"{r.var}_d", rt, f"fc_op_sum<{rt}>()")
+                L.append(f"  {accumulator_type(r)} {r.var}_c[FC_VEC];")
+                L.append("#pragma unroll")
+                L.append(f"  for (int j = 0; j < FC_VEC; ++j) {{ {r.var}_c[j].mean = {r.var}_s[j] / "
+                         f"({rt})N; {r.var}_c[j].m2 = {r.var}_d[j]; {r.var}_c[j].count = (int)N; }}")  # fmt: skip
+        self.kept += [r.var for r in reds]
+
+    def column_stage(self, stage: int) -> None:
+        """The column-level statements computed after `stage`'s reductions, kept a column."""
+        program, L = self.program, self.L
+        lines = row_level_stmts(program, stage, self.dtypes, self.col_load)
+        stage_of = dict(program.stage_of)
+        defined = [s.var for s in program.stmts if s.op != "reduce"
+                   and s.var not in program.element_vars and stage_of[s.var] == stage]  # fmt: skip
+        if not defined:
+            return
+        for var in defined:
+            L.append(f"  {REGISTER_TYPE[self.dtypes[var]]} {var}_c[FC_VEC];")
+        L.append("#pragma unroll")
+        L.append("  for (int j = 0; j < FC_VEC; ++j) {")
+        L.extend("    " + x for x in self.restore())
+        L.extend("    " + x for x in lines)
+        L.extend(f"    {var}_c[j] = {var};" for var in defined)
+        L.append("  }")
+        self.kept += defined
+
+    def write_outputs(self) -> None:
+        program, v, L, dtypes = self.program, self.v, self.L, self.dtypes
+        n_acc = self.n_acc
+        elem = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+        if elem:
+            body = []
+            for k, s in elem:
+                value = stored_form(program, dtypes, s.var, s.dtype)
+                if v.modes[n_acc + k] == "vec":
+                    body.append(f"o{k}_v[it][j] = {value};")
+                else:
+                    body.append(f"if (ok) o{k}[col[{n_acc + k}] + j * o{k}{self.inner} + "
+                                f"(k_base + (idx_t)it * FC_TY) * o{k}_k] = {value};")  # fmt: skip
+            for k, s in elem:
+                if v.modes[n_acc + k] == "vec":
+                    L.append(f"  fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v[FC_RT];")
+            self.element_loop([s.var for _, s in elem], body)
+            L.append("#pragma unroll")
+            L.append("  for (int it = 0; it < FC_RT; ++it) {")
+            L.append("    const idx_t k = k_base + (idx_t)it * FC_TY;")
+            L.append("    if (!col_ok || k >= N) break;")
+            for k, _ in elem:
+                if v.modes[n_acc + k] == "vec":
+                    L.append(f"    fc_store_vec_hint<FC_VEC, {v.store_hint}>(o{k} + col[{n_acc + k}] "
+                             f"+ k * o{k}_k, o{k}_v[it]);")  # fmt: skip
+            L.append("  }")
+        rows = [(k, s) for k, s in enumerate(program.stores) if program.store_rowlevel[k]]
+        if rows:
+            L.append("  if (threadIdx.y == 0 && rank == 0 && col_ok) {")
+            L.append("#pragma unroll")
+            L.append("    for (int j = 0; j < FC_VEC; ++j) {")
+            L.extend("      " + x for x in self.restore())
+            for k, s in rows:
+                L.append(f"      o{k}[col[{n_acc + k}] + j * o{k}{self.inner}] = "
+                         f"{stored_form(program, dtypes, s.var, s.dtype)};")  # fmt: skip
+            L.append("    }")
+            L.append("  }")

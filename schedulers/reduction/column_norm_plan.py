@@ -1,0 +1,104 @@
+"""Normalizations along a strided reduced dim (softmax over a middle dim).
+
+Note [Column norms]: a fusion with element-level outputs or several stages whose reduced
+dim is strided and whose innermost kept dim is contiguous (softmax of [B, R, I] over R)
+would read its rows with strided loads once a stage in the row kernel. Here, as in the outer
+kernel, threads own VEC columns (the kept elements, Note [Middle reductions]), TY thread
+rows and a cluster of CLUSTER blocks share the reduced dim, and each thread loads its RT
+rows of every input read along it into registers once, all loads in flight together. Each
+stage's reductions fold over the thread rows (Note [Row fold]) and then over the cluster's
+blocks through distributed shared memory, every block folding the partials in rank order
+(the same bits in all of them); the column-level statements follow, and the last pass
+writes the outputs from registers. The input is read once and the output written once.
+Blocks of 32 thread rows (else 64) in the smallest cluster whose threads keep at most `colnorm.values`
+values each is taken; a reduced dim too long for the widest cluster is left to the
+segmenter (a reduction and a pointwise kernel).
+"""
+from __future__ import annotations
+
+import math
+
+from codegen.cuda_ops import ELEMENT_BYTES, RANDOM_STMTS
+from codegen.reduction.column_norm import (
+    COLUMN_NORM_NAME,
+    column_norm_arg_types,
+    render_column_norm,
+)
+from codegen.reduction.variants import ColumnNormVariant
+
+from ..base import ArgRef, KernelLaunch, LaunchSpec
+from ..layout import index_type
+from ..tuning import knob
+from ..views import describe_views
+from .lowering import NAME
+from .problem import Problem
+
+
+def column_norm(p: Problem) -> LaunchSpec | str:
+    """The plan, or why this normalization is not one column kernel."""
+    program, profile = p.program, p.profile
+    if p.k2 or p.accumulate or p.finish:
+        return "an outer normalization over two reduced runs or with column partials"
+    if any(st.alias_input is not None for st in program.stores):
+        return "an outer normalization written in place"
+    if any(st.op in RANDOM_STMTS for st in program.stmts):
+        return "an outer normalization drawing random numbers"
+    if p.i_strides[p.primary][-1] != 1:
+        return "an outer normalization whose kept dims are not contiguous"
+    cached = tuple(i for i in p.elem)
+    moving = [program.accesses[i].dtype for i in cached]
+    moving += [s.dtype for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+    widest = max(ELEMENT_BYTES[d] for d in moving)
+    n_inner = p.i_sizes[-1]
+    vec = max(1, 16 // widest)
+    while vec > 1 and n_inner % vec:
+        vec //= 2
+    modes = []
+    for k, s in enumerate(p.i_strides):
+        dt = program.accesses[k].dtype if k < p.n_acc else program.stores[k - p.n_acc].dtype
+        aligned = p.ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and p.ks[k] % vec == 0 and all(
+            x % vec == 0 for x in s[:-1])  # fmt: skip
+        modes.append("bcast" if s[-1] == 0 else "vec" if s[-1] == 1 and aligned else "strided")
+    # a row of the tile 128 bytes wide (whole lines), at most a warp of threads, fewer where
+    # the kept run is shorter
+    tx = knob("colnorm.tx", max(1, min(128 // (vec * widest), 32,
+                                       _pow2_at_least(-(-n_inner // vec)))))
+    budget = knob("colnorm.values", 32)
+    choice = None
+    # blocks of 256 threads first (two or three an SM beside the cluster's barriers), then 512
+    for ty in (32, 64):
+        widths = (1, 2, 4, 8, 16) if profile.supports_clusters else (1,)
+        for cluster in [c for c in widths if c <= profile.max_cluster]:
+            rows = -(-p.N // (ty * cluster))
+            if choice is None and tx * ty <= 1024 and rows * vec * len(cached) <= budget:
+                choice = (cluster, ty, rows)
+    forced = knob("colnorm.cluster", None), knob("colnorm.ty", None)
+    if forced != (None, None):
+        cluster = forced[0] or (choice[0] if choice else profile.max_cluster)
+        ty = forced[1] or (choice[1] if choice else 32)
+        choice = (cluster, ty, -(-p.N // (ty * cluster)))
+    if choice is None:
+        widest = profile.max_cluster if profile.supports_clusters else 1
+        return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
+                f"thread in clusters of {widest}")  # fmt: skip
+    cluster, ty, rows = choice
+    variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
+                                index_type(p.loop, p.strides), tuple(modes), cached,
+                                knob("load.hint", 0), knob("store.hint", 0))  # fmt: skip
+    args: list = []
+    for k in range(len(p.tensors)):
+        args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
+                    else ArgRef("output", k - p.n_acc))  # fmt: skip
+        args += [*p.i_strides[k], p.ks[k]]
+    cols = math.prod(p.i_sizes)
+    args += [cols, p.N, *p.i_sizes[1:], *p.scalars]
+    tiles = -(-cols // (tx * vec))
+    kernel = KernelLaunch(COLUMN_NORM_NAME, render_column_norm(program, variant),
+                          (tiles * cluster, 1, 1), (tx, ty, 1),
+                          column_norm_arg_types(program, variant), tuple(args))  # fmt: skip
+    return LaunchSpec(NAME, tuple(p.outputs), (), (kernel,),
+                      variant.describe() + describe_views(program.views, p.env))
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())

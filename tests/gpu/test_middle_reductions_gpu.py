@@ -1,0 +1,193 @@
+"""Reductions over dims between kept ones on the GPU against torch eager (Note [Middle
+reductions]): odd sizes, splits in a cluster and through a finish kernel, f32 and bf16."""
+import pytest
+import torch
+from fusion_patterns import define, softmax, standardize
+
+from fusion_cache import DataType, FusionDefinition
+from fusion_cache.frontend.dtypes import from_torch
+from fusion_cache.runtime.executor import executor_for
+from schedulers.tuning import overriding
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator(device="cuda").manual_seed(29)
+
+
+def rand(shape, dtype, gen):
+    return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def close(got, want):
+    tol = TOL[want.dtype]
+    scale = want.float().abs().mean().item() or 1.0
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * scale)
+
+
+def outer(fd):
+    spec = executor_for(fd).last_plan.spec
+    assert spec.description.startswith("outer"), spec.description
+    return spec
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 1001, 37), (16, 4096, 1024), (2, 8192, 520)], ids=str)
+def test_sum_and_var_mean_over_the_middle_dim(shape, dtype, gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=from_torch(dtype))
+        xf = fd.ops.cast(x, DataType.Float)
+        fd.add_output(fd.ops.cast(fd.ops.sum(xf, dims=[1]), from_torch(dtype)))
+    x = rand(shape, dtype, gen)
+    close(fd.execute([x])[0], x.float().sum(1).to(dtype))
+    outer(fd)
+    with FusionDefinition() as fd2:
+        x2 = fd2.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=from_torch(dtype))
+        var, mean = fd2.ops.var_mean(fd2.ops.cast(x2, DataType.Float), dims=[1], correction=0)
+        fd2.add_output(fd2.ops.cast(var, from_torch(dtype)))
+        fd2.add_output(fd2.ops.cast(mean, from_torch(dtype)))
+    got_var, got_mean = fd2.execute([x])
+    want_var, want_mean = torch.var_mean(x.float(), dim=1, correction=0)
+    close(got_var, want_var.to(dtype))
+    close(got_mean, want_mean.to(dtype))
+    outer(fd2)
+
+
+@pytest.mark.parametrize("knobs", [{}, {"outer.cluster": 0}], ids=["cluster", "finish"])
+def test_splits(knobs, gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+        fd.add_output(fd.ops.max(x, dims=[1]))
+    for shape in [(2, 2048, 2304), (2, 4096, 64), (5, 3333, 100)]:
+        x = rand(shape, torch.float32, gen)
+        with overriding(knobs):
+            s, m = fd.execute([x])
+        close(s, x.sum(1))
+        assert torch.equal(m, x.amax(1))
+        outer(fd)
+
+
+def test_relatives(gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 5, contiguity=[True] * 5, dtype=DataType.BFloat16)
+        y = fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[1, 3])
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    x = rand((3, 20, 4, 30, 16), torch.bfloat16, gen)
+    close(fd.execute([x])[0], x.float().sum((1, 3)).to(torch.bfloat16))
+    assert "two reduced runs" in outer(fd).description
+    with FusionDefinition() as fd2:
+        y = fd2.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=DataType.Float)
+        var, mean = fd2.ops.var_mean(y, dims=[0, 2], correction=1)
+        fd2.add_output(var)
+        fd2.add_output(mean)
+    y = rand((12, 5, 33, 8), torch.float32, gen)
+    want_var, want_mean = torch.var_mean(y, dim=(0, 2), correction=1)
+    got_var, got_mean = fd2.execute([y])
+    close(got_var, want_var)
+    close(got_mean, want_mean)
+    outer(fd2)
+
+
+def split(fd):
+    spec = executor_for(fd).last_plan.spec
+    assert spec.description.startswith("split rows"), spec.description
+    return spec
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [2**24, 2**22 + 3, 1234567], ids=str)
+def test_sum_mean_var_max_to_a_scalar(n, dtype, gen):
+    with FusionDefinition() as fd:
+        x = fd.ops.cast(fd.define_tensor(shape=[-1], contiguity=[True], dtype=from_torch(dtype)),
+                        DataType.Float)  # fmt: skip
+        total = fd.ops.sum(x, dims=[0])
+        fd.add_output(total)
+        fd.add_output(fd.ops.mul(total, fd.define_scalar(1.0 / n)))
+    x = rand((n,), dtype, gen)
+    s, m = fd.execute([x])
+    close(s, x.double().sum().float())
+    close(m, x.double().mean().float())
+    split(fd)
+    with FusionDefinition() as fd2:
+        y = fd2.ops.cast(fd2.define_tensor(shape=[-1], contiguity=[True], dtype=from_torch(dtype)),
+                         DataType.Float)  # fmt: skip
+        var, mean = fd2.ops.var_mean(y, dims=[0], correction=1)
+        fd2.add_output(var)
+        fd2.add_output(mean)
+        fd2.add_output(fd2.ops.max(y, dims=[0]))
+    var, mean, mx = fd2.execute([x])
+    want_var, want_mean = torch.var_mean(x.double(), correction=1)
+    close(var, want_var.float())
+    close(mean, want_mean.float())
+    assert torch.equal(mx, x.float().amax())
+    split(fd2)
+
+
+def test_a_few_rows_and_every_dim_of_a_tensor(gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+    x = rand((5, 3000001), torch.float32, gen)
+    close(fd.execute([x])[0], x.double().sum(1).float())
+    assert split(fd).kernels[0].grid[1] == 5
+    with FusionDefinition() as fd2:
+        y = fd2.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=DataType.BFloat16)
+        fd2.add_output(fd2.ops.sum(fd2.ops.cast(y, DataType.Float), dims=[0, 1, 2]))
+    y = rand((33, 257, 129), torch.bfloat16, gen)
+    close(fd2.execute([y])[0], y.double().sum().float())
+    split(fd2)
+
+
+def column_norm(fd):
+    spec = executor_for(fd).last_plan.spec
+    assert spec.description.startswith("column norm"), spec.description
+    return spec
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(32, 4096, 512), (3, 1001, 37), (5, 33, 1030)], ids=str)
+def test_softmax_over_the_middle_dim(shape, dtype, gen):
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand(shape, dtype, gen)
+    close(fd.execute([x])[0], torch.softmax(x.float(), 1).to(dtype))
+    column_norm(fd)
+
+
+@pytest.mark.parametrize("knobs", [{}, {"colnorm.cluster": 1, "colnorm.ty": 64},
+                                   {"colnorm.values": 64}, {"colnorm.cluster": 8}], ids=str)  # fmt: skip
+def test_column_norm_knobs_and_welford(knobs, gen):
+    build, ref = standardize(dim=1)
+    fd = define(build, torch.float32, 3)
+    x = rand((6, 700, 96), torch.float32, gen) * 3 + 1
+    with overriding(knobs):
+        got = fd.execute([x])
+    for g, w in zip(got, ref(x), strict=True):
+        close(g, w)
+    column_norm(fd)
+
+
+def test_permuted_inputs(gen):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=DataType.Float)
+        xt = fd.ops.permute(x, [0, 2, 1])
+        shape = fd.ops.shape(xt)
+        mx = fd.ops.broadcast_in_dim(fd.ops.max(xt, dims=[2]), shape, [0, 1])
+        e = fd.ops.exp(fd.ops.sub(xt, mx))
+        fd.add_output(fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[2]), shape, [0, 1])))
+    x = rand((3, 777, 64), torch.float32, gen)
+    close(fd.execute([x])[0], torch.softmax(x.permute(0, 2, 1), 2))
+    column_norm(fd)
+    with FusionDefinition() as fd2:
+        a = fd2.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        b = fd2.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd2.add_output(fd2.ops.sum(fd2.ops.mul(a, fd2.ops.permute(b, [1, 0])), dims=[1]))
+        fd2.add_output(fd2.ops.sum(fd2.ops.permute(b, [1, 0]), dims=[0]))
+    a, b = rand((300, 1000), torch.float32, gen), rand((1000, 300), torch.float32, gen)
+    s, t = fd2.execute([a, b])
+    close(s, (a * b.t()).sum(1))
+    close(t, b.t().sum(0))

@@ -1,0 +1,456 @@
+"""Without a GPU: reductions over dims between kept ones take the outer kernel (Note [Middle
+reductions] in schedulers/reduction/outer_plan.py), compile for sm_80 and sm_90, and their
+plans compute the right values.
+
+No kernel runs here, so each plan is replayed on CPU (`emulate_columns`): the kernel's
+arguments give every tensor's strides along the kept and reduced runs; column c's offset
+comes from its coordinates along the kept runs and row k's from its coordinates along the
+reduced ones, as the kernel computes them; the program's statements then run over the
+[rows, columns] values gathered that way and the results go out through the stores' offsets.
+"""
+import math
+
+import pytest
+import torch
+from fusion_patterns import define, softmax, standardize
+from program_replay import eval_stmts
+
+from fusion_cache import DataType, FusionDefinition
+from fusion_cache.frontend.dtypes import from_torch, to_torch
+from fusion_cache.ir.shape_eval import runtime_shapes
+from fusion_cache.runtime.executor import executor_for
+from fusion_cache.runtime.plans import LaunchPlan
+from schedulers.base import ArgRef
+from schedulers.device import resolve_target
+from schedulers.reduction.problem import read_problem
+from schedulers.tuning import overriding
+
+F32, BF16 = torch.float32, torch.bfloat16
+TOL = {F32: 2e-5, BF16: 1.6e-2}
+
+
+def rand(shape, dtype=F32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+def reduce_stmt(st, x):
+    op = dict(st.attrs)["op"]
+    if op == "welford":  # (mean, m2, count) over the rows
+        x = x.to(to_torch(st.dtype))
+        mean = x.mean(0)
+        return mean, ((x - mean) ** 2).sum(0), x.shape[0]
+    fn = {"sum": torch.sum, "max": torch.amax, "min": torch.amin, "prod": torch.prod}[op]
+    return fn(x.to(to_torch(st.compute)), 0).to(to_torch(st.dtype))
+
+
+def run_columns(program, load, values):
+    """The program over [rows, columns] values (`load(k)`); row-level results per column."""
+    return eval_stmts(program, lambda k: load(k).to(to_torch(program.accesses[k].dtype)),
+                      values, reduce_stmt)  # fmt: skip
+
+
+def emulate_columns(fd, values, target="h100"):
+    """The outputs of the last outer plan, replayed from its kernel's arguments."""
+    ex = executor_for(fd)
+    program, spec = ex.program, ex.last_plan.spec
+    p = read_problem(program, values, runtime_shapes(ex.fd, values), resolve_target(target), (), ())
+    args = list(spec.kernels[0].args)
+    m, count = len(p.i_sizes), len(program.accesses) + len(program.stores)
+    per = 1 + m + 1 + (1 if p.k2 else 0)
+    i_strides, ks, k0s = [], [], []
+    for t in range(count):
+        chunk = args[t * per:(t + 1) * per]
+        assert isinstance(chunk[0], ArgRef)
+        i_strides.append(chunk[1:1 + m])
+        ks.append(chunk[1 + m])
+        k0s.append(chunk[2 + m] if p.k2 else 0)
+    tail = args[count * per:]
+    cols, n = tail[0], tail[1]
+    sizes = [cols // math.prod(tail[2:1 + m])] + list(tail[2:1 + m]) if m > 1 else [cols]
+    k1 = tail[1 + m] if p.k2 else n
+    assert sizes == list(p.i_sizes) and n == p.N
+    c = torch.arange(cols)
+    coords, rest = [], c
+    for d in range(m - 1, 0, -1):
+        coords.insert(0, rest % sizes[d])
+        rest = rest // sizes[d]
+    coords.insert(0, rest)
+    k = torch.arange(n)
+
+    def col_off(t):
+        return sum(coords[d] * i_strides[t][d] for d in range(m))
+
+    def row_off(t):
+        return (k // k1) * k0s[t] + (k % k1) * ks[t]
+
+    def flat(x):
+        return x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+
+    def load(i):
+        x = values[program.accesses[i].input_pos]
+        return flat(x)[row_off(i)[:, None] + col_off(i)[None, :]]
+
+    env = run_columns(program, load, values)
+    outs = [torch.zeros(o.shape, dtype=to_torch(o.dtype)) for o in spec.outputs]
+    for s, st in enumerate(program.stores):
+        t = len(program.accesses) + s
+        value = torch.as_tensor(env[st.var]).to(outs[s].dtype)
+        if program.store_rowlevel[s]:
+            flat(outs[s])[col_off(t)] = value.reshape(-1).expand(cols)
+        else:  # along the reduced dim too (a column norm's outputs)
+            flat(outs[s])[row_off(t)[:, None] + col_off(t)[None, :]] = value.expand(n, cols)
+    return outs
+
+
+def check(fd, inputs, want, target="h100", kept_runs=None, kernel="fc_outer_reduction"):
+    refs = fd.precompile([x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs],
+                         target=target)
+    assert refs and refs[0].source.count(f"{kernel}(") == 1
+    plan = executor_for(fd).last_plan
+    assert isinstance(plan, LaunchPlan) and plan.spec.scheduler == "reduction"
+    word = {"fc_outer_reduction": "outer", "fc_column_norm": "column norm"}[kernel]
+    assert plan.spec.description.startswith(word), plan.spec.description
+    if kept_runs:
+        assert f"{kept_runs} kept runs" in plan.spec.description
+    got = emulate_columns(fd, inputs, target)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[w.dtype], atol=TOL[w.dtype])
+    for g, w in zip(fd.execute(inputs), want, strict=True):  # CPU: the reference evaluator
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[w.dtype], atol=TOL[w.dtype])
+    return plan.spec
+
+
+def tensor(fd, rank, dtype):
+    return fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=from_torch(dtype))
+
+
+def up(fd, t, dtype):
+    return t if dtype == F32 else fd.ops.cast(t, DataType.Float)
+
+
+def down(fd, t, dtype):
+    return t if dtype == F32 else fd.ops.cast(t, from_torch(dtype))
+
+
+# ---- [B, R, I] over R -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["a100", "h100"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(4, 96, 64), (3, 50, 37), (2, 1000, 24), (5, 7, 1030)], ids=str)
+def test_sum_over_the_middle_dim(shape, dtype, target):
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, dtype)
+        fd.add_output(down(fd, fd.ops.sum(up(fd, x, dtype), dims=[1]), dtype))
+    x = rand(shape, dtype, 1)
+    check(fd, [x], [x.float().sum(1).to(dtype)], target, kept_runs=2)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_var_mean_over_the_middle_dim(dtype):
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, dtype)
+        var, mean = fd.ops.var_mean(up(fd, x, dtype), dims=[1], correction=1)
+        fd.add_output(down(fd, var, dtype))
+        fd.add_output(down(fd, mean, dtype))
+    x = rand((6, 300, 40), dtype, 2)
+    var, mean = torch.var_mean(x.float(), dim=1, correction=1)
+    check(fd, [x], [var.to(dtype), mean.to(dtype)], kept_runs=2)
+
+
+@pytest.mark.parametrize("shape, knobs, kernels", [
+    ((2, 2048, 2304), {}, 1),  # split 4 in a cluster
+    ((2, 2048, 2304), {"outer.cluster": 0}, 2),  # the same split through a finish kernel
+    ((2, 4096, 64), {}, 2),  # split 16: wider than a cluster
+], ids=["cluster", "finish kernel", "wide split"])  # fmt: skip
+def test_split_rows_combine_in_a_cluster_or_a_finish(shape, knobs, kernels):
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        var, mean = fd.ops.var_mean(x, dims=[1], correction=0)
+        fd.add_output(mean)
+        fd.add_output(var)
+    x = rand(shape, seed=3)
+    var, mean = torch.var_mean(x, dim=1, correction=0)
+    with overriding(knobs):
+        spec = check(fd, [x], [mean, var])
+    assert "split 1," not in spec.description
+    assert len(spec.kernels) == kernels, spec.description
+
+
+def test_max_and_a_scaled_sum_with_keepdim():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        s = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.max(x, dims=[1], keepdim=True))
+        fd.add_output(fd.ops.mul(fd.ops.sum(fd.ops.exp(x), dims=[1], keepdim=True), s))
+    x = rand((3, 70, 48), seed=4)
+    want = [x.amax(1, keepdim=True), x.exp().sum(1, keepdim=True) * 0.5]
+    check(fd, [x, 0.5], want, kept_runs=2)
+
+
+# ---- relatives: several middle dims, mixed with the first or the last ---------------------------
+
+
+def test_two_middle_dims_collapse_to_one_run():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 4, F32)
+        fd.add_output(fd.ops.sum(x, dims=[1, 2]))
+    x = rand((3, 10, 12, 40), seed=5)
+    check(fd, [x], [x.sum((1, 2))], kept_runs=2)
+
+
+def test_kept_dims_on_three_sides():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 5, BF16)
+        y = fd.ops.sum(fd.ops.cast(x, DataType.Float), dims=[1, 3])
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    x = rand((3, 20, 4, 30, 16), BF16, 6)
+    spec = check(fd, [x], [x.float().sum((1, 3)).to(BF16)], kept_runs=3)
+    assert "two reduced runs" in spec.description
+
+
+def test_reduced_dims_first_and_in_the_middle():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 4, F32)
+        var, mean = fd.ops.var_mean(x, dims=[0, 2], correction=0)
+        fd.add_output(var)
+        fd.add_output(mean)
+    x = rand((12, 5, 33, 8), seed=7)
+    var, mean = torch.var_mean(x, dim=(0, 2), correction=0)
+    spec = check(fd, [x], [var, mean], kept_runs=2)
+    assert "two reduced runs" in spec.description
+
+
+def test_reduced_last_dim_stays_a_row_reduction():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 4, F32)
+        fd.add_output(fd.ops.sum(x, dims=[1, 3]))
+    fd.precompile([torch.empty(4, 6, 8, 64, device="meta")], target="h100")
+    assert executor_for(fd).last_plan.spec.description.startswith("inner")
+
+
+def test_a_permuted_input_reduced_over_its_contiguous_dim_is_an_outer_reduction():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        fd.add_output(fd.ops.sum(fd.ops.permute(x, [0, 2, 1]), dims=[2]))
+    x = rand((4, 300, 64), seed=8)
+    check(fd, [x], [x.permute(0, 2, 1).sum(2)])
+
+
+# ---- reductions to a scalar or a few outputs: split rows (Note [Split rows]) ---------------------
+
+
+def emulate_split(fd, values, target="h100"):
+    """The outputs of a split plan: each block's slice as the kernel bounds it, its partial,
+    and the partials folded in slice order (sums; Welford by Chan's combine)."""
+    ex = executor_for(fd)
+    program, spec = ex.program, ex.last_plan.spec
+    p = read_problem(program, values, runtime_shapes(ex.fd, values), resolve_target(target), (), ())
+    part, finish = spec.kernels
+    (split, rows, _), (threads, _, _) = part.grid, part.block
+    vec = int(part.source.split("#define FC_VEC ")[1].split()[0])
+    step = threads * vec
+    n = p.N
+    per = (-(-n // step) + split - 1) // split * step
+    bounds = [(s * per, min(n, s * per + per)) for s in range(split)]
+    covered = torch.zeros(n, dtype=torch.int32)
+    for lo, hi in bounds:
+        covered[lo:max(lo, hi)] += 1
+    assert bool((covered == 1).all()), "the slices must cover every element once"
+
+    def flat(x):
+        return x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+
+    outs = [torch.zeros(o.shape, dtype=to_torch(o.dtype)) for o in spec.outputs]
+    for r in range(rows):
+        def load(i, r=r):
+            x = flat(values[program.accesses[i].input_pos])
+            k = torch.arange(n)
+            return x[r * p.i_strides[i][0] + k * p.ks[i]][:, None]
+
+        loaded = {i: load(i) for i in range(len(program.accesses))}
+        parts = []
+        for lo, hi in bounds:
+            if hi <= lo:
+                continue
+            env = run_columns(program, lambda i, lo=lo, hi=hi, got=loaded: got[i][lo:hi], values)
+            parts.append({red.var: env[red.var] for red in program.reductions})
+        env = run_columns(program, loaded.__getitem__, values)  # row-level values, then replaced
+        for red in program.reductions:
+            env[red.var] = fold(red, [q[red.var] for q in parts])
+        env = rerun_row_level(program, env, values)
+        for s, st in enumerate(program.stores):
+            t = len(program.accesses) + s
+            flat(outs[s])[r * p.i_strides[t][0]] = torch.as_tensor(env[st.var]).reshape(-1)[0]
+    return outs
+
+
+def fold(red, parts):
+    if red.op != "welford":
+        op = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum, "prod": torch.mul}
+        acc = parts[0]
+        for q in parts[1:]:
+            acc = op[red.op](acc, q)
+        return acc
+    mean, m2, count = parts[0]
+    for b_mean, b_m2, b_count in parts[1:]:
+        total = count + b_count
+        delta = b_mean - mean
+        mean = mean + delta * (b_count / total)
+        m2 = m2 + b_m2 + delta * delta * count * (b_count / total)
+        count = total
+    return mean, m2, count
+
+
+def rerun_row_level(program, env, values):
+    """Row-level statements again, from the folded reductions."""
+    again = [st for st in program.stmts if st.var not in program.element_vars
+             and st.op not in ("reduce", "load", "const", "param")]  # fmt: skip
+    return eval_stmts(program, None, values, env=env, stmts=again)
+
+
+def check_split(fd, inputs, want, target="h100"):
+    fd.precompile([x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs],
+                  target=target)  # fmt: skip
+    spec = executor_for(fd).last_plan.spec
+    assert spec.description.startswith("split rows"), spec.description
+    assert [k.name for k in spec.kernels] == ["fc_split_reduction", "fc_outer_finish"]
+    assert spec.kernels[1].dependent == (target == "h100")
+    for g, w in zip(emulate_split(fd, inputs, target), want, strict=True):
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[w.dtype], atol=TOL[w.dtype])
+    for g, w in zip(fd.execute(inputs), want, strict=True):
+        torch.testing.assert_close(g.float(), w.float(), rtol=TOL[w.dtype], atol=TOL[w.dtype])
+    return spec
+
+
+@pytest.mark.parametrize("target", ["a100", "h100"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("n", [2**18, 2**18 + 3], ids=str)
+def test_sum_and_mean_to_a_scalar(n, dtype, target):
+    with FusionDefinition() as fd:
+        x = up(fd, tensor(fd, 1, dtype), dtype)
+        total = fd.ops.sum(x, dims=[0])
+        fd.add_output(down(fd, total, dtype))
+        fd.add_output(down(fd, fd.ops.mul(total, fd.define_scalar(1.0 / n)), dtype))
+    x = rand((n,), dtype, 9)
+    spec = check_split(fd, [x], [x.float().sum().to(dtype), x.float().mean().to(dtype)], target)
+    assert ("vec 1," in spec.description) == (n % 2 == 1)
+
+
+def test_var_mean_max_of_every_dim():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        var, mean = fd.ops.var_mean(x, dims=[0, 1, 2], correction=1)
+        fd.add_output(var)
+        fd.add_output(mean)
+    x = rand((32, 130, 100), seed=10)
+    var, mean = torch.var_mean(x, correction=1)
+    check_split(fd, [x], [var, mean])
+    with FusionDefinition() as fd2:
+        y = tensor(fd2, 2, F32)
+        fd2.add_output(fd2.ops.max(y, dims=[0, 1]))
+    check_split(fd2, [x.view(64, -1)], [x.amax()])
+
+
+def test_a_few_outputs_with_a_per_row_scale():
+    with FusionDefinition() as fd:
+        x, s = tensor(fd, 2, BF16), tensor(fd, 1, F32)
+        y = fd.ops.mul(fd.ops.cast(x, DataType.Float), fd.ops.broadcast_in_dim(s, fd.ops.shape(x), [0]))
+        fd.add_output(fd.ops.sum(y, dims=[1]))
+    x, s = rand((3, 200000), BF16, 11), rand((3,), F32, 12)
+    spec = check_split(fd, [x, s], [(x.float() * s[:, None]).sum(1)])
+    assert spec.kernels[0].grid[1] == 3
+
+
+def test_many_rows_keep_the_row_kernel():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 2, F32)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+    fd.precompile([torch.empty(64, 2**20, device="meta")], target="h100")
+    assert executor_for(fd).last_plan.spec.description.startswith("inner")
+    fd.precompile([torch.empty(16, 2**20, device="meta")], target="h100")
+    assert executor_for(fd).last_plan.spec.description.startswith("split rows")
+
+
+# ---- normalizations over a middle dim: column norms (Note [Column norms]) -----------------------
+
+
+def column_norm_rows(spec):
+    """(thread rows, rows a thread, cluster) of a column norm kernel, from its source."""
+    src = spec.kernels[0].source
+    return tuple(int(src.split(f"#define {name} ")[1].split()[0])
+                 for name in ("FC_TY", "FC_RT", "FC_CLUSTER"))  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["h100"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape", [(4, 256, 64), (3, 1000, 37), (2, 4096, 48), (5, 33, 130)], ids=str)
+def test_softmax_over_the_middle_dim(shape, dtype, target):
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand(shape, dtype, 13)
+    spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], target, 2, "fc_column_norm")
+    ty, rt, cluster = column_norm_rows(spec)
+    assert ty * rt * cluster >= shape[1] > ty * (rt - 1) * cluster  # every row, once
+    assert spec.kernels[0].grid[0] % cluster == 0
+
+
+def test_layer_norm_like_over_the_middle_dim_and_its_statistics():
+    build, ref = standardize(dim=1)
+    fd = define(build, F32, 3)
+    x = rand((3, 500, 40), seed=14) * 3 + 1
+    check(fd, [x], ref(x), kernel="fc_column_norm")
+
+
+def test_softmax_over_the_first_dim_of_many_columns():
+    fd = define(softmax(dim=0)[0], F32, 2)
+    x = rand((300, 520), seed=15)
+    check(fd, [x], [torch.softmax(x, 0)], kernel="fc_column_norm")
+
+
+def test_knobs_and_a_reduced_dim_too_long_for_a_cluster():
+    fd = define(softmax(dim=1)[0], F32, 3)
+    x = rand((2, 600, 64), seed=16)
+    with overriding({"colnorm.cluster": 2, "colnorm.ty": 64}):
+        spec = check(fd, [x], [torch.softmax(x, 1)], kernel="fc_column_norm")
+    assert column_norm_rows(spec) == (64, 5, 2)
+    fd.precompile([torch.empty(2, 200000, 64, device="meta")], target="h100")
+    plan = executor_for(fd).last_plan
+    assert not isinstance(plan, LaunchPlan)  # segmented: a reduction and pointwise kernels
+
+
+# ---- permuted inputs -------------------------------------------------------------------------
+
+
+def test_softmax_of_a_transposed_input_reads_it_along_columns():
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, F32)
+        xt = fd.ops.permute(x, [0, 2, 1])  # [B, I, R]: softmax over R, strided in x
+        shape = fd.ops.shape(xt)
+        mx = fd.ops.broadcast_in_dim(fd.ops.max(xt, dims=[2]), shape, [0, 1])
+        e = fd.ops.exp(fd.ops.sub(xt, mx))
+        fd.add_output(fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[2]), shape, [0, 1])))
+    x = rand((3, 200, 64), seed=17)
+    spec = check(fd, [x], [torch.softmax(x.permute(0, 2, 1), 2)], kernel="fc_column_norm")
+    # the output runs along the reduced dim: stored a value at a time
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert "fc_store_vec_hint" not in body and "fc_load_vec_if" in body
+
+
+def test_a_row_reduction_of_a_transposed_and_a_plain_input_compiles_and_runs():
+    with FusionDefinition() as fd:
+        x, y = tensor(fd, 2, F32), tensor(fd, 2, F32)
+        fd.add_output(fd.ops.sum(fd.ops.mul(x, fd.ops.permute(y, [1, 0])), dims=[1]))
+    x, y = rand((96, 160), seed=18), rand((160, 96), seed=19)
+    fd.precompile([x.to("meta"), y.to("meta")], target="h100")
+    assert executor_for(fd).last_plan.spec.description.startswith("inner")
+    torch.testing.assert_close(fd.execute([x, y])[0], (x * y.t()).sum(1))
+
+
+def test_column_norms_without_clusters_take_short_reduced_dims():
+    fd = define(softmax(dim=1)[0], F32, 3)
+    x = rand((3, 200, 64), seed=20)
+    spec = check(fd, [x], [torch.softmax(x, 1)], "a100", kernel="fc_column_norm")
+    assert column_norm_rows(spec)[2] == 1
+    fd.precompile([torch.empty(2, 4096, 64, device="meta")], target="a100")
+    assert not isinstance(executor_for(fd).last_plan, LaunchPlan)  # too long for one block
