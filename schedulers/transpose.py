@@ -126,6 +126,8 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
         return "an output is written in place"
     if any(a.virtual for a in program.accesses):
         return "index accesses (Note [Index accesses]) stay in the pointwise kernel"
+    if program.resized:  # slices, pads, cats and gathers are read by the pointwise kernel
+        return "resize and index reads (Note [Resize frames]) stay in the pointwise kernel"
     odd = sorted({repr(d) for d in [*(a.dtype for a in program.accesses),
                                     *(s.dtype for s in program.stores)]
                   if d in COMPLEX or ELEMENT_BYTES[d] not in (2, 4, 8)})  # fmt: skip
