@@ -165,6 +165,13 @@ def is_resized(program: Any) -> bool:
         s.dim_map is not None for s in program.stores)
 
 
+def has_index_statements(program: Any) -> bool:
+    """Whether the program computes positions, window guards or checked indices (pads, cats,
+    gathers): statements only the pointwise and row kernels render (codegen/resize_cuda.py).
+    A slice alone is an offset in the strides and needs none."""
+    return bool(program.positions or program.guards or program.checks)
+
+
 def needed(program: ReductionProgram, targets: Sequence[str],
            carried: frozenset[str] = frozenset()) -> tuple[list[Any], list[str]]:  # fmt: skip
     """The element-level statements (in order) that `targets` depend on, and the carried

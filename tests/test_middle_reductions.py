@@ -454,3 +454,17 @@ def test_column_norms_without_clusters_take_short_reduced_dims():
     assert column_norm_rows(spec)[2] == 1
     fd.precompile([torch.empty(2, 4096, 64, device="meta")], target="a100")
     assert not isinstance(executor_for(fd).last_plan, LaunchPlan)  # too long for one block
+
+
+def test_a_softmax_over_a_middle_dim_of_a_pad_plans_and_compiles():
+    """The column kernel renders no window guards: a pad before a middle-dim softmax (as
+    GPT-2's backward made on the H100) planned it there and failed with KeyError: None."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], contiguity=True, dtype=DataType.Float)
+        s = fd.ops.pad(x, [0, 0, 1, 2])
+        e = fd.ops.exp(fd.ops.sub(s, fd.ops.max(s, [1], keepdim=True)))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
+    assert fd.precompile([torch.empty(64, 40, 32, device="meta")], target="h100")
+    x = torch.randn(6, 5, 4)
+    (got,) = fd.execute([x])
+    torch.testing.assert_close(got, torch.softmax(torch.nn.functional.pad(x, [0, 0, 1, 2]), 1))

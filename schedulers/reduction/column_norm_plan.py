@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from codegen.cuda_ops import ELEMENT_BYTES, RANDOM_STMTS
+from codegen.kernel_ir import has_index_statements
 from codegen.reduction.column_norm import (
     COLUMN_NORM_NAME,
     column_norm_arg_types,
@@ -43,6 +44,9 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return "an outer normalization written in place"
     if any(st.op in RANDOM_STMTS for st in program.stmts):
         return "an outer normalization drawing random numbers"
+    if has_index_statements(program):
+        # the column kernel renders no window guards, positions or checked indices
+        return "an outer normalization reading pads, cats or gathers"
     if p.i_strides[p.primary][-1] != 1:
         return "an outer normalization whose kept dims are not contiguous"
     cached = tuple(i for i in p.elem)

@@ -13,6 +13,7 @@ columns. The order of every combine is fixed by the plan, so results repeat bit 
 from __future__ import annotations
 
 from codegen.cuda_ops import ELEMENT_BYTES, RANDOM_STMTS
+from codegen.kernel_ir import has_index_statements
 from codegen.reduction.outer_kernel import outer_arg_types
 from codegen.reduction.split_kernel import SPLIT_NAME, render_split
 from codegen.reduction.variants import OuterVariant, SplitVariant
@@ -41,6 +42,8 @@ def split_rows(p: Problem) -> LaunchSpec | None:
         return None
     if any(st.op in RANDOM_STMTS for st in program.stmts):
         return None  # the row kernel numbers the elements (Note [Philox numbers])
+    if has_index_statements(program):
+        return None  # pads, cats and gathers are read by the row kernel alone
     welford = any(r.op == "welford" for r in program.reductions)
     if welford and p.N >= 2**31:
         return None  # the partials' counts are ints
