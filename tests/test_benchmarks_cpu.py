@@ -91,6 +91,11 @@ class EagerOps:
         return t.permute(dims)
 
     @staticmethod
+    def set(t: torch.Tensor) -> torch.Tensor:
+        # fd.ops.set copies: the result is a fresh tensor in the order its dims are in
+        return t.contiguous().clone()
+
+    @staticmethod
     def sum(t: torch.Tensor, dims: list[int], keepdim: bool = False) -> torch.Tensor:
         return t.sum(dims, keepdim=keepdim)
 
