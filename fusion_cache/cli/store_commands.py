@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import re
 import sys
@@ -244,18 +243,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return OK
 
 
-class _Skipped(logging.Handler):
-    """Shows and counts the entries a bundle's reader skips (it logs a warning for each)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        print(f"fusion-cache: warning: {record.getMessage()}", file=sys.stderr)
-        self.count += record.module == "bundle"
-
-
 _KINDS = ("fusions", "plans", "kernels")
 
 
@@ -267,24 +254,16 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CliError(f"no such bundle: {args.file}", USAGE)
     store = open_store(args, persist=True)
     before = store.stats()
-    skipped = _Skipped()
-    log = logging.getLogger("fusion_cache.store")
-    log.addHandler(skipped)
-    try:
+    try:  # all or nothing: a bundle with one bad entry is refused whole (Note [Bundle trust])
         taken = store.import_bundle(args.file)
     except BundleError as err:
         raise CliError(f"import failed: {err}", PROBLEMS) from err
-    finally:
-        log.removeHandler(skipped)
     after = store.stats()
     new = {k: int(after.get(k) or 0) - int(before.get(k) or 0) for k in _KINDS}
     fresh = sum(new.values())
     say(f"imported {fresh} new entries from {args.file} "
         f"({', '.join(f'{new[k]} {k}' for k in _KINDS)}); "
         f"{max(taken - fresh, 0)} were already in the store")  # fmt: skip
-    if skipped.count:
-        say(f"{skipped.count} entries of the bundle were skipped (see the warnings above)")
-        return PROBLEMS
     return OK
 
 
