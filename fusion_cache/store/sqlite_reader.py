@@ -39,13 +39,13 @@ class FusionRows:
 _FUSION = """
 SELECT f.id, 'p', p.signature_key, p.target, p.plan_json, NULL
   FROM fc_fusions f LEFT JOIN fc_plans p ON p.fusion_id = f.id
- WHERE f.definition_key = ?1
+ WHERE f.definition_key = :key
 UNION ALL
 SELECT f.id, 'k', fk.kernel_key, k.sha256, NULL, k.size
   FROM fc_fusions f
   JOIN fc_fusion_kernels fk ON fk.fusion_id = f.id
   LEFT JOIN fc_kernels k ON k.key = fk.kernel_key
- WHERE f.definition_key = ?1
+ WHERE f.definition_key = :key
 """
 
 
@@ -93,7 +93,7 @@ class SqliteReader:
 
     def fusion(self, definition_key: str) -> FusionRows | None:
         found: FusionRows | None = None
-        for fid, kind, a, b, plan_json, size in self._conn().execute(_FUSION, (definition_key,)):
+        for fid, kind, a, b, plan_json, size in self._conn().execute(_FUSION, {"key": definition_key}):
             found = found or FusionRows(fid)
             if kind == "p" and a is not None:
                 found.plans[(a, b)] = plan_json
