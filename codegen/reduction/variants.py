@@ -152,8 +152,10 @@ class ColumnNormVariant:
     cached: tuple[int, ...]  # accesses read along the reduced dim, kept in registers
     load_hint: int = 0
     store_hint: int = 0
+    min_blocks: int = 0  # blocks an SM must hold (__launch_bounds__ minimum; 0 = unset)
 
     def describe(self) -> str:
         return (f"column norm: {self.tx}x{self.ty} threads, vec {self.vec}, {self.rows} rows a "
                 f"thread, clusters of {self.cluster}, {self.index_type}"
+                f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}")  # fmt: skip

@@ -86,9 +86,13 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
                 f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
+    # blocks of 512 threads ask for two an SM, so that one block's loads overlap the other's
+    # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one)
+    min_blocks = knob("colnorm.min_blocks", 2 if tx * ty >= 512 else 0)
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
-                                knob("load.hint", 0), knob("store.hint", 0))  # fmt: skip
+                                knob("load.hint", 0), knob("store.hint", 0),
+                                min_blocks)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
