@@ -159,6 +159,22 @@ def test_var_mean_over_the_middle_dim(dtype):
     check(fd, [x], [var.to(dtype), mean.to(dtype)], kept_runs=2)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_var_mean_over_the_middle_dim_adds_rows_a_group_at_a_time(dtype):
+    """Note [Outer Welford add]: the unrolled rows of a column join its Welford state
+    together; values far from zero, so a lost deviation would show in the variance."""
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, dtype)
+        var, mean = fd.ops.var_mean(up(fd, x, dtype), dims=[1], correction=0)
+        fd.add_output(down(fd, var, dtype))
+        fd.add_output(down(fd, mean, dtype))
+    x = (rand((4, 1030, 72), F32, 21) + 50).to(dtype)
+    var, mean = torch.var_mean(x.double(), dim=1, correction=0)
+    spec = check(fd, [x], [var.to(dtype), mean.to(dtype)], kept_runs=2)
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert "fc_welford_add<FC_UNROLL>" in body and "fc_welford_update" in body  # the edges
+
+
 @pytest.mark.parametrize("shape, knobs, kernels", [
     ((2, 2048, 2304), {}, 1),  # split 4 in a cluster
     ((2, 2048, 2304), {"outer.cluster": 0}, 2),  # the same split through a finish kernel
@@ -393,6 +409,23 @@ def test_softmax_over_the_middle_dim(shape, dtype, target):
     ty, rt, cluster = column_norm_rows(spec)
     assert ty * rt * cluster >= shape[1] > ty * (rt - 1) * cluster  # every row, once
     assert spec.kernels[0].grid[0] % cluster == 0
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_column_norm_folds_each_columns_partials_once(dtype):
+    """Note [Column exchange]: one thread a column reads the cluster's partials, all in
+    flight, and the block reads the totals from its own shared memory; the outputs are
+    stored a row at a time and divisions by a column's sum are multiplications."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((3, 4096, 64), dtype, 22)
+    spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert column_norm_rows(spec)[2] > 1
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert body.count("fc_load_remote(") == 2  # max and sum, one loop each
+    assert body.count("__syncthreads();") == 2 and "total_" in body
+    assert "fc_div_by(" in body and " / " not in body.split("fc_divisor_of")[1]
+    if dtype == BF16:  # blocks of 512 threads ask for two an SM
+        assert "__launch_bounds__(512, 2)" in body
 
 
 def test_layer_norm_like_over_the_middle_dim_and_its_statistics():
