@@ -71,6 +71,8 @@ KNOBS: dict[str, str] = {
     "colnorm.tx": "column threads of a column norm block (VEC columns each)",
     "colnorm.ty": "thread rows of a column norm block",
     "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",
+    "colnorm.online": "softmax's max and sum through one cluster exchange (Note [Online column "
+                      "softmax]; False: one exchange a stage)",
     "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",

@@ -411,18 +411,22 @@ def test_softmax_over_the_middle_dim(shape, dtype, target):
     assert spec.kernels[0].grid[0] % cluster == 0
 
 
+@pytest.mark.parametrize("online", [True, False])
 @pytest.mark.parametrize("dtype", [F32, BF16])
-def test_column_norm_folds_each_columns_partials_once(dtype):
+def test_column_norm_folds_each_columns_partials_once(dtype, online):
     """Note [Column exchange]: one thread a column reads the cluster's partials, all in
     flight, and the block reads the totals from its own shared memory; the outputs are
-    stored a row at a time and divisions by a column's sum are multiplications."""
+    stored a row at a time and divisions by a column's sum are multiplications. Softmax's
+    max and sum travel through one exchange (Note [Online column softmax])."""
     fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand((3, 4096, 64), dtype, 22)
-    spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    with overriding({"colnorm.online": online}):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
     assert column_norm_rows(spec)[2] > 1
     body = spec.kernels[0].source.split("end prelude")[1]
-    assert body.count("fc_load_remote(") == 2  # max and sum, one loop each
-    assert body.count("__syncthreads();") == 2 and "total_" in body
+    assert body.count("fc_load_remote(") == 2  # max and sum
+    assert body.count("fc_cluster_sync();") == (2 if online else 3)  # the last: partials read
+    assert body.count("__syncthreads();") == (1 if online else 2) and "total_" in body
     assert "fc_div_by(" in body and " / " not in body.split("fc_divisor_of")[1]
     if dtype == BF16:  # blocks of 512 threads ask for two an SM
         assert "__launch_bounds__(512, 2)" in body

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fusion_cache.frontend.dtypes import DataType
+
 from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert
 from ..kernel_ir import ReductionProgram, needed
 from ..prelude import prelude_source
@@ -35,6 +37,26 @@ def column_norm_arg_types(program: ReductionProgram, v: ColumnNormVariant) -> tu
     per = ("ptr",) + (idx,) * (v.i_rank + 1)
     count = len(program.accesses) + len(program.stores)
     return per * count + (idx,) * (v.i_rank + 1) + scalar_arg_types(program)
+
+
+def online_softmax(program: ReductionProgram) -> tuple | None:
+    """(max, sum) when the program's only reductions are softmax's: a float max of x in
+    stage 1 and the sum of exp(x - max) in stage 2 (Note [Online column softmax])."""
+    reds = program.reductions
+    if len(reds) != 2 or [(r.op, r.stage) for r in reds] != [("max", 1), ("sum", 2)]:
+        return None
+    r1, r2 = reds
+    if any(accumulator_type(r) != "float" for r in reds):
+        return None
+    by_var = {st.var: st for st in program.stmts}
+    e = by_var.get(r2.input)
+    if e is None or e.op != "exp" or e.compute is not DataType.Float:
+        return None
+    d = by_var.get(e.operands[0])
+    if d is None or d.op != "sub" or d.compute is not DataType.Float or (
+            tuple(d.operands) != (r1.input, r1.var)):  # fmt: skip
+        return None
+    return r1, r2
 
 
 def render_column_norm(program: ReductionProgram, v: ColumnNormVariant) -> str:
@@ -77,8 +99,12 @@ class _ColumnNorm:
         L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
         self.load_rows()
         self.column_stage(0)
+        online = online_softmax(program) if v.online and v.cluster > 1 else None
         for stage in range(1, program.stages + 1):
-            self.reduce_stage(stage)
+            if online and stage == 1:
+                self.online_stages(*online)
+            elif not (online and stage == 2):
+                self.reduce_stage(stage)
             self.column_stage(stage)
         self.write_outputs()
         if v.cluster > 1:  # peers may still read this block's partials
@@ -209,6 +235,68 @@ class _ColumnNorm:
         L.append("  __syncthreads();")
         L.append("#pragma unroll")
         L.append(f"  for (int j = 0; j < FC_VEC; ++j) {var}[j] = total_{var}[threadIdx.x * FC_VEC + j];")
+
+    def online_stages(self, r1, r2) -> None:
+        """Note [Online column softmax]: stages 1 and 2 of softmax (a column's max m, then the
+        sum of exp(x - m)) with one cluster exchange instead of two. Each block folds its
+        own max m_b over its thread rows and its sum s_b of exp(x - m_b); the exchange
+        carries both, and one thread a column folds them in rank order: M = max m_b, S =
+        sum of s_b * exp(m_b - M), a block whose rows are all -inf (or absent) adding 0.
+        The second cluster barrier waited for every block's first fold: one less a column
+        tile, where each blocks all of its SM's loads behind it."""
+        L, v = self.L, self.v
+        ctype = accumulator_type(r1)
+        for r in (r1, r2):
+            L.append(f"  {ctype} {r.var}_c[FC_VEC];")
+            L.append("#pragma unroll")
+            L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_c[j] = {identity_of(r)};")
+        self.element_loop([r1.input], ["if (ok) " + accumulate_stmt(r1, r1.input, self.dtypes,
+                                                                    f"{r1.var}_c[j]")])  # fmt: skip
+        for r in (r1, r2):
+            if r is r2:  # the block's sum, from the block's max
+                self.kept.append(r1.var)
+                self.element_loop([r2.input], ["if (ok) " + accumulate_stmt(
+                    r2, r2.input, self.dtypes, f"{r2.var}_c[j]")])  # fmt: skip
+            L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
+                     f"{r.var}_c, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
+        m, t = f"{r1.var}_c", f"{r2.var}_c"
+        for var in (m, t):
+            L.append(f"  __shared__ {ctype} part_{var}[FC_TX * FC_VEC];")
+            L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
+        L.append("  if (threadIdx.y == 0) {")
+        L.append("#pragma unroll")
+        L.append("    for (int j = 0; j < FC_VEC; ++j) {")
+        L.append(f"      part_{m}[threadIdx.x * FC_VEC + j] = {m}[j];")
+        L.append(f"      part_{t}[threadIdx.x * FC_VEC + j] = {t}[j];")
+        L.append("    }")
+        L.append("  }")
+        L.append("  fc_cluster_sync();")
+        L.append("  for (int c = threadIdx.y * FC_TX + threadIdx.x; c < FC_TX * FC_VEC; "
+                 "c += FC_TX * FC_TY) {")  # fmt: skip
+        L.append(f"    {ctype} m[FC_CLUSTER], s[FC_CLUSTER];")
+        L.append("#pragma unroll")
+        L.append("    for (unsigned r = 0; r < FC_CLUSTER; ++r) {")
+        L.append(f"      m[r] = fc_load_remote(&part_{m}[c], r);")
+        L.append(f"      s[r] = fc_load_remote(&part_{t}[c], r);")
+        L.append("    }")
+        L.append(f"    {ctype} top = m[0];")
+        L.append("#pragma unroll")
+        L.append(f"    for (int r = 1; r < FC_CLUSTER; ++r) top = {op_functor(r1)}(top, m[r]);")
+        L.append(f"    {ctype} total = {identity_of(r2)};")
+        L.append("#pragma unroll")
+        L.append("    for (int r = 0; r < FC_CLUSTER; ++r)")
+        L.append(f"      total = {op_functor(r2)}(total, m[r] == {identity_of(r1)} ? ({ctype})0 : "
+                 "s[r] * exp2f((m[r] - top) * 1.4426950408889634f));")  # fmt: skip
+        L.append(f"    total_{m}[c] = top;")
+        L.append(f"    total_{t}[c] = total;")
+        L.append("  }")
+        L.append("  __syncthreads();")
+        L.append("#pragma unroll")
+        L.append("  for (int j = 0; j < FC_VEC; ++j) {")
+        L.append(f"    {m}[j] = total_{m}[threadIdx.x * FC_VEC + j];")
+        L.append(f"    {t}[j] = total_{t}[threadIdx.x * FC_VEC + j];")
+        L.append("  }")
+        self.kept.append(r2.var)
 
     def reduce_stage(self, stage: int) -> None:
         """The stage's reductions over every row of the thread's columns, combined."""

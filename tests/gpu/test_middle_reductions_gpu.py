@@ -176,6 +176,21 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
     column_norm(fd)
 
 
+@pytest.mark.parametrize("online", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, online, gen):
+    """Note [Online column softmax]: blocks whose rows are all -inf add nothing to the sum;
+    the others' sums are rescaled to the column's max (values spread over +-40)."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((4, 4096, 256), torch.float32, gen) * 20
+    x[:, :700] = float("-inf")
+    x[:, 3000:3100] += 30
+    x = x.to(dtype)
+    with overriding({"colnorm.online": online}):
+        close(fd.execute([x])[0], torch.softmax(x.float(), 1).to(dtype))
+    assert ("two exchanges" in column_norm(fd).description) != online
+
+
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.cluster": 1, "colnorm.ty": 64},
                                    {"colnorm.values": 64}, {"colnorm.cluster": 8},
                                    {"colnorm.min_blocks": 0}], ids=str)  # fmt: skip
