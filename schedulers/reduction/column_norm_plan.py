@@ -8,8 +8,9 @@ rows and a cluster of CLUSTER blocks share the reduced dim, and each thread load
 rows of every input read along it into registers once, all loads in flight together. Each
 stage's reductions fold over the thread rows (Note [Row fold]) and then over the cluster's
 blocks through distributed shared memory, every block folding the partials in rank order
-(the same bits in all of them); the column-level statements follow, and the last pass
-writes the outputs from registers. The input is read once and the output written once.
+(the same bits in all of them; one thread a column reads them, Note [Column exchange]);
+softmax's max and sum share one exchange (Note [Online column softmax]). The column-level
+statements follow, and the last pass writes the outputs from registers, a row at a time. The input is read once and the output written once.
 Blocks of 32 thread rows (else 64) in the smallest cluster whose threads keep at most `colnorm.values`
 values each is taken; a reduced dim too long for the widest cluster is left to the
 segmenter (a reduction and a pointwise kernel).
