@@ -10,9 +10,9 @@ stage's reductions fold over the thread rows (Note [Row fold]) and then over the
 blocks through distributed shared memory, every block folding the partials in rank order
 (the same bits in all of them; one thread a column reads them, Note [Column exchange]);
 softmax's max and sum share one exchange (Note [Online column softmax]). The column-level
-statements follow, and the last pass writes the outputs from registers, a row at a time. The input is read once and the output written once.
-Blocks of 32 thread rows (else 64) in the smallest cluster whose threads keep at most `colnorm.values`
-values each is taken; a reduced dim too long for the widest cluster is left to the
+statements follow, and the last pass writes the outputs from registers, a row at a time.
+The input is read once and the output written once. Blocks of 32 thread rows (else 64) in
+the smallest cluster whose threads keep at most `colnorm.values` values each is taken; a reduced dim too long for the widest cluster is left to the
 segmenter (a reduction and a pointwise kernel).
 """
 from __future__ import annotations
