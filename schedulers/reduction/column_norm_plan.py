@@ -12,8 +12,9 @@ blocks through distributed shared memory, every block folding the partials in ra
 softmax's max and sum share one exchange (Note [Online column softmax]). The column-level
 statements follow, and the last pass writes the outputs from registers, a row at a time.
 The input is read once and the output written once. Blocks of 32 thread rows (else 64) in
-the smallest cluster whose threads keep at most `colnorm.values` values each is taken; a reduced dim too long for the widest cluster is left to the
-segmenter (a reduction and a pointwise kernel).
+the smallest cluster whose threads keep at most `colnorm.values` values each is taken; a
+reduced dim too long for the widest cluster is left to the segmenter (a reduction and a
+pointwise kernel).
 """
 from __future__ import annotations
 
