@@ -44,6 +44,8 @@ KNOBS: dict[str, str] = {
                        "barrier each (Note [Alternating row buffers])",
     "inner.hoist": "load inputs every row shares once, into registers (Note [Weights loaded once])",
     "inner.hoist_smem": "load those once into shared memory instead (Note [Weights loaded once])",
+    "inner.rows": "row groups a thread of a cached short row loads ahead together (Note [Rows a "
+                  "thread]; 1: one)",
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",

@@ -68,6 +68,8 @@ class InnerVariant:
     # reads through windows and by index (codegen/resize_cuda.py), with row coordinates and
     # 'k' (the reduced one) as targets; accesses read element by element take mode 'gather'
     resize: Any = None
+    # Note [Rows a thread] (row_loads.py): row groups a thread loads ahead together
+    rows_a_thread: int = 1
 
     def _staged(self) -> str:
         n = len(self.cached)
@@ -83,6 +85,7 @@ class InnerVariant:
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
                 f"{', barrier exchange' if self.cluster > 1 and not self.exchange_async else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
+                f"{f', {self.rows_a_thread} rows a thread' if self.rows_a_thread > 1 else ''}"
                 f"{', deferred row end' if self.defer else ''}"
                 f"{', alternating row buffers' if self.alternate and self.tx > 32 else ''}"
                 f"{self._staged()}"
