@@ -69,12 +69,16 @@ KNOBS: dict[str, str] = {
     "split.unroll": "vectors a thread of a split row loads before accumulating",
     "split.blocks_per_sm": "blocks an SM the slices of split rows aim at",
     "split.max_rows": "rows under which long pure reductions are split over the GPU",
-    "colnorm.values": "values a thread of a column norm keeps in registers (Note [Column norms])",
+    "colnorm.values": "registers of values a thread of a column norm keeps (16-bit values two "
+                      "to a register; Note [Column norms])",
     "colnorm.tx": "column threads of a column norm block (VEC columns each)",
     "colnorm.ty": "thread rows of a column norm block",
     "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",
     "colnorm.online": "softmax's max and sum through one cluster exchange (Note [Online column "
                       "softmax]; False: one exchange a stage)",
+    "colnorm.persistent": "clusters of a column norm stay resident and load their next tile "
+                          "while ending the current one (Note [Column tiles in flight])",
+    "colnorm.blocks_per_sm": "blocks an SM a persistent column norm's wave is planned for",
     "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",

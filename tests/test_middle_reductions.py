@@ -9,6 +9,7 @@ reduced ones, as the kernel computes them; the program's statements then run ove
 [rows, columns] values gathered that way and the results go out through the stores' offsets.
 """
 import math
+import re
 
 import pytest
 import torch
@@ -428,8 +429,30 @@ def test_column_norm_folds_each_columns_partials_once(dtype, online):
     assert body.count("fc_cluster_sync();") == (2 if online else 3)  # the last: partials read
     assert body.count("__syncthreads();") == (1 if online else 2) and "total_" in body
     assert "fc_div_by(" in body and " / " not in body.split("fc_divisor_of")[1]
-    if dtype == BF16:  # blocks of 512 threads ask for two an SM
-        assert "__launch_bounds__(512, 2)" in body
+    assert column_norm_rows(spec)[:2] == (32, 8)  # 8 rows of 16 bytes a thread, both dtypes
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_column_norm_clusters_loop_over_tiles_with_the_next_in_flight(dtype):
+    """Note [Column tiles in flight]: under the knob, a resident wave of clusters takes
+    every so many tiles, loading the next one's rows ahead, exchange buffers alternating;
+    softmax (one exchange a tile) and a standardization (Welford: three) compile and replay."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((6, 4096, 520), dtype, 23)
+    with overriding({"colnorm.persistent": True}):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert "next tile in flight" in spec.description
+    cluster = column_norm_rows(spec)[2]
+    tiles = -(-6 * 520 // (8 * 32 // (4 if dtype == F32 else 2)))  # 128-byte tiles
+    assert spec.kernels[0].grid[0] % cluster == 0 and spec.kernels[0].grid[0] < tiles * cluster
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert re.search(r"part_v\d+_c\[2\]\[", body) and "x0_n[it] = fc_load_vec_if" in body
+    build, ref = standardize(dim=1)
+    fd2 = define(build, F32, 3)
+    y = rand((3, 3000, 200), seed=24) * 3 + 1
+    with overriding({"colnorm.persistent": True}):
+        spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
+    assert "next tile in flight" in spec.description
 
 
 def test_layer_norm_like_over_the_middle_dim_and_its_statistics():

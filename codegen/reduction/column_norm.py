@@ -72,6 +72,8 @@ class _ColumnNorm:
         self.L: list[str] = []
         self.kept: list[str] = []  # column-level values kept a column: var -> var_c[FC_VEC]
         self.divisions = row_divisions(program)
+        # Note [Column tiles in flight]: exchange buffers alternate between a cluster's tiles
+        self.bufs, self.buf = ("[2]", "[buf]") if v.persistent else ("", "")
         # the fold's shared-memory shape, as an outer kernel of the same threads has it
         self.fold = OuterVariant(v.tx, v.ty, v.vec, 1, v.index_type, (), ())
 
@@ -91,13 +93,16 @@ class _ColumnNorm:
             types.add(REGISTER_TYPE[r.dtype] if r.op == "welford" else accumulator_type(r))
         for t in sorted(types):
             L.append(f"  __shared__ __align__(16) {t} smem_{ident(t)}[{_fold_smem(self.fold, t)}];")
-        L.append("  const idx_t tile = blockIdx.x / FC_CLUSTER;")
-        L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
-        L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("  const bool col_ok = cb < cols;")
-        self.column_offsets()
-        L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
-        self.load_rows()
+        if v.persistent:
+            self.tile_loop_head()
+        else:
+            L.append("  const idx_t tile = blockIdx.x / FC_CLUSTER;")
+            L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
+            L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
+            L.append("  const bool col_ok = cb < cols;")
+            self.column_offsets()
+            L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
+            self.load_rows()
         self.column_stage(0)
         online = online_softmax(program) if v.online and v.cluster > 1 else None
         for stage in range(1, program.stages + 1):
@@ -107,6 +112,8 @@ class _ColumnNorm:
                 self.reduce_stage(stage)
             self.column_stage(stage)
         self.write_outputs()
+        if v.persistent:
+            L.append("  }")
         if v.cluster > 1:  # peers may still read this block's partials
             L.append("  fc_cluster_sync();")
         L.append("}")
@@ -114,25 +121,77 @@ class _ColumnNorm:
 
     def column_offsets(self) -> None:
         """Note [Middle reductions]: column c's offset in each tensor."""
-        program, v, L = self.program, self.v, self.L
-        tensors = [f"a{i}" for i in range(self.n_acc)] + [f"o{k}" for k in range(len(program.stores))]
-        L.append(f"  idx_t col[{len(tensors)}];")
+        L = self.L
+        L.append(f"  idx_t col[{self.n_acc + len(self.program.stores)}];")
         L.append("  {")
-        L.append("    idx_t rest = col_ok ? cb : 0;")
-        for d in range(v.i_rank - 1, 0, -1):
-            L.append(f"    const idx_t i{d} = rest % n{d}; rest /= n{d};")
-        L.append("    const idx_t i0 = rest;")
-        for t, name in enumerate(tensors):
-            L.append(f"    col[{t}] = {' + '.join(f'i{d} * {name}_s{d}' for d in range(v.i_rank))};")
+        L.extend(self.offset_lines("col_ok ? cb : 0", "col"))
         L.append("  }")
 
-    def load_rows(self) -> None:
-        """Every element-level input's RT rows of the thread's columns, all loads at once."""
+    def offset_lines(self, c: str, off: str) -> list[str]:
+        """Column `c`'s offset in each tensor, into `off`."""
+        program, v = self.program, self.v
+        tensors = [f"a{i}" for i in range(self.n_acc)] + [f"o{k}" for k in range(len(program.stores))]
+        out = [f"    idx_t rest = {c};"]
+        for d in range(v.i_rank - 1, 0, -1):
+            out.append(f"    const idx_t i{d} = rest % n{d}; rest /= n{d};")
+        out.append("    const idx_t i0 = rest;")
+        for t, name in enumerate(tensors):
+            out.append(f"    {off}[{t}] = {' + '.join(f'i{d} * {name}_s{d}' for d in range(v.i_rank))};")
+        return out
+
+    def tile_loop_head(self) -> None:
+        """Note [Column tiles in flight]: a cluster stays resident and takes every so many
+        tiles of columns; the rows of its next tile are loaded into a second set of
+        registers while it folds, exchanges and stores the current one, so that an SM's
+        loads do not wait for its blocks' barriers and stores. The exchange buffers
+        alternate between tiles: a block writes tile t+1's partials only after the barrier
+        of tile t, which every peer reaches after reading tile t-1's."""
         program, v, L = self.program, self.v, self.L
+        n = self.n_acc + len(program.stores)
+        L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
+        L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
+        L.append("  const idx_t tiles = (cols + FC_TX * FC_VEC - 1) / (FC_TX * FC_VEC);")
+        L.append("  const idx_t tile_step = gridDim.x / FC_CLUSTER;")
+        L.append(f"  auto column_offsets = [&](idx_t c, idx_t (&off)[{n}]) {{")
+        L.extend("  " + x for x in self.offset_lines("c", "off"))
+        L.append("  };")
+        L.append("  idx_t tile = blockIdx.x / FC_CLUSTER;")
+        L.extend(f"  {self.row_type(i)} x{i}_n[FC_RT];" for i in v.cached)
+        L.append("  {")
+        L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("    const bool col_ok = cb < cols;")
+        L.append(f"    idx_t col[{n}];")
+        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.load_rows("_n", declared=True)
+        L.append("  }")
+        L.append("  unsigned buf = 0;")
+        L.append("  for (; tile < tiles; tile += tile_step, buf ^= 1u) {")
+        L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("  const bool col_ok = cb < cols;")
+        L.append(f"  idx_t col[{n}];")
+        L.append("  column_offsets(col_ok ? cb : 0, col);")
         for i in v.cached:
-            mt = MEMORY_TYPE[program.accesses[i].dtype]
-            L.append(f"  fc_vec<{mt}, FC_VEC> x{i}[FC_RT];" if v.modes[i] != "bcast"
-                     else f"  {mt} x{i}[FC_RT];")  # fmt: skip
+            L.append(f"  {self.row_type(i)} x{i}[FC_RT];")
+            L.append("#pragma unroll")
+            L.append(f"  for (int it = 0; it < FC_RT; ++it) x{i}[it] = x{i}_n[it];")
+        L.append("  if (tile + tile_step < tiles) {  // the next tile's rows, in flight meanwhile")
+        L.append("    const idx_t cb = ((tile + tile_step) * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("    const bool col_ok = cb < cols;")
+        L.append(f"    idx_t col[{n}];")
+        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.load_rows("_n", declared=True)
+        L.append("  }")
+
+    def row_type(self, i: int) -> str:
+        mt = MEMORY_TYPE[self.program.accesses[i].dtype]
+        return f"fc_vec<{mt}, FC_VEC>" if self.v.modes[i] != "bcast" else mt
+
+    def load_rows(self, suffix: str = "", declared: bool = False) -> None:
+        """Every element-level input's RT rows of the thread's columns, all loads at once,
+        into x{i}{suffix}."""
+        program, v, L = self.program, self.v, self.L
+        if not declared:
+            L.extend(f"  {self.row_type(i)} x{i}{suffix}[FC_RT];" for i in v.cached)
         L.append("#pragma unroll")
         L.append("  for (int it = 0; it < FC_RT; ++it) {")
         L.append("    const idx_t k = k_base + (idx_t)it * FC_TY;")
@@ -140,13 +199,14 @@ class _ColumnNorm:
         for i in v.cached:
             at = f"col[{i}] + k * a{i}_k"
             mt = MEMORY_TYPE[program.accesses[i].dtype]
+            x = f"x{i}{suffix}"
             if v.modes[i] == "vec":
-                L.append(f"    x{i}[it] = fc_load_vec_if<FC_VEC, {v.load_hint}>(a{i} + {at}, ok);")
+                L.append(f"    {x}[it] = fc_load_vec_if<FC_VEC, {v.load_hint}>(a{i} + {at}, ok);")
             elif v.modes[i] == "bcast":
-                L.append(f"    x{i}[it] = ok ? a{i}[{at}] : {mt}();")
+                L.append(f"    {x}[it] = ok ? a{i}[{at}] : {mt}();")
             else:
                 L.append("#pragma unroll")
-                L.append(f"    for (int j = 0; j < FC_VEC; ++j) x{i}[it][j] = "
+                L.append(f"    for (int j = 0; j < FC_VEC; ++j) {x}[it][j] = "
                          f"ok ? a{i}[{at} + j * a{i}{self.inner}] : {mt}();")  # fmt: skip
         L.append("  }")
 
@@ -216,18 +276,18 @@ class _ColumnNorm:
         # reads the totals there. Every thread reading every partial itself moved TY times
         # the bytes through distributed shared memory, one dependent load at a time: softmax
         # bf16 [32, 4096, 512] over dim 1 ran at 119 GB/s on the H100, 4% of the ceiling.
-        L.append(f"  __shared__ {ctype} part_{var}[FC_TX * FC_VEC];")
+        L.append(f"  __shared__ {ctype} part_{var}{self.bufs}[FC_TX * FC_VEC];")
         L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
         L.append("  if (threadIdx.y == 0) {")
         L.append("#pragma unroll")
-        L.append(f"    for (int j = 0; j < FC_VEC; ++j) part_{var}[threadIdx.x * FC_VEC + j] = {var}[j];")
+        L.append(f"    for (int j = 0; j < FC_VEC; ++j) part_{var}{self.buf}[threadIdx.x * FC_VEC + j] = {var}[j];")
         L.append("  }")
         L.append("  fc_cluster_sync();")
         L.append("  for (int c = threadIdx.y * FC_TX + threadIdx.x; c < FC_TX * FC_VEC; "
                  "c += FC_TX * FC_TY) {")  # fmt: skip
         L.append(f"    {ctype} p[FC_CLUSTER];")
         L.append("#pragma unroll")
-        L.append(f"    for (unsigned s = 0; s < FC_CLUSTER; ++s) p[s] = fc_load_remote(&part_{var}[c], s);")
+        L.append(f"    for (unsigned s = 0; s < FC_CLUSTER; ++s) p[s] = fc_load_remote(&part_{var}{self.buf}[c], s);")
         L.append("#pragma unroll")
         L.append(f"    for (int s = 1; s < FC_CLUSTER; ++s) p[0] = {op}(p[0], p[s]);")
         L.append(f"    total_{var}[c] = p[0];")
@@ -261,13 +321,13 @@ class _ColumnNorm:
                      f"{r.var}_c, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
         m, t = f"{r1.var}_c", f"{r2.var}_c"
         for var in (m, t):
-            L.append(f"  __shared__ {ctype} part_{var}[FC_TX * FC_VEC];")
+            L.append(f"  __shared__ {ctype} part_{var}{self.bufs}[FC_TX * FC_VEC];")
             L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
         L.append("  if (threadIdx.y == 0) {")
         L.append("#pragma unroll")
         L.append("    for (int j = 0; j < FC_VEC; ++j) {")
-        L.append(f"      part_{m}[threadIdx.x * FC_VEC + j] = {m}[j];")
-        L.append(f"      part_{t}[threadIdx.x * FC_VEC + j] = {t}[j];")
+        L.append(f"      part_{m}{self.buf}[threadIdx.x * FC_VEC + j] = {m}[j];")
+        L.append(f"      part_{t}{self.buf}[threadIdx.x * FC_VEC + j] = {t}[j];")
         L.append("    }")
         L.append("  }")
         L.append("  fc_cluster_sync();")
@@ -276,8 +336,8 @@ class _ColumnNorm:
         L.append(f"    {ctype} m[FC_CLUSTER], s[FC_CLUSTER];")
         L.append("#pragma unroll")
         L.append("    for (unsigned r = 0; r < FC_CLUSTER; ++r) {")
-        L.append(f"      m[r] = fc_load_remote(&part_{m}[c], r);")
-        L.append(f"      s[r] = fc_load_remote(&part_{t}[c], r);")
+        L.append(f"      m[r] = fc_load_remote(&part_{m}{self.buf}[c], r);")
+        L.append(f"      s[r] = fc_load_remote(&part_{t}{self.buf}[c], r);")
         L.append("    }")
         L.append(f"    {ctype} top = m[0];")
         L.append("#pragma unroll")

@@ -12,7 +12,7 @@ blocks through distributed shared memory, every block folding the partials in ra
 softmax's max and sum share one exchange (Note [Online column softmax]). The column-level
 statements follow, and the last pass writes the outputs from registers, a row at a time.
 The input is read once and the output written once. Blocks of 32 thread rows (else 64) in
-the smallest cluster whose threads keep at most `colnorm.values` values each is taken; a
+the smallest cluster whose threads keep at most `colnorm.values` registers of values is taken; a
 reduced dim too long for the widest cluster is left to the segmenter (a reduction and a
 pointwise kernel).
 """
@@ -69,14 +69,19 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # the kept run is shorter
     tx = knob("colnorm.tx", max(1, min(128 // (vec * widest), 32,
                                        _pow2_at_least(-(-n_inner // vec)))))
+    # registers of kept values a thread (16-bit values two to a register): 8 rows of 16
+    # bytes. bf16 softmax [32, 4096, 512] over dim 1 kept 4 rows a thread in blocks of 512
+    # at 1087 GB/s on the H100, 8 rows in blocks of 256 at 1630 (f32 2280 with 8 rows;
+    # benchmarks/sweeps/layouts_perf.json, H100, 2026-11-26)
     budget = knob("colnorm.values", 32)
+    words = sum(ELEMENT_BYTES[program.accesses[i].dtype] for i in cached) * vec / 4
     choice = None
     # blocks of 256 threads first (two or three an SM beside the cluster's barriers), then 512
     for ty in (32, 64):
         widths = (1, 2, 4, 8, 16) if profile.supports_clusters else (1,)
         for cluster in [c for c in widths if c <= profile.max_cluster]:
             rows = -(-p.N // (ty * cluster))
-            if choice is None and tx * ty <= 1024 and rows * vec * len(cached) <= budget:
+            if choice is None and tx * ty <= 1024 and rows * words <= budget:
                 choice = (cluster, ty, rows)
     forced = knob("colnorm.cluster", None), knob("colnorm.ty", None)
     if forced != (None, None):
@@ -91,10 +96,15 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # blocks of 512 threads ask for two an SM, so that one block's loads overlap the other's
     # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one)
     min_blocks = knob("colnorm.min_blocks", 2 if tx * ty >= 512 else 0)
+    # Note [Column tiles in flight] (codegen/reduction/column_norm.py): clusters that loop
+    # over tiles, the next one's rows loaded while the current one ends
+    persistent = bool(knob("colnorm.persistent", False)) and cluster > 1
+    per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
-                                min_blocks, bool(knob("colnorm.online", True)))  # fmt: skip
+                                min_blocks, bool(knob("colnorm.online", True)),
+                                persistent)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
@@ -102,12 +112,17 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         args += [*p.i_strides[k], p.ks[k]]
     cols = math.prod(p.i_sizes)
     args += [cols, p.N, *p.i_sizes[1:], *p.scalars]
-    tiles = -(-cols // (tx * vec))
+    tiles = groups = -(-cols // (tx * vec))
+    wave = 0
+    if persistent:  # one resident wave of clusters, each taking every so many tiles
+        wave = profile.measured_wave or profile.resident_clusters(cluster, per_sm)
+        groups = min(tiles, wave)
+        wave = wave if groups == wave and not profile.measured_wave else 0
     kernel = KernelLaunch(COLUMN_NORM_NAME, render_column_norm(program, variant),
-                          (tiles * cluster, 1, 1), (tx, ty, 1),
+                          (groups * cluster, 1, 1), (tx, ty, 1),
                           column_norm_arg_types(program, variant), tuple(args))  # fmt: skip
     return LaunchSpec(NAME, tuple(p.outputs), (), (kernel,),
-                      variant.describe() + describe_views(program.views, p.env))
+                      variant.describe() + describe_views(program.views, p.env), wave)
 
 
 def _pow2_at_least(n: int) -> int:

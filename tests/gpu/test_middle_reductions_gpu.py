@@ -176,28 +176,35 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
     column_norm(fd)
 
 
-@pytest.mark.parametrize("online", [True, False])
+@pytest.mark.parametrize("knobs", [{}, {"colnorm.online": False}, {"colnorm.persistent": True},
+                                   {"colnorm.persistent": True, "colnorm.min_blocks": 2,
+                                    "colnorm.online": False}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, online, gen):
+def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
     """Note [Online column softmax]: blocks whose rows are all -inf add nothing to the sum;
-    the others' sums are rescaled to the column's max (values spread over +-40)."""
+    the others' sums are rescaled to the column's max (values spread over +-40). Note
+    [Column tiles in flight]: clusters looping over tiles (more tiles than clusters)."""
     fd = define(softmax(dim=1)[0], dtype, 3)
-    x = rand((4, 4096, 256), torch.float32, gen) * 20
+    x = rand((4, 4096, 1032), torch.float32, gen) * 20
     x[:, :700] = float("-inf")
     x[:, 3000:3100] += 30
     x = x.to(dtype)
-    with overriding({"colnorm.online": online}):
+    with overriding(knobs):
         close(fd.execute([x])[0], torch.softmax(x.float(), 1).to(dtype))
-    assert ("two exchanges" in column_norm(fd).description) != online
+    description = column_norm(fd).description
+    assert ("two exchanges" in description) == (knobs.get("colnorm.online") is False)
+    assert ("next tile in flight" in description) == bool(knobs.get("colnorm.persistent"))
 
 
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.cluster": 1, "colnorm.ty": 64},
                                    {"colnorm.values": 64}, {"colnorm.cluster": 8},
-                                   {"colnorm.min_blocks": 0}], ids=str)  # fmt: skip
+                                   {"colnorm.min_blocks": 0}, {"colnorm.persistent": True},
+                                   {"colnorm.persistent": True, "colnorm.cluster": 4}],
+                         ids=str)  # fmt: skip
 def test_column_norm_knobs_and_welford(knobs, gen):
     build, ref = standardize(dim=1)
     fd = define(build, torch.float32, 3)
-    x = rand((6, 700, 96), torch.float32, gen) * 3 + 1
+    x = rand((6, 700, 1000), torch.float32, gen) * 3 + 1  # 188 tiles: persistent clusters loop
     with overriding(knobs):
         got = fd.execute([x])
     for g, w in zip(got, ref(x), strict=True):
