@@ -446,7 +446,8 @@ def test_column_norm_clusters_loop_over_tiles_with_the_next_in_flight(dtype):
     tiles = -(-6 * 520 // (8 * 32 // (4 if dtype == F32 else 2)))  # 128-byte tiles
     assert spec.kernels[0].grid[0] % cluster == 0 and spec.kernels[0].grid[0] < tiles * cluster
     body = spec.kernels[0].source.split("end prelude")[1]
-    assert re.search(r"part_v\d+_c\[2\]\[", body) and "x0_n[it] = fc_load_vec_if" in body
+    assert re.search(r"slot_v\d+_c\[2\]\[FC_CLUSTER\]", body) and "x0_n[it] = fc_load_vec_if" in body
+    assert "fc_send_remote(" in body and "fc_load_remote(" not in body  # pushed, no fence
     build, ref = standardize(dim=1)
     fd2 = define(build, F32, 3)
     y = rand((3, 3000, 200), seed=24) * 3 + 1

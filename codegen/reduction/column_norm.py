@@ -72,8 +72,7 @@ class _ColumnNorm:
         self.L: list[str] = []
         self.kept: list[str] = []  # column-level values kept a column: var -> var_c[FC_VEC]
         self.divisions = row_divisions(program)
-        # Note [Column tiles in flight]: exchange buffers alternate between a cluster's tiles
-        self.bufs, self.buf = ("[2]", "[buf]") if v.persistent else ("", "")
+        self.sites = 0  # cluster exchanges so far (each its own pair of mbarriers)
         # the fold's shared-memory shape, as an outer kernel of the same threads has it
         self.fold = OuterVariant(v.tx, v.ty, v.vec, 1, v.index_type, (), ())
 
@@ -114,6 +113,10 @@ class _ColumnNorm:
         self.write_outputs()
         if v.persistent:
             L.append("  }")
+            if v.cluster > 1:
+                L[self.bars_at:self.bars_at] = [
+                    f"#define FC_SITES {2 * max(1, self.sites)}",
+                    "  __shared__ __align__(8) unsigned long long fc_xbars[FC_SITES];"]
         if v.cluster > 1:  # peers may still read this block's partials
             L.append("  fc_cluster_sync();")
         L.append("}")
@@ -143,9 +146,10 @@ class _ColumnNorm:
         """Note [Column tiles in flight]: a cluster stays resident and takes every so many
         tiles of columns; the rows of its next tile are loaded into a second set of
         registers while it folds, exchanges and stores the current one, so that an SM's
-        loads do not wait for its blocks' barriers and stores. The exchange buffers
-        alternate between tiles: a block writes tile t+1's partials only after the barrier
-        of tile t, which every peer reaches after reading tile t-1's."""
+        loads do not wait for its blocks' barriers and stores. Partials are pushed to every
+        peer with st.async (Note [Column exchange]) into slots that alternate between
+        tiles, each pair with its mbarriers: a block sends tile t+2's partials only after it
+        has all of tile t+1's, which each peer sends after reading tile t's."""
         program, v, L = self.program, self.v, self.L
         n = self.n_acc + len(program.stores)
         L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
@@ -156,6 +160,9 @@ class _ColumnNorm:
         L.extend("  " + x for x in self.offset_lines("c", "off"))
         L.append("  };")
         L.append("  idx_t tile = blockIdx.x / FC_CLUSTER;")
+        if v.cluster > 1:  # Note [Column exchange]: the mbarriers, before any block sends
+            self.bars_at = len(L)
+            L.append("  fc_cluster_bars_init(fc_xbars, FC_SITES);")
         L.extend(f"  {self.row_type(i)} x{i}_n[FC_RT];" for i in v.cached)
         L.append("  {")
         L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
@@ -164,8 +171,10 @@ class _ColumnNorm:
         L.append("    column_offsets(col_ok ? cb : 0, col);")
         self.load_rows("_n", declared=True)
         L.append("  }")
-        L.append("  unsigned buf = 0;")
-        L.append("  for (; tile < tiles; tile += tile_step, buf ^= 1u) {")
+        if v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
+            L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
+        L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
+        L.append("  const unsigned buf = iter & 1u;")
         L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
         L.append("  const bool col_ok = cb < cols;")
         L.append(f"  idx_t col[{n}];")
@@ -271,30 +280,69 @@ class _ColumnNorm:
                  f"{op}, smem_{ident(ctype)});")  # fmt: skip
         if v.cluster == 1:
             return
-        # Note [Column exchange]: one thread a column folds the cluster's partials (all
-        # CLUSTER remote loads in flight, ranks in order) into shared memory, and the block
-        # reads the totals there. Every thread reading every partial itself moved TY times
-        # the bytes through distributed shared memory, one dependent load at a time: softmax
-        # bf16 [32, 4096, 512] over dim 1 ran at 119 GB/s on the H100, 4% of the ceiling.
-        L.append(f"  __shared__ {ctype} part_{var}{self.bufs}[FC_TX * FC_VEC];")
-        L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
+        self.exchange([var], ctype, ["#pragma unroll",
+                                     f"for (int s = 1; s < FC_CLUSTER; ++s) p0[0] = {op}(p0[0], p0[s]);",
+                                     f"total_{var}[c] = p0[0];"])  # fmt: skip
+
+    def exchange(self, values: list[str], ctype: str, fold: list[str]) -> None:
+        """Note [Column exchange]: the block's partials `values` (arrays of FC_VEC, after
+        fc_fold_rows) to every block of the cluster; then one thread a column c gathers
+        column c's partials of every block, p{k}[rank] for values[k], and `fold` writes its
+        totals total_{var}[c]; every thread reads its columns' totals. Every thread reading
+        every partial itself moved TY times the bytes through distributed shared memory,
+        one dependent load at a time: softmax bf16 [32, 4096, 512] over dim 1 ran at 119
+        GB/s on the H100, 4% of the ceiling. Clusters looping over tiles (Note [Column
+        tiles in flight]) push the partials with st.async to every peer, counted on the
+        peer's mbarrier: a cluster barrier's release would wait for the previous tile's
+        stores, still in flight."""
+        v, L = self.v, self.L
+        pushed = v.persistent
+        site = self.sites
+        self.sites += 1
+        for var in values:
+            L.append(f"  __shared__ {ctype} part_{var}[FC_TX * FC_VEC];")
+            L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
+            if pushed:
+                L.append(f"  __shared__ {ctype} slot_{var}[2][FC_CLUSTER][FC_TX * FC_VEC];")
         L.append("  if (threadIdx.y == 0) {")
         L.append("#pragma unroll")
-        L.append(f"    for (int j = 0; j < FC_VEC; ++j) part_{var}{self.buf}[threadIdx.x * FC_VEC + j] = {var}[j];")
+        L.append("    for (int j = 0; j < FC_VEC; ++j) {")
+        L.extend(f"      part_{var}[threadIdx.x * FC_VEC + j] = {var}[j];" for var in values)
+        L.append("    }")
         L.append("  }")
-        L.append("  fc_cluster_sync();")
+        if pushed:
+            bar = f"fc_xbars[{2 * site} + buf]"
+            size = f"FC_CLUSTER * FC_TX * FC_VEC * {4 * len(values)}"
+            L.append("  if (threadIdx.x == 0 && threadIdx.y == 0)")
+            L.append("    asm volatile(\"mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\"")
+            L.append(f"                 ::\"r\"(fc_smem_addr(&{bar})), \"r\"((unsigned)({size})) : \"memory\");")
+            L.append("  __syncthreads();")
+            L.append("  for (int q = threadIdx.y * FC_TX + threadIdx.x; q < FC_CLUSTER * FC_TX * FC_VEC; "
+                     "q += FC_TX * FC_TY) {")  # fmt: skip
+            L.append("    const int c = q % (FC_TX * FC_VEC), peer = q / (FC_TX * FC_VEC);")
+            L.extend(f"    fc_send_remote(&slot_{var}[buf][rank][c], part_{var}[c], peer, &{bar});"
+                     for var in values)  # fmt: skip
+            L.append("  }")
+            L.append(f"  while (!fc_bar_try_wait(fc_smem_addr(&{bar}), (iter >> 1) & 1u)) {{")
+            L.append("  }")
+        else:
+            L.append("  fc_cluster_sync();")
         L.append("  for (int c = threadIdx.y * FC_TX + threadIdx.x; c < FC_TX * FC_VEC; "
                  "c += FC_TX * FC_TY) {")  # fmt: skip
-        L.append(f"    {ctype} p[FC_CLUSTER];")
+        L.append("    " + " ".join(f"{ctype} p{k}[FC_CLUSTER];" for k in range(len(values))))
         L.append("#pragma unroll")
-        L.append(f"    for (unsigned s = 0; s < FC_CLUSTER; ++s) p[s] = fc_load_remote(&part_{var}{self.buf}[c], s);")
-        L.append("#pragma unroll")
-        L.append(f"    for (int s = 1; s < FC_CLUSTER; ++s) p[0] = {op}(p[0], p[s]);")
-        L.append(f"    total_{var}[c] = p[0];")
+        L.append("    for (unsigned r = 0; r < FC_CLUSTER; ++r) {")
+        for k, var in enumerate(values):
+            L.append(f"      p{k}[r] = slot_{var}[buf][r][c];" if pushed
+                     else f"      p{k}[r] = fc_load_remote(&part_{var}[c], r);")  # fmt: skip
+        L.append("    }")
+        L.extend("    " + x for x in fold)
         L.append("  }")
         L.append("  __syncthreads();")
         L.append("#pragma unroll")
-        L.append(f"  for (int j = 0; j < FC_VEC; ++j) {var}[j] = total_{var}[threadIdx.x * FC_VEC + j];")
+        L.append("  for (int j = 0; j < FC_VEC; ++j) {")
+        L.extend(f"    {var}[j] = total_{var}[threadIdx.x * FC_VEC + j];" for var in values)
+        L.append("  }")
 
     def online_stages(self, r1, r2) -> None:
         """Note [Online column softmax]: stages 1 and 2 of softmax (a column's max m, then the
@@ -320,42 +368,17 @@ class _ColumnNorm:
             L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
                      f"{r.var}_c, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
         m, t = f"{r1.var}_c", f"{r2.var}_c"
-        for var in (m, t):
-            L.append(f"  __shared__ {ctype} part_{var}{self.bufs}[FC_TX * FC_VEC];")
-            L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
-        L.append("  if (threadIdx.y == 0) {")
-        L.append("#pragma unroll")
-        L.append("    for (int j = 0; j < FC_VEC; ++j) {")
-        L.append(f"      part_{m}{self.buf}[threadIdx.x * FC_VEC + j] = {m}[j];")
-        L.append(f"      part_{t}{self.buf}[threadIdx.x * FC_VEC + j] = {t}[j];")
-        L.append("    }")
-        L.append("  }")
-        L.append("  fc_cluster_sync();")
-        L.append("  for (int c = threadIdx.y * FC_TX + threadIdx.x; c < FC_TX * FC_VEC; "
-                 "c += FC_TX * FC_TY) {")  # fmt: skip
-        L.append(f"    {ctype} m[FC_CLUSTER], s[FC_CLUSTER];")
-        L.append("#pragma unroll")
-        L.append("    for (unsigned r = 0; r < FC_CLUSTER; ++r) {")
-        L.append(f"      m[r] = fc_load_remote(&part_{m}{self.buf}[c], r);")
-        L.append(f"      s[r] = fc_load_remote(&part_{t}{self.buf}[c], r);")
-        L.append("    }")
-        L.append(f"    {ctype} top = m[0];")
-        L.append("#pragma unroll")
-        L.append(f"    for (int r = 1; r < FC_CLUSTER; ++r) top = {op_functor(r1)}(top, m[r]);")
-        L.append(f"    {ctype} total = {identity_of(r2)};")
-        L.append("#pragma unroll")
-        L.append("    for (int r = 0; r < FC_CLUSTER; ++r)")
-        L.append(f"      total = {op_functor(r2)}(total, m[r] == {identity_of(r1)} ? ({ctype})0 : "
-                 "s[r] * exp2f((m[r] - top) * 1.4426950408889634f));")  # fmt: skip
-        L.append(f"    total_{m}[c] = top;")
-        L.append(f"    total_{t}[c] = total;")
-        L.append("  }")
-        L.append("  __syncthreads();")
-        L.append("#pragma unroll")
-        L.append("  for (int j = 0; j < FC_VEC; ++j) {")
-        L.append(f"    {m}[j] = total_{m}[threadIdx.x * FC_VEC + j];")
-        L.append(f"    {t}[j] = total_{t}[threadIdx.x * FC_VEC + j];")
-        L.append("  }")
+        self.exchange([m, t], ctype, [
+            f"{ctype} top = p0[0];",
+            "#pragma unroll",
+            f"for (int r = 1; r < FC_CLUSTER; ++r) top = {op_functor(r1)}(top, p0[r]);",
+            f"{ctype} total = {identity_of(r2)};",
+            "#pragma unroll",
+            "for (int r = 0; r < FC_CLUSTER; ++r)",
+            f"  total = {op_functor(r2)}(total, p0[r] == {identity_of(r1)} ? ({ctype})0 : "
+            "p1[r] * exp2f((p0[r] - top) * 1.4426950408889634f));",
+            f"total_{m}[c] = top;",
+            f"total_{t}[c] = total;"])  # fmt: skip
         self.kept.append(r2.var)
 
     def reduce_stage(self, stage: int) -> None:
