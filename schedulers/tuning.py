@@ -78,6 +78,8 @@ KNOBS: dict[str, str] = {
                       "softmax]; False: one exchange a stage)",
     "colnorm.persistent": "clusters of a column norm stay resident and load their next tile "
                           "while ending the current one (Note [Column tiles in flight])",
+    "colnorm.push": "a column norm's blocks push their partials to every peer through mbarriers "
+                    "(as persistent ones do), not a cluster barrier and remote loads",
     "colnorm.blocks_per_sm": "blocks an SM a persistent column norm's wave is planned for",
     "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "

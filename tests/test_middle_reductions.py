@@ -456,6 +456,19 @@ def test_column_norm_clusters_loop_over_tiles_with_the_next_in_flight(dtype):
     assert "next tile in flight" in spec.description
 
 
+def test_column_norm_partials_pushed_through_mbarriers():
+    """Note [Column exchange] under colnorm.push: one tile a cluster, partials sent with
+    st.async to every peer; softmax and a standardization compile and replay."""
+    for build, ref, x in [(softmax(dim=1)[0], lambda x: [torch.softmax(x, 1)], rand((3, 4096, 64), seed=25)),
+                          (*standardize(dim=1), rand((3, 3000, 200), seed=26) * 3 + 1)]:  # fmt: skip
+        fd = define(build, F32, 3)
+        with overriding({"colnorm.push": True}):
+            spec = check(fd, [x], ref(x), kernel="fc_column_norm")
+        assert "partials pushed" in spec.description
+        body = spec.kernels[0].source.split("end prelude")[1]
+        assert "fc_send_remote(" in body and "fc_load_remote(" not in body
+
+
 def test_layer_norm_like_over_the_middle_dim_and_its_statistics():
     build, ref = standardize(dim=1)
     fd = define(build, F32, 3)

@@ -73,6 +73,7 @@ class _ColumnNorm:
         self.kept: list[str] = []  # column-level values kept a column: var -> var_c[FC_VEC]
         self.divisions = row_divisions(program)
         self.sites = 0  # cluster exchanges so far (each its own pair of mbarriers)
+        self.pushed = (v.persistent or v.push) and v.cluster > 1  # Note [Column exchange]
         # the fold's shared-memory shape, as an outer kernel of the same threads has it
         self.fold = OuterVariant(v.tx, v.ty, v.vec, 1, v.index_type, (), ())
 
@@ -101,7 +102,13 @@ class _ColumnNorm:
             L.append("  const bool col_ok = cb < cols;")
             self.column_offsets()
             L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
+            if v.push and v.cluster > 1:  # Note [Column exchange]: mbarriers, one tile's worth
+                self.bars_at = len(L)
+                L.append("  fc_cluster_bars_init(fc_xbars, FC_SITES);")
+                L.append("  const unsigned iter = 0, buf = 0;")
             self.load_rows()
+            if v.push and v.cluster > 1:  # every peer's mbarriers exist; the loads overlapped that
+                L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
         self.column_stage(0)
         online = online_softmax(program) if v.online and v.cluster > 1 else None
         for stage in range(1, program.stages + 1):
@@ -113,10 +120,10 @@ class _ColumnNorm:
         self.write_outputs()
         if v.persistent:
             L.append("  }")
-            if v.cluster > 1:
-                L[self.bars_at:self.bars_at] = [
-                    f"#define FC_SITES {2 * max(1, self.sites)}",
-                    "  __shared__ __align__(8) unsigned long long fc_xbars[FC_SITES];"]
+        if self.pushed:
+            L[self.bars_at:self.bars_at] = [
+                f"#define FC_SITES {2 * max(1, self.sites)}",
+                "  __shared__ __align__(8) unsigned long long fc_xbars[FC_SITES];"]
         if v.cluster > 1:  # peers may still read this block's partials
             L.append("  fc_cluster_sync();")
         L.append("}")
@@ -296,7 +303,7 @@ class _ColumnNorm:
         peer's mbarrier: a cluster barrier's release would wait for the previous tile's
         stores, still in flight."""
         v, L = self.v, self.L
-        pushed = v.persistent
+        pushed = self.pushed
         site = self.sites
         self.sites += 1
         for var in values:

@@ -158,11 +158,13 @@ class ColumnNormVariant:
     min_blocks: int = 0  # blocks an SM must hold (__launch_bounds__ minimum; 0 = unset)
     online: bool = True  # softmax's two stages through one exchange (Note [Online column softmax])
     persistent: bool = False  # resident clusters loop over tiles (Note [Column tiles in flight])
+    push: bool = False  # partials pushed through mbarriers, as persistent ones (Note [Column exchange])
 
     def describe(self) -> str:
         return (f"column norm: {self.tx}x{self.ty} threads, vec {self.vec}, {self.rows} rows a "
                 f"thread, clusters of {self.cluster}, {self.index_type}"
                 f"{'' if self.online else ', two exchanges'}"
                 f"{', next tile in flight' if self.persistent else ''}"
+                f"{', partials pushed' if self.push and not self.persistent else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}")  # fmt: skip

@@ -178,7 +178,7 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
 
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.online": False}, {"colnorm.persistent": True},
                                    {"colnorm.persistent": True, "colnorm.min_blocks": 2,
-                                    "colnorm.online": False}], ids=str)  # fmt: skip
+                                    "colnorm.online": False}, {"colnorm.push": True}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
     """Note [Online column softmax]: blocks whose rows are all -inf add nothing to the sum;
@@ -199,7 +199,8 @@ def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.cluster": 1, "colnorm.ty": 64},
                                    {"colnorm.values": 64}, {"colnorm.cluster": 8},
                                    {"colnorm.min_blocks": 0}, {"colnorm.persistent": True},
-                                   {"colnorm.persistent": True, "colnorm.cluster": 4}],
+                                   {"colnorm.persistent": True, "colnorm.cluster": 4},
+                                   {"colnorm.push": True}],
                          ids=str)  # fmt: skip
 def test_column_norm_knobs_and_welford(knobs, gen):
     build, ref = standardize(dim=1)
