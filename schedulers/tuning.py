@@ -77,9 +77,11 @@ KNOBS: dict[str, str] = {
     "colnorm.online": "softmax's max and sum through one cluster exchange (Note [Online column "
                       "softmax]; False: one exchange a stage)",
     "colnorm.persistent": "clusters of a column norm stay resident and load their next tile "
-                          "while ending the current one (Note [Column tiles in flight])",
+                          "while ending the current one (Note [Column tiles in flight]; "
+                          "default: rows of 32-bit values)",
     "colnorm.push": "a column norm's blocks push their partials to every peer through mbarriers "
-                    "(as persistent ones do), not a cluster barrier and remote loads",
+                    "(as persistent ones do), not a cluster barrier and remote loads (default: "
+                    "16-bit rows)",
     "colnorm.blocks_per_sm": "blocks an SM a persistent column norm's wave is planned for",
     "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "

@@ -421,7 +421,8 @@ def test_column_norm_folds_each_columns_partials_once(dtype, online):
     max and sum travel through one exchange (Note [Online column softmax])."""
     fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand((3, 4096, 64), dtype, 22)
-    with overriding({"colnorm.online": online}):
+    plain = {"colnorm.online": online, "colnorm.push": False, "colnorm.persistent": False}
+    with overriding(plain):
         spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
     assert column_norm_rows(spec)[2] > 1
     body = spec.kernels[0].source.split("end prelude")[1]
@@ -456,13 +457,23 @@ def test_column_norm_clusters_loop_over_tiles_with_the_next_in_flight(dtype):
     assert "next tile in flight" in spec.description
 
 
+@pytest.mark.parametrize("dtype, kind", [(F32, "next tile in flight"), (BF16, "partials pushed")])
+def test_column_norm_defaults_loop_over_tiles_in_f32_and_push_in_bf16(dtype, kind):
+    """Note [Column tiles in flight]: 32-bit rows loop over tiles; 16-bit ones, which
+    took too many registers that way, push their partials (Note [Column exchange])."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((32, 4096, 64), dtype, 27)
+    spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert kind in spec.description
+
+
 def test_column_norm_partials_pushed_through_mbarriers():
     """Note [Column exchange] under colnorm.push: one tile a cluster, partials sent with
     st.async to every peer; softmax and a standardization compile and replay."""
     for build, ref, x in [(softmax(dim=1)[0], lambda x: [torch.softmax(x, 1)], rand((3, 4096, 64), seed=25)),
                           (*standardize(dim=1), rand((3, 3000, 200), seed=26) * 3 + 1)]:  # fmt: skip
         fd = define(build, F32, 3)
-        with overriding({"colnorm.push": True}):
+        with overriding({"colnorm.push": True, "colnorm.persistent": False}):
             spec = check(fd, [x], ref(x), kernel="fc_column_norm")
         assert "partials pushed" in spec.description
         body = spec.kernels[0].source.split("end prelude")[1]

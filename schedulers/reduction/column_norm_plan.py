@@ -9,7 +9,9 @@ rows of every input read along it into registers once, all loads in flight toget
 stage's reductions fold over the thread rows (Note [Row fold]) and then over the cluster's
 blocks through distributed shared memory, every block folding the partials in rank order
 (the same bits in all of them; one thread a column reads them, Note [Column exchange]);
-softmax's max and sum share one exchange (Note [Online column softmax]). The column-level
+softmax's max and sum share one exchange (Note [Online column softmax]); 32-bit rows keep
+a resident wave of clusters loading each next tile ahead (Note [Column tiles in flight]),
+16-bit ones push their partials through mbarriers. The column-level
 statements follow, and the last pass writes the outputs from registers, a row at a time.
 The input is read once and the output written once. Blocks of 32 thread rows (else 64) in
 the smallest cluster whose threads keep at most `colnorm.values` registers of values is taken; a
@@ -96,15 +98,21 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # blocks of 512 threads ask for two an SM, so that one block's loads overlap the other's
     # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one)
     min_blocks = knob("colnorm.min_blocks", 2 if tx * ty >= 512 else 0)
-    # Note [Column tiles in flight] (codegen/reduction/column_norm.py): clusters that loop
-    # over tiles, the next one's rows loaded while the current one ends
-    persistent = bool(knob("colnorm.persistent", False)) and cluster > 1
+    # Note [Column tiles in flight] (codegen/reduction/column_norm.py): 32-bit rows loop
+    # over tiles, the next one's rows loaded while the current one ends (softmax f32 [32,
+    # 4096, 512] over dim 1: 2267 -> 2643 GB/s on the H100); 16-bit ones took 190 registers
+    # that way, one block an SM (bf16 1633 -> 783), and push their partials through
+    # mbarriers instead of a cluster barrier (Note [Column exchange]; 1633 -> 1757; f32
+    # 2489). benchmarks/sweeps/layouts_perf3.json, 2026-11-26
+    narrow = any(ELEMENT_BYTES[program.accesses[i].dtype] < 4 for i in cached)
+    persistent = bool(knob("colnorm.persistent", not narrow)) and cluster > 1
+    push = bool(knob("colnorm.push", narrow)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
                                 min_blocks, bool(knob("colnorm.online", True)),
-                                persistent, bool(knob("colnorm.push", False)))  # fmt: skip
+                                persistent, push)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
