@@ -44,6 +44,8 @@ KNOBS: dict[str, str] = {
                        "barrier each (Note [Alternating row buffers])",
     "inner.hoist": "load inputs every row shares once, into registers (Note [Weights loaded once])",
     "inner.hoist_smem": "load those once into shared memory instead (Note [Weights loaded once])",
+    "inner.rows": "row groups a thread of a cached short row loads ahead together (Note [Rows a "
+                  "thread]; 1: one)",
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",
@@ -67,10 +69,21 @@ KNOBS: dict[str, str] = {
     "split.unroll": "vectors a thread of a split row loads before accumulating",
     "split.blocks_per_sm": "blocks an SM the slices of split rows aim at",
     "split.max_rows": "rows under which long pure reductions are split over the GPU",
-    "colnorm.values": "values a thread of a column norm keeps in registers (Note [Column norms])",
+    "colnorm.values": "registers of values a thread of a column norm keeps (16-bit values two "
+                      "to a register; Note [Column norms])",
     "colnorm.tx": "column threads of a column norm block (VEC columns each)",
     "colnorm.ty": "thread rows of a column norm block",
     "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",
+    "colnorm.online": "softmax's max and sum through one cluster exchange (Note [Online column "
+                      "softmax]; False: one exchange a stage)",
+    "colnorm.persistent": "clusters of a column norm stay resident and load their next tile "
+                          "while ending the current one (Note [Column tiles in flight]; "
+                          "default: rows of 32-bit values)",
+    "colnorm.push": "a column norm's blocks push their partials to every peer through mbarriers "
+                    "(as persistent ones do), not a cluster barrier and remote loads (default: "
+                    "16-bit rows)",
+    "colnorm.blocks_per_sm": "blocks an SM a persistent column norm's wave is planned for",
+    "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",
     "transpose.tile_b": "elements of a transpose tile along the staged inputs' innermost dim",

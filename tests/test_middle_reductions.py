@@ -9,6 +9,7 @@ reduced ones, as the kernel computes them; the program's statements then run ove
 [rows, columns] values gathered that way and the results go out through the stores' offsets.
 """
 import math
+import re
 
 import pytest
 import torch
@@ -157,6 +158,22 @@ def test_var_mean_over_the_middle_dim(dtype):
     x = rand((6, 300, 40), dtype, 2)
     var, mean = torch.var_mean(x.float(), dim=1, correction=1)
     check(fd, [x], [var.to(dtype), mean.to(dtype)], kept_runs=2)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_var_mean_over_the_middle_dim_adds_rows_a_group_at_a_time(dtype):
+    """Note [Outer Welford add]: the unrolled rows of a column join its Welford state
+    together; values far from zero, so a lost deviation would show in the variance."""
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, dtype)
+        var, mean = fd.ops.var_mean(up(fd, x, dtype), dims=[1], correction=0)
+        fd.add_output(down(fd, var, dtype))
+        fd.add_output(down(fd, mean, dtype))
+    x = (rand((4, 1030, 72), F32, 21) + 50).to(dtype)
+    var, mean = torch.var_mean(x.double(), dim=1, correction=0)
+    spec = check(fd, [x], [var.to(dtype), mean.to(dtype)], kept_runs=2)
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert "fc_welford_add<FC_UNROLL>" in body and "fc_welford_update" in body  # the edges
 
 
 @pytest.mark.parametrize("shape, knobs, kernels", [
@@ -393,6 +410,74 @@ def test_softmax_over_the_middle_dim(shape, dtype, target):
     ty, rt, cluster = column_norm_rows(spec)
     assert ty * rt * cluster >= shape[1] > ty * (rt - 1) * cluster  # every row, once
     assert spec.kernels[0].grid[0] % cluster == 0
+
+
+@pytest.mark.parametrize("online", [True, False])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_column_norm_folds_each_columns_partials_once(dtype, online):
+    """Note [Column exchange]: one thread a column reads the cluster's partials, all in
+    flight, and the block reads the totals from its own shared memory; the outputs are
+    stored a row at a time and divisions by a column's sum are multiplications. Softmax's
+    max and sum travel through one exchange (Note [Online column softmax])."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((3, 4096, 64), dtype, 22)
+    plain = {"colnorm.online": online, "colnorm.push": False, "colnorm.persistent": False}
+    with overriding(plain):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert column_norm_rows(spec)[2] > 1
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert body.count("fc_load_remote(") == 2  # max and sum
+    assert body.count("fc_cluster_sync();") == (2 if online else 3)  # the last: partials read
+    assert body.count("__syncthreads();") == (1 if online else 2) and "total_" in body
+    assert "fc_div_by(" in body and " / " not in body.split("fc_divisor_of")[1]
+    assert column_norm_rows(spec)[:2] == (32, 8)  # 8 rows of 16 bytes a thread, both dtypes
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_column_norm_clusters_loop_over_tiles_with_the_next_in_flight(dtype):
+    """Note [Column tiles in flight]: under the knob, a resident wave of clusters takes
+    every so many tiles, loading the next one's rows ahead, exchange buffers alternating;
+    softmax (one exchange a tile) and a standardization (Welford: three) compile and replay."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((6, 4096, 520), dtype, 23)
+    with overriding({"colnorm.persistent": True}):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert "next tile in flight" in spec.description
+    cluster = column_norm_rows(spec)[2]
+    tiles = -(-6 * 520 // (8 * 32 // (4 if dtype == F32 else 2)))  # 128-byte tiles
+    assert spec.kernels[0].grid[0] % cluster == 0 and spec.kernels[0].grid[0] < tiles * cluster
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert re.search(r"slot_v\d+_c\[2\]\[FC_CLUSTER\]", body) and "x0_n[it] = fc_load_vec_if" in body
+    assert "fc_send_remote(" in body and "fc_load_remote(" not in body  # pushed, no fence
+    build, ref = standardize(dim=1)
+    fd2 = define(build, F32, 3)
+    y = rand((3, 3000, 200), seed=24) * 3 + 1
+    with overriding({"colnorm.persistent": True}):
+        spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
+    assert "next tile in flight" in spec.description
+
+
+@pytest.mark.parametrize("dtype, kind", [(F32, "next tile in flight"), (BF16, "partials pushed")])
+def test_column_norm_defaults_loop_over_tiles_in_f32_and_push_in_bf16(dtype, kind):
+    """Note [Column tiles in flight]: 32-bit rows loop over tiles; 16-bit ones, which
+    took too many registers that way, push their partials (Note [Column exchange])."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((32, 4096, 64), dtype, 27)
+    spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert kind in spec.description
+
+
+def test_column_norm_partials_pushed_through_mbarriers():
+    """Note [Column exchange] under colnorm.push: one tile a cluster, partials sent with
+    st.async to every peer; softmax and a standardization compile and replay."""
+    for build, ref, x in [(softmax(dim=1)[0], lambda x: [torch.softmax(x, 1)], rand((3, 4096, 64), seed=25)),
+                          (*standardize(dim=1), rand((3, 3000, 200), seed=26) * 3 + 1)]:  # fmt: skip
+        fd = define(build, F32, 3)
+        with overriding({"colnorm.push": True, "colnorm.persistent": False}):
+            spec = check(fd, [x], ref(x), kernel="fc_column_norm")
+        assert "partials pushed" in spec.description
+        body = spec.kernels[0].source.split("end prelude")[1]
+        assert "fc_send_remote(" in body and "fc_load_remote(" not in body
 
 
 def test_layer_norm_like_over_the_middle_dim_and_its_statistics():

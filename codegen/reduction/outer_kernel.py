@@ -3,7 +3,7 @@ blocks share the reduced dim; the split blocks combine in one cluster (Note [Clu
 columns]) or through workspaces and a finish kernel (Note [Outer finish])."""
 from __future__ import annotations
 
-from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, prelude_features
+from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert, prelude_features
 from ..kernel_ir import ReductionProgram, needed
 from ..prelude import prelude_source
 from ..stmt_cuda import render_stmt, scalar_arg_types, to_memory
@@ -136,12 +136,41 @@ def render_outer(program: ReductionProgram, v: OuterVariant, finish: bool) -> st
             L.append(pad + "  }")
             L.append(pad + "}")
 
+        def welford_rows(pad: str) -> None:
+            """Note [Outer Welford add]: a column's UNROLL rows join its Welford state
+            together (fc_welford_add: their own mean and m2, then one combine), not one
+            update with a division each; columns outer, rows inner, the other reductions'
+            order per accumulator unchanged."""
+            L.append("#pragma unroll")
+            L.append(pad + "for (int j = 0; j < FC_VEC; ++j) {")
+            for r in program.reductions:
+                if r.op == "welford":
+                    L.append(pad + f"  {REGISTER_TYPE[r.dtype]} {r.var}_x[FC_UNROLL];")
+            L.extend(pad + "  " + x for x in row_level_stmts(program, 0, dtypes, col_load))
+            L.append("#pragma unroll")
+            L.append(pad + "  for (int u = 0; u < FC_UNROLL; ++u) {")
+            for st in stmts:
+                L.append(pad + "    " + render_stmt(st, dtypes, elem_load))
+            for r in program.reductions:
+                if r.op == "welford":
+                    L.append(pad + f"    {r.var}_x[u] = {convert(r.input, dtypes[r.input], r.dtype)};")
+                else:
+                    L.append(pad + "    " + accumulate_stmt(r, r.input, dtypes, f"{r.var}_a[j]"))
+            L.append(pad + "  }")
+            for r in program.reductions:
+                if r.op == "welford":
+                    L.append(pad + f"  {r.var}_a[j] = fc_welford_add<FC_UNROLL>({r.var}_a[j], {r.var}_x);")
+            L.append(pad + "}")
+
         # where all UNROLL rows and VEC columns are in range (all but the edges), the sums
         # run without a bounds branch each: sum over dim 0 bf16 1024x65536 2367 -> 2420 GB/s
         # on the H100, 16-bit outer sums 2-3%, f32 ones +0.3% (benchmarks/results/
         # sweep-outer_unchecked.json)
         L.append("    if (k0 + (FC_UNROLL - 1) * kstep < N && cb + FC_VEC <= cols) {")
-        sum_rows(False, "      ")
+        if any(r.op == "welford" for r in program.reductions) and v.unroll & (v.unroll - 1) == 0:
+            welford_rows("      ")
+        else:
+            sum_rows(False, "      ")
         L.append("    } else {")
         sum_rows(True, "      ")
         L.append("    }")

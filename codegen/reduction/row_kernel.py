@@ -97,12 +97,21 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         self.cluster_slice()
         self.partials_init()
         self.hoist_weights()
+        many = v.rows_a_thread > 1  # Note [Rows a thread]
         if v.pipeline:
             self.pipelined_loop_head()
+        elif many:
+            step = f" * {v.rows_a_thread}"
+            L.append(f"  for (idx_t row0 = {self.first_row0}{step}; row0 < rows; "
+                     f"row0 += {self.row_step}{step}) {{")  # fmt: skip
+            self.load_rows_ahead()
+            L.append("#pragma unroll")
+            L.append(f"  for (int rr = 0; rr < {v.rows_a_thread}; ++rr) {{")
         else:
             L.append(f"  for (idx_t row0 = {self.first_row0}; row0 < rows; row0 += {self.row_step}) {{")
         every = range(len(self.tensors))
-        L.extend("    " + x for x in self.row_offsets("row0 + threadIdx.y", "", every))
+        first_row = "row0 + (idx_t)rr * FC_TY + threadIdx.y" if many else "row0 + threadIdx.y"
+        L.extend("    " + x for x in self.row_offsets(first_row, "", every))
         self.cache_row()
         self.row_stmts(0)
         # Note [Deferred row end]: the last pass of a row group sees only row-level values it
@@ -116,6 +125,8 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         else:
             self.row_end()
             L.append("  }")
+            if many:
+                L.append("  }")
         if v.pipeline or self.in_smem:  # no copy still in flight when the block ends
             L.append("  fc_cp_async_wait<0>();")
         self.block_partials()

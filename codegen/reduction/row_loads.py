@@ -130,6 +130,28 @@ class RowLoads:
             weights.append("  fc_cp_async_commit();  // waited for by the first pass reading them")
         self.L += weights
 
+    def load_rows_ahead(self) -> None:
+        """Note [Rows a thread]: rows of a few vectors (softmax or layer norm of rows of 32)
+        leave a thread one load in flight a row, each row group waiting for its own. With
+        `rows_a_thread` R, a thread loads its R rows (TY apart) of the block's R row groups
+        first, all in flight together, and then runs each row as before, from registers."""
+        program, v, L = self.program, self.v, self.L
+        for i in v.cached:
+            mt = MEMORY_TYPE[program.accesses[i].dtype]
+            L.append(f"    fc_vec<{mt}, FC_VEC> a{i}_r[{v.rows_a_thread}][{v.iters}];")
+        L.append("#pragma unroll")
+        L.append(f"    for (int rr = 0; rr < {v.rows_a_thread}; ++rr) {{")
+        L.extend("      " + x for x in self.row_offsets("row0 + (idx_t)rr * FC_TY + threadIdx.y", "",
+                                                        v.cached))  # fmt: skip
+        L.append("#pragma unroll")
+        L.append(f"      for (int it = 0; it < {v.iters}; ++it) {{")
+        L.append("        const idx_t kb = k_lo + ((idx_t)it * FC_TX + tx) * FC_VEC;")
+        L.append("        const bool ok = row_ok && kb < k_hi;")
+        for i in v.cached:
+            L.extend("        " + line for line in self.fetch(i, "kb", f"a{i}_r[rr][it]"))
+        L.append("      }")
+        L.append("    }")
+
     def cache_row(self) -> None:
         """The row's own data to registers once, for every pass; weights: L1/L2."""
         program, v, L = self.program, self.v, self.L
@@ -138,6 +160,12 @@ class RowLoads:
         for i in v.cached:  # whole vectors: 16-bit values stay two to a register
             mt = MEMORY_TYPE[program.accesses[i].dtype]
             L.append(f"    fc_vec<{mt}, FC_VEC> a{i}_c[{v.iters}];")
+        if v.rows_a_thread > 1:  # loaded ahead with the thread's other rows
+            L.append("#pragma unroll")
+            L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
+            L.extend(f"      a{i}_c[it] = a{i}_r[rr][it];" for i in v.cached)
+            L.append("    }")
+            return
         L.append("#pragma unroll")
         L.append(f"    for (int it = 0; it < {v.iters}; ++it) {{")
         if not v.pipeline:  # the pipelined copies read zeros past the row's end instead

@@ -68,6 +68,8 @@ class InnerVariant:
     # reads through windows and by index (codegen/resize_cuda.py), with row coordinates and
     # 'k' (the reduced one) as targets; accesses read element by element take mode 'gather'
     resize: Any = None
+    # Note [Rows a thread] (row_loads.py): row groups a thread loads ahead together
+    rows_a_thread: int = 1
 
     def _staged(self) -> str:
         n = len(self.cached)
@@ -83,6 +85,7 @@ class InnerVariant:
                 f"{f', clusters of {self.cluster}' if self.cluster > 1 else ''}"
                 f"{', barrier exchange' if self.cluster > 1 and not self.exchange_async else ''}"
                 f"{', pipelined' if self.pipeline else ''}"
+                f"{f', {self.rows_a_thread} rows a thread' if self.rows_a_thread > 1 else ''}"
                 f"{', deferred row end' if self.defer else ''}"
                 f"{', alternating row buffers' if self.alternate and self.tx > 32 else ''}"
                 f"{self._staged()}"
@@ -152,8 +155,16 @@ class ColumnNormVariant:
     cached: tuple[int, ...]  # accesses read along the reduced dim, kept in registers
     load_hint: int = 0
     store_hint: int = 0
+    min_blocks: int = 0  # blocks an SM must hold (__launch_bounds__ minimum; 0 = unset)
+    online: bool = True  # softmax's two stages through one exchange (Note [Online column softmax])
+    persistent: bool = False  # resident clusters loop over tiles (Note [Column tiles in flight])
+    push: bool = False  # partials pushed through mbarriers, as persistent ones (Note [Column exchange])
 
     def describe(self) -> str:
         return (f"column norm: {self.tx}x{self.ty} threads, vec {self.vec}, {self.rows} rows a "
                 f"thread, clusters of {self.cluster}, {self.index_type}"
+                f"{'' if self.online else ', two exchanges'}"
+                f"{', next tile in flight' if self.persistent else ''}"
+                f"{', partials pushed' if self.push and not self.persistent else ''}"
+                f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}")  # fmt: skip

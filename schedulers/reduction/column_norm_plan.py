@@ -8,11 +8,15 @@ rows and a cluster of CLUSTER blocks share the reduced dim, and each thread load
 rows of every input read along it into registers once, all loads in flight together. Each
 stage's reductions fold over the thread rows (Note [Row fold]) and then over the cluster's
 blocks through distributed shared memory, every block folding the partials in rank order
-(the same bits in all of them); the column-level statements follow, and the last pass
-writes the outputs from registers. The input is read once and the output written once.
-Blocks of 32 thread rows (else 64) in the smallest cluster whose threads keep at most `colnorm.values`
-values each is taken; a reduced dim too long for the widest cluster is left to the
-segmenter (a reduction and a pointwise kernel).
+(the same bits in all of them; one thread a column reads them, Note [Column exchange]);
+softmax's max and sum share one exchange (Note [Online column softmax]); 32-bit rows keep
+a resident wave of clusters loading each next tile ahead (Note [Column tiles in flight]),
+16-bit ones push their partials through mbarriers. The column-level
+statements follow, and the last pass writes the outputs from registers, a row at a time.
+The input is read once and the output written once. Blocks of 32 thread rows (else 64) in
+the smallest cluster whose threads keep at most `colnorm.values` registers of values is taken; a
+reduced dim too long for the widest cluster is left to the segmenter (a reduction and a
+pointwise kernel).
 """
 from __future__ import annotations
 
@@ -67,14 +71,19 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # the kept run is shorter
     tx = knob("colnorm.tx", max(1, min(128 // (vec * widest), 32,
                                        _pow2_at_least(-(-n_inner // vec)))))
+    # registers of kept values a thread (16-bit values two to a register): 8 rows of 16
+    # bytes. bf16 softmax [32, 4096, 512] over dim 1 kept 4 rows a thread in blocks of 512
+    # at 1087 GB/s on the H100, 8 rows in blocks of 256 at 1630 (f32 2280 with 8 rows;
+    # benchmarks/sweeps/layouts_perf.json, H100, 2026-11-26)
     budget = knob("colnorm.values", 32)
+    words = sum(ELEMENT_BYTES[program.accesses[i].dtype] for i in cached) * vec / 4
     choice = None
     # blocks of 256 threads first (two or three an SM beside the cluster's barriers), then 512
     for ty in (32, 64):
         widths = (1, 2, 4, 8, 16) if profile.supports_clusters else (1,)
         for cluster in [c for c in widths if c <= profile.max_cluster]:
             rows = -(-p.N // (ty * cluster))
-            if choice is None and tx * ty <= 1024 and rows * vec * len(cached) <= budget:
+            if choice is None and tx * ty <= 1024 and rows * words <= budget:
                 choice = (cluster, ty, rows)
     forced = knob("colnorm.cluster", None), knob("colnorm.ty", None)
     if forced != (None, None):
@@ -86,9 +95,24 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
                 f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
+    # blocks of 512 threads ask for two an SM, so that one block's loads overlap the other's
+    # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one)
+    min_blocks = knob("colnorm.min_blocks", 2 if tx * ty >= 512 else 0)
+    # Note [Column tiles in flight] (codegen/reduction/column_norm.py): 32-bit rows loop
+    # over tiles, the next one's rows loaded while the current one ends (softmax f32 [32,
+    # 4096, 512] over dim 1: 2267 -> 2643 GB/s on the H100); 16-bit ones took 190 registers
+    # that way, one block an SM (bf16 1633 -> 783), and push their partials through
+    # mbarriers instead of a cluster barrier (Note [Column exchange]; 1633 -> 1757; f32
+    # 2489). benchmarks/sweeps/layouts_perf3.json, 2026-11-26
+    narrow = any(ELEMENT_BYTES[program.accesses[i].dtype] < 4 for i in cached)
+    persistent = bool(knob("colnorm.persistent", not narrow)) and cluster > 1
+    push = bool(knob("colnorm.push", narrow)) and cluster > 1
+    per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
-                                knob("load.hint", 0), knob("store.hint", 0))  # fmt: skip
+                                knob("load.hint", 0), knob("store.hint", 0),
+                                min_blocks, bool(knob("colnorm.online", True)),
+                                persistent, push)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
@@ -96,12 +120,17 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         args += [*p.i_strides[k], p.ks[k]]
     cols = math.prod(p.i_sizes)
     args += [cols, p.N, *p.i_sizes[1:], *p.scalars]
-    tiles = -(-cols // (tx * vec))
+    tiles = groups = -(-cols // (tx * vec))
+    wave = 0
+    if persistent:  # one resident wave of clusters, each taking every so many tiles
+        wave = profile.measured_wave or profile.resident_clusters(cluster, per_sm)
+        groups = min(tiles, wave)
+        wave = wave if groups == wave and not profile.measured_wave else 0
     kernel = KernelLaunch(COLUMN_NORM_NAME, render_column_norm(program, variant),
-                          (tiles * cluster, 1, 1), (tx, ty, 1),
+                          (groups * cluster, 1, 1), (tx, ty, 1),
                           column_norm_arg_types(program, variant), tuple(args))  # fmt: skip
     return LaunchSpec(NAME, tuple(p.outputs), (), (kernel,),
-                      variant.describe() + describe_views(program.views, p.env))
+                      variant.describe() + describe_views(program.views, p.env), wave)
 
 
 def _pow2_at_least(n: int) -> int:

@@ -70,7 +70,11 @@ def plan_columns(p: Problem) -> LaunchSpec:
     ty = knob("outer.ty", max(1, min(32, (128 if small_blocks else 256) // tx)))
     # four vectors in flight a thread, and a split aiming at two blocks an SM: sum over
     # dim 0 bf16 262144x256 1629 -> 1996 GB/s, f32 2378 -> 2497 (sweep-explore)
-    unroll = knob("outer.unroll", 4)
+    # 16-bit Welford columns: eight rows a Welford add (Note [Outer Welford add]); var_mean
+    # bf16 over dim 1 of [64, 4096, 1024] 2643 -> 2705 GB/s on the H100, [8, 16384, 4096]
+    # 2776 -> 2816 (benchmarks/sweeps/layouts_perf.json, H100, 2026-11-26)
+    welford16 = vec >= 8 and any(r.op == "welford" for r in program.reductions)
+    unroll = knob("outer.unroll", 8 if welford16 else 4)
     split = 1
     # 16-bit: one block an SM (bf16 1024x65536: 2258 -> 2367 GB/s, sweep-rows). Still so
     # with the finish of Note [Outer finish]: bf16 262144x256 2282 GB/s, 2261 at two an SM

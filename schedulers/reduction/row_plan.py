@@ -103,6 +103,10 @@ def plan_rows(p: Problem) -> LaunchSpec:
     if hoist_smem and min_blocks * per_block > profile.smem_per_sm:
         min_blocks = 0
     variant = replace(variant, min_blocks=knob("inner.min_blocks", min_blocks))
+    many = knob("inner.rows", 1)  # Note [Rows a thread] (codegen/reduction/row_loads.py)
+    if many > 1 and iters and cached and not (pipeline or rows_in_smem or defer or accumulate
+                                              or variant.finish or rv is not None) and cluster == 1:
+        variant = replace(variant, rows_a_thread=many)
     groups, wave = launch_groups(rs, variant, stage_bytes)
     workspaces: tuple = ()
     if accumulate:

@@ -30,7 +30,15 @@ class RowShape:
         nv, vec = self.nv, self.vec
         nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
         widest = most if cluster > 1 else 512
-        tx = knob("inner.tx", _row_threads(nv_block, vec, self.per_thread, widest))
+        default = _row_threads(nv_block, vec, self.per_thread, widest)
+        if cluster == 1 and nv_block <= 8 and not self.p.pure and not self.p.accumulate:
+            # rows of at most 8 vectors: two vectors a thread. One thread a row of 32 bf16
+            # values made each warp load 32 rows' 16-byte pieces 64 bytes apart; two threads
+            # read 32 consecutive bytes each: softmax bf16 2097152x32 2144 -> 2835 GB/s on
+            # the H100, layer norm 1952 -> 2850, f32 (four threads) 2590 -> 2901 and 2760 ->
+            # 2920 (benchmarks/sweeps/layouts_perf.json, H100, 2026-11-26)
+            default = next_pow2(-(-nv_block // 2))
+        tx = knob("inner.tx", default)
         if cluster > 1:
             tx = max(tx, cluster)  # a row's threads hand out the cluster's partials, one each
         iters = -(-nv_block // tx)

@@ -57,6 +57,24 @@ def test_sum_and_var_mean_over_the_middle_dim(shape, dtype, gen):
     outer(fd2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(64, 4096, 1024), (3, 1003, 41)], ids=str)
+def test_var_mean_over_the_middle_dim_away_from_zero(shape, dtype, gen):
+    """Note [Outer Welford add]: rows joined a group at a time keep the variance of values
+    whose mean is far from zero (f32 against float64 at 1e-4)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1] * 3, contiguity=[True] * 3, dtype=from_torch(dtype))
+        var, mean = fd.ops.var_mean(fd.ops.cast(x, DataType.Float), dims=[1], correction=0)
+        fd.add_output(var)
+        fd.add_output(mean)
+    x = (rand(shape, torch.float32, gen) * 2 + 100).to(dtype)
+    got_var, got_mean = fd.execute([x])
+    want_var, want_mean = torch.var_mean(x.double(), dim=1, correction=0)
+    torch.testing.assert_close(got_var.double(), want_var, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got_mean.double(), want_mean, rtol=1e-5, atol=1e-5)
+    outer(fd)
+
+
 @pytest.mark.parametrize("knobs", [{}, {"outer.cluster": 0}], ids=["cluster", "finish"])
 def test_splits(knobs, gen):
     with FusionDefinition() as fd:
@@ -158,12 +176,38 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
     column_norm(fd)
 
 
+@pytest.mark.parametrize("knobs", [{}, {"colnorm.online": False}, {"colnorm.persistent": True},
+                                   {"colnorm.persistent": True, "colnorm.min_blocks": 2,
+                                    "colnorm.online": False}, {"colnorm.push": True}], ids=str)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
+    """Note [Online column softmax]: blocks whose rows are all -inf add nothing to the sum;
+    the others' sums are rescaled to the column's max (values spread over +-40). Note
+    [Column tiles in flight]: clusters looping over tiles (more tiles than clusters)."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((4, 4096, 1032), torch.float32, gen) * 20
+    x[:, :700] = float("-inf")
+    x[:, 3000:3100] += 30
+    x = x.to(dtype)
+    with overriding(knobs):
+        close(fd.execute([x])[0], torch.softmax(x.float(), 1).to(dtype))
+    description = column_norm(fd).description
+    assert ("two exchanges" in description) == (knobs.get("colnorm.online") is False)
+    # 32-bit rows loop over tiles unless told not to (Note [Column tiles in flight])
+    assert ("next tile in flight" in description) == knobs.get("colnorm.persistent",
+                                                               dtype == torch.float32)
+
+
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.cluster": 1, "colnorm.ty": 64},
-                                   {"colnorm.values": 64}, {"colnorm.cluster": 8}], ids=str)  # fmt: skip
+                                   {"colnorm.values": 64}, {"colnorm.cluster": 8},
+                                   {"colnorm.min_blocks": 0}, {"colnorm.persistent": True},
+                                   {"colnorm.persistent": True, "colnorm.cluster": 4},
+                                   {"colnorm.push": True}],
+                         ids=str)  # fmt: skip
 def test_column_norm_knobs_and_welford(knobs, gen):
     build, ref = standardize(dim=1)
     fd = define(build, torch.float32, 3)
-    x = rand((6, 700, 96), torch.float32, gen) * 3 + 1
+    x = rand((6, 700, 1000), torch.float32, gen) * 3 + 1  # 188 tiles: persistent clusters loop
     with overriding(knobs):
         got = fd.execute([x])
     for g, w in zip(got, ref(x), strict=True):

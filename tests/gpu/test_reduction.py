@@ -303,3 +303,29 @@ def test_clusters_the_driver_cannot_place_are_planned_again_within_8(gen, monkey
     x = rand((21, 65536), torch.float32, gen)
     check(fd.execute([x, w])[0], ref(x, w), torch.float32, scale=4)
     assert "clusters of 16" in executor_for(fd).last_plan.spec.description
+
+
+@pytest.mark.parametrize("knobs", [{"inner.rows": 4}, {"inner.tx": 4, "inner.rows": 4},
+                                   {"inner.tx": 8, "inner.rows": 2, "inner.threads": 1024}],
+                         ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(70001, 32), (1001, 24)], ids=str)
+@pytest.mark.parametrize("pattern", ["softmax", "layer_norm", "var_mean"])
+def test_short_rows_several_rows_a_thread(pattern, shape, dtype, knobs, gen):
+    # Note [Rows a thread]: row counts that leave a block's last row groups partly empty
+    from schedulers.tuning import overriding
+
+    build, ref = {"var_mean": var_mean([-1]), "softmax": softmax(),
+                  "layer_norm": layer_norm()}[pattern]  # fmt: skip
+    fd = define(build, dtype, 2)
+    rows, n = shape
+    x = 3 + rand((rows, n), dtype, gen)
+    inputs = [x, rand((n,), dtype, gen), rand((n,), dtype, gen)] if pattern == "layer_norm" else [x]
+    executor_for(fd).plans.clear()
+    with overriding(knobs):
+        got = fd.execute(inputs)
+    assert "rows a thread" in executor_for(fd).last_plan.spec.description
+    want = ref(*[t.double() for t in inputs])
+    for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
+        err = (g.double() - w).abs().max().item()
+        assert err <= TOL[dtype] * w.abs().max().item(), (pattern, knobs, err)
