@@ -178,6 +178,7 @@ template <typename T> inline T fc_ldg(const T* p) { return *p; }
 template <typename T> inline void fc_opaque(const T*&) {}
 template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
 inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { unsigned old = *p; if (old == cmp) *p = v; return old; }
+inline int atomicCAS(int* p, int cmp, int v) { int old = *p; if (old == cmp) *p = v; return old; }
 inline long long atomicMax(long long* p, long long v) { long long old = *p; if (v > old) *p = v; return old; }
 inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned old = *p; *p = old | v; return old; }
 """
