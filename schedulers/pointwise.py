@@ -404,7 +404,8 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         sizes, strides, dim_of = collapse_keeping(list(out_shape), strides, layout.keep)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
     virtual = [a.virtual for a in program.accesses] + [""] * len(program.stores)
-    vec = vector_width([dt for dt, s, v in zip(dtypes, strides, virtual) if s[-1] != 0 and not v])
+    vec = knob("pointwise.vec", 0) or vector_width(
+        [dt for dt, s, v in zip(dtypes, strides, virtual) if s[-1] != 0 and not v])
     while vec > 1 and sizes[-1] % vec:
         vec //= 2
     n_acc = len(program.accesses)
