@@ -34,6 +34,7 @@ from .resize import (
     ResizeLowering,
     collapse_keeping,
     index_bound,
+    paired_halves,
     resize_layout,
     resize_variant,
 )
@@ -444,13 +445,20 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         itype = index_type(sizes, strides)
     else:
         itype = "int" if index_bound(sizes, strides, layout) < 2**30 else "long long"
+    pair = pair_guards = None
+    if layout is not None and knob("pointwise.pair", False):  # Note [Paired halves]
+        found = paired_halves(program, layout, sizes, dim_of, strides, ptrs, modes[:n_acc], vec)
+        pair, pair_guards = found if found is not None else (None, None)
     variant = PointwiseVariant(
         len(sizes), vec, itype, tuple(modes[:n_acc]),
         tuple(m if m in ("vec", "scatter", "atomic") else "strided" for m in modes[n_acc:]),
         tuple(tuple(x != 0 for x in s) for s in strides), block,
         knob("pointwise.unroll", 2 if heavy else 1), knob("load.hint", 0), knob("store.hint", 0),
-        rv,
+        rv, pair, pair_guards,
     )  # fmt: skip
+    if pair is not None:  # the loop covers the first half; each thread takes both
+        sizes = [*sizes[:-1], sizes[-1] // 2]
+        numel //= 2
     args: list = []
     for k, s in enumerate(strides):
         if k < n_acc:

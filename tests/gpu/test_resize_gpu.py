@@ -69,6 +69,24 @@ def test_pattern_against_eager(name, dtype):
             close(g, w.to(g.dtype), dtype, scale)
 
 
+@pytest.mark.parametrize("vec", [4, 8])
+@pytest.mark.parametrize("name", ["rope_fwd", "rope_bwd"])
+def test_pattern_rope_with_paired_halves(name, vec):
+    """Note [Paired halves]: a thread takes a vector in each half of the head dim."""
+    from fusion_cache.runtime.executor import executor_for
+    from schedulers.tuning import overriding
+
+    pattern = PATTERNS[name]
+    with overriding({"pointwise.pair": True, "pointwise.vec": vec}):
+        fd = define(pattern, torch.bfloat16)
+        for shape in _sizes(name) + [(1, 3, 5, 64)]:
+            torch.manual_seed(0)
+            inputs = pattern.make(torch.bfloat16, CUDA, shape)
+            (got,) = fd.execute(inputs)
+            assert " pair=" in executor_for(fd).last_plan.spec.description
+            close(got, pattern.reference(*inputs).to(got.dtype), torch.bfloat16)
+
+
 @pytest.mark.parametrize("dtype", DATA, ids=str)
 def test_every_op_for_every_dtype(dtype):
     x, x3 = rand((37, 128), dtype), rand((3, 37, 128), dtype, 1)
