@@ -136,6 +136,8 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     for half in range(P):
         lines += _slot_loads(program, variant, tensors, load, half)
     lines.append("    }")
+    if _gathers_ahead(variant):
+        lines += _gathers_first(program, variant)
     lines.append("#pragma unroll")
     lines.append(f"    for (int {'uu' if P > 1 else 'u'} = 0; {'uu' if P > 1 else 'u'} < FC_UNROLL; "
                  f"++{'uu' if P > 1 else 'u'}) {{")  # fmt: skip
@@ -183,6 +185,39 @@ def _slot_loads(program: PointwiseProgram, variant: PointwiseVariant, tensors: l
             lines.append(f"{pad}a{i}_b[u] = a{i}[a{i}_off[u]];")
     if P > 1:
         lines.append("      }")
+    return lines
+
+
+def _gathers_ahead(variant: PointwiseVariant) -> bool:
+    """Note [Gathers ahead]: with several vectors a thread, the vector gathers are issued for
+    all of them before any is used; a gather waits on its index's load, and issued in turn
+    after the previous vector's math and stores, the gathers of one thread never overlap."""
+    return variant.unroll > 1 and "vgather" in variant.load_modes and variant.pair is None
+
+
+def _gathers_first(program: PointwiseProgram, variant: PointwiseVariant) -> list[str]:
+    """Note [Gathers ahead]: per vector, the statements its vector gathers' index values and
+    window tests need (at the vector's first element), then the gathers."""
+    rv, R = variant.resize, variant.rank
+    gathers = [st for st in program.stmts
+               if st.op == "load" and variant.load_modes[st.operands[0]] == "vgather"]
+    needed = set()
+    for st in gathers:
+        needed.update(rv.gathers[st.operands[0]])
+    for st in reversed(program.stmts):
+        if st.var in needed:
+            needed.update(o for o in st.operands if isinstance(o, str))
+    lines = ["#pragma unroll", "    for (int u = 0; u < FC_UNROLL; ++u) {",
+             "      if (base0 + (idx_t)u * blockDim.x * FC_VEC >= numel) break;"]  # fmt: skip
+    lines += [f"      const idx_t c{d} = cc{d}[u];" for d in range(R)]
+    lines.append("      const int j = 0;")
+    for st in program.stmts:
+        if st.var in needed:
+            lines.append("      " + _render_stmt(program, variant, st).replace("\n", "\n      "))
+        elif st in gathers:
+            load = gathered_vector(rv, st.operands[0], R, variant.load_hint, program.has_alias)
+            lines.append("      " + load.replace("if (j == 0) ", ""))
+    lines.append("    }")
     return lines
 
 
@@ -254,7 +289,8 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt, hal
         text = resize_stmt(rv, stmt, loop_coords(R, True), program.checks)
         if text is not None:
             return text
-        if stmt.op == "load" and variant.load_modes[stmt.operands[0]] == "vgather":
+        if stmt.op == "load" and variant.load_modes[stmt.operands[0]] == "vgather" and (
+                not _gathers_ahead(variant)):  # fmt: skip
             first = gathered_vector(rv, stmt.operands[0], R, variant.load_hint, program.has_alias)
             return first + "\n" + render_stmt(stmt, {s.var: s.dtype for s in program.stmts}, load)
     return render_stmt(stmt, {s.var: s.dtype for s in program.stmts}, load)
