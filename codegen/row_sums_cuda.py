@@ -47,10 +47,12 @@ template <int N> FC_DEVICE void fc_red_add_vec(float* p, const fc_vec<float, N>&
 """
 
 
-def _head(name: str, params: list[str], index_type: str) -> list[str]:
+def _head(name: str, params: list[str], index_type: str, wait: bool = False) -> list[str]:
+    """`wait`: launched dependent on the kernel before it (Note [Dependent launch])."""
     return [prelude_source("core", "math", "index"), f"typedef {index_type} idx_t;",
             f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}(',
-            "    " + ",\n    ".join(params) + ") {"]  # fmt: skip
+            "    " + ",\n    ".join(params) + ") {"] + (
+                ["  fc_wait_prior_grid();"] if wait else [])  # fmt: skip
 
 
 def _value_offset(rest: int, vw: int) -> list[str]:
@@ -83,13 +85,13 @@ def render_fill(index_type: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_claim(index_dtype, index_type: str, what: str, zw: int) -> str:
+def render_claim(index_dtype, index_type: str, what: str, zw: int, wait: bool = False) -> str:
     """`zw`: floats a store zeroes (H % zw == 0)."""
     it = MEMORY_TYPE[index_dtype]
     params = ["int* __restrict__ w", "float* __restrict__ acc",
               f"const {it}* __restrict__ index", "idx_t index_s", "idx_t N", "idx_t V",
               "idx_t H"]  # fmt: skip
-    lines = _head(CLAIM_NAME, params, index_type)
+    lines = _head(CLAIM_NAME, params, index_type, wait)
     what = what.replace('"', "'")
     lines += ["  const idx_t t = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
               "  if (t >= N) return;",
@@ -106,13 +108,14 @@ def render_claim(index_dtype, index_type: str, what: str, zw: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_add(index_dtype, value_dtype, rest: int, vw: int, index_type: str) -> str:
+def render_add(index_dtype, value_dtype, rest: int, vw: int, index_type: str,
+               wait: bool = False) -> str:  # fmt: skip
     it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
     params = ["const int* __restrict__ w", "float* __restrict__ acc",
               f"const {it}* __restrict__ index", "idx_t index_s",
               f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
               "idx_t N", "idx_t H", "idx_t HV"]  # fmt: skip
-    lines = _head(ADD_NAME, params, index_type)
+    lines = _head(ADD_NAME, params, index_type, wait)
     lines.insert(1, RED_ADD)
     lines.insert(2, f"#define VW {vw}")
     _unit(lines, "N * HV")
@@ -136,13 +139,14 @@ def _load_values(token: str, vt: str, vw: int) -> list[str]:
             f"  v[0] = (float)fc_widen(value[{token} * value_s + voff]);"]  # fmt: skip
 
 
-def render_out(out_dtype, value_dtype, rest: int, vw: int, index_type: str) -> str:
+def render_out(out_dtype, value_dtype, rest: int, vw: int, index_type: str,
+               wait: bool = False) -> str:  # fmt: skip
     ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
     params = [f"{ot}* __restrict__ out", "const int* __restrict__ w",
               "const float* __restrict__ acc", f"const {vt}* __restrict__ value",
               "idx_t value_s", *_rest_params(rest, vw), "idx_t V", "idx_t H", "idx_t HV",
               "float fill"]  # fmt: skip
-    lines = _head(OUT_NAME, params, index_type)
+    lines = _head(OUT_NAME, params, index_type, wait)
     lines.insert(1, f"#define VW {vw}")
     _unit(lines, "V * HV")
     lines += ["  const int owner = w[row];",

@@ -24,6 +24,7 @@ from codegen.cuda_ops import ELEMENT_BYTES
 from fusion_cache.frontend.dtypes import DataType
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
+from .reduction.finish import dependent_launch
 
 SUM_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16)  # summed in float
 
@@ -69,27 +70,31 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
             rest_args += [out_shape[1 + d], vstrides[1 + d]]
         rest_types = (it,) * (2 * rest)
     hv = h // vw
+    dep = dependent_launch(profile)  # each kernel readied while the one before it runs
     kernels.append(KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type), blocks(2 * v), block,
                                 ("ptr", it), (ArgRef("workspace", 0), 2 * v)))  # fmt: skip
     if n and h:
         what = f"{program.op} (T{program.out_state})"
         zw = 4 if h % 4 == 0 else 1
         kernels.append(KernelLaunch(
-            rs.CLAIM_NAME, rs.render_claim(program.index_dtype, index_type, what, zw), blocks(n),
-            block, ("ptr", "ptr", "ptr", it, it, it, it),
-            (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), n, v, h)))
+            rs.CLAIM_NAME, rs.render_claim(program.index_dtype, index_type, what, zw, dep),
+            blocks(n), block, ("ptr", "ptr", "ptr", it, it, it, it),
+            (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), n, v, h),
+            dependent=dep))
         kernels.append(KernelLaunch(
             rs.ADD_NAME, rs.render_add(program.index_dtype, program.source_dtype, rest, vw,
-                                       index_type),
+                                       index_type, dep),
             blocks(n * hv), block, ("ptr", "ptr", "ptr", it, "ptr", it, *rest_types, it, it, it),
             (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), value.ref,
-             _s(value, 0), *rest_args, n, h, hv)))  # fmt: skip
+             _s(value, 0), *rest_args, n, h, hv), dependent=dep))  # fmt: skip
     if v and h:
         kernels.append(KernelLaunch(
-            rs.OUT_NAME, rs.render_out(out_dtype, program.source_dtype, rest, vw, index_type),
+            rs.OUT_NAME, rs.render_out(out_dtype, program.source_dtype, rest, vw, index_type,
+                                        dep and bool(n and h)),
             blocks(v * hv), block, ("ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
             (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 1), value.ref,
-             _s(value, 0), *rest_args, v, h, hv, float(program.fill))))  # fmt: skip
+             _s(value, 0), *rest_args, v, h, hv, float(program.fill)),
+            dependent=dep and bool(n and h)))  # fmt: skip
     return LaunchSpec("scatter", outputs, work, tuple(kernels),
                       f"{program.op} row sums from {program.fill!r} (Note [Row sums]), "
                       f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
