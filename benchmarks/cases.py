@@ -657,9 +657,11 @@ CASES: list[Case] = _registry() + _aten_cases()
 def select(
     families: Sequence[str], quick: bool = False, pattern: str | None = None
 ) -> list[Case]:
-    """Cases of the given families, in registry order; `quick` keeps only the first shape
-    listed for each op and dtype (the smallest, for the pointwise ones)."""
-    chosen = [c for c in CASES if c.family in families and (not pattern or pattern in c.name)]
+    """Cases of the given families, in registry order, whose name contains `pattern` (or one
+    of its comma-separated parts); `quick` keeps only the first shape listed for each op and
+    dtype (the smallest, for the pointwise ones)."""
+    parts = pattern.split(",") if pattern else []
+    chosen = [c for c in CASES if c.family in families and (not parts or any(p in c.name for p in parts))]
     if not quick:
         return chosen
     first: dict[tuple[str, torch.dtype], Case] = {}

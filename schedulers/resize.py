@@ -607,7 +607,8 @@ def paired_halves(program: Any, layout: ResizeLayout, sizes: Sequence[int], dim_
     address) takes that access's vector. Per access, per half: 'load', 'dead' or (access,
     half); and per guard, per half, True or False where its windows decide it in that half
     (None: tested at run time). None where the innermost dim does not split into halves of
-    whole vectors, or where no read is saved."""
+    whole vectors, or where no access takes another's vector (a cat of parts that are not
+    partners saves no read: its loads outside their windows read nothing already)."""
     from codegen.cuda_ops import ELEMENT_BYTES
 
     last, n = len(sizes) - 1, sizes[-1]
@@ -632,9 +633,8 @@ def paired_halves(program: Any, layout: ResizeLayout, sizes: Sequence[int], dim_
                         dead = True
                     elif not (lo <= lo_h and hi_h <= hi):
                         whole = False
-            if dead:
+            if dead:  # a predicated load reads nothing already: no read saved
                 entry.append("dead")
-                saved = True
                 continue
             if modes[i] != "vec" or acc.virtual or not whole or layout.reads[i].gathers:
                 entry.append("load")

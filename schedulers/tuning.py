@@ -21,8 +21,8 @@ _local = threading.local()
 KNOBS: dict[str, str] = {
     "pointwise.block": "threads a block of the pointwise kernel",
     "pointwise.unroll": "vectors a pointwise thread loads before computing",
-    "pointwise.pair": "a thread takes a vector in each half of the innermost dim, reading "
-                      "rotate-half partners once (Note [Paired halves])",
+    "pointwise.pair": "where windows split the innermost dim in halves, a thread takes a vector "
+                      "in each half, reading rotate-half partners once (Note [Paired halves])",
     "pointwise.vec": "elements a pointwise thread takes along the innermost dim (0: 16 bytes "
                      "of the widest dtype read or written along it)",
     "inner.threads": "threads a block of the inner reduction kernel",

@@ -44,6 +44,11 @@ def test_bytes_count_reads_and_writes_once():
     assert case.bytes_moved == (2 * 4096 * 4096 + 4096) * 4
 
 
+def test_pattern_parts_select_cases_of_either():
+    names = [c.name for c in bench_cases.select(["resize"], pattern="rope,embedding")]
+    assert len(names) == 4 and all("rope" in n or "embedding" in n for n in names), names
+
+
 def test_embedding_counts_the_rows_it_moves_not_the_table():
     """A gather reads the rows its tokens pick: the index, 8192 rows of 768 bf16 and the
     output; its gradient reads the index and the output's gradient and writes the table's."""

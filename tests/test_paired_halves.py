@@ -51,6 +51,15 @@ def test_other_patterns_with_pairing_asked_for(name):
         _close(g, w, torch.float32)
 
 
+def test_cat_of_other_parts_stays_unpaired():
+    """cat3's windows split the innermost dim at its half too, but no part reads another's
+    values: pairing would save no read."""
+    pattern = PATTERNS["cat3"]
+    fd = define(pattern, torch.bfloat16)
+    fd.precompile(pattern.make(torch.bfloat16, "meta", (8192, 4096)), target="h100")
+    assert " pair=" not in executor_for(fd).last_plan.spec.description
+
+
 def test_rope_at_benchmark_size_reads_x_once_a_half():
     """x is read at each half once: the partner reads take the other half's vector, and the
     loads outside their window are gone."""
