@@ -53,6 +53,7 @@ struct uint4 { unsigned x, y, z, w; };
 inline void __assertfail(const char* msg, const char*, unsigned, const char* fn, size_t) {
   throw std::runtime_error(fn);
 }
+[[noreturn]] inline void __trap() { throw std::runtime_error("trap"); }
 template <bool B, typename T = void> struct fc_enable_if {};
 template <typename T> struct fc_enable_if<true, T> { typedef T type; };
 template <typename T> struct fc_is_integral { static constexpr bool value = false; };
