@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .resize_cases import RESIZE
+from .resize_cases import MOVED, RESIZE
 
 Shape = tuple[int, ...]
 Tensors = list[torch.Tensor]
@@ -79,13 +79,19 @@ class Case:
     # for random cases: the reference from the inputs and the fusion's own outputs (eager
     # on the fusion's dropout mask), as eager draws other numbers
     replay: Callable[[Tensors, Tensors], Tensors] | None = None
+    # (inputs, outputs) -> the bytes the op must move, where that is not every input read
+    # once and every output written once (a gather reads only the rows it picks)
+    moved: Callable[[Tensors, Tensors], int] | None = None
 
     @cached_property
     def bytes_moved(self) -> int:
-        """Bytes of every input read once plus every output written once; shapes come from
-        running eager on the meta device, so nothing is allocated."""
+        """Bytes of every input read once plus every output written once (or the case's
+        own count, `moved`); shapes come from running eager on the meta device, so nothing
+        is allocated."""
         inputs = self.make_inputs(self.shape, self.dtype, "meta")
         outputs = as_list(self.eager(*inputs))
+        if self.moved is not None:
+            return self.moved(inputs, outputs)
         return sum(t.numel() * t.element_size() for t in [*inputs, *outputs])
 
     @property
@@ -549,6 +555,7 @@ def _cases(
     make_inputs: InputsFn,
     shapes: Sequence[Shape],
     dtypes: Sequence[torch.dtype] = DTYPES,
+    moved: Callable[[Tensors, Tensors], int] | None = None,
 ) -> list[Case]:
     out = []
     for dtype in dtypes:
@@ -556,7 +563,8 @@ def _cases(
             name = f"{op}_{short_dtype(dtype)}_{'x'.join(map(str, shape))}"
             atol, rtol = _tolerance(dtype, family)
             out.append(
-                Case(name, op, family, dtype, tuple(shape), define, eager, make_inputs, atol, rtol)
+                Case(name, op, family, dtype, tuple(shape), define, eager, make_inputs, atol, rtol,
+                     moved=moved)
             )
     return out
 
@@ -596,7 +604,8 @@ def _registry() -> list[Case]:
                 bs),
         # issue 27: resize and indexing ops (benchmarks/resize_cases.py), in bf16
         *(case for op, (define, eager, inputs, shape, _) in RESIZE.items()
-          for case in _cases(op, "resize", define, eager, inputs, (shape,), (torch.bfloat16,))),
+          for case in _cases(op, "resize", define, eager, inputs, (shape,), (torch.bfloat16,),
+                             MOVED.get(op))),
         # issue 28: layouts (transposes, reductions over middle and every dim, short rows)
         *_cases("transpose_add", lay, define_transpose_add, eager_transpose_add, _square_pair,
                 ((8192, 8192),)),
@@ -648,9 +657,11 @@ CASES: list[Case] = _registry() + _aten_cases()
 def select(
     families: Sequence[str], quick: bool = False, pattern: str | None = None
 ) -> list[Case]:
-    """Cases of the given families, in registry order; `quick` keeps only the first shape
-    listed for each op and dtype (the smallest, for the pointwise ones)."""
-    chosen = [c for c in CASES if c.family in families and (not pattern or pattern in c.name)]
+    """Cases of the given families, in registry order, whose name contains `pattern` (or one
+    of its comma-separated parts); `quick` keeps only the first shape listed for each op and
+    dtype (the smallest, for the pointwise ones)."""
+    parts = pattern.split(",") if pattern else []
+    chosen = [c for c in CASES if c.family in families and (not parts or any(p in c.name for p in parts))]
     if not quick:
         return chosen
     first: dict[tuple[str, torch.dtype], Case] = {}

@@ -272,6 +272,29 @@ def eager_ce_bwd(logits: torch.Tensor, labels: torch.Tensor, lse: torch.Tensor,
     return ((p - hot) * grad[:, None]).to(logits.dtype)
 
 
+def _nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def embedding_moved(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> int:
+    """The index read, each token's row of the table read and the output written: a
+    gather reads only the rows it picks (8192 of 50304 here), not the whole table."""
+    idx, _weight = inputs
+    (out,) = outputs
+    return _nbytes(idx, out, out)
+
+
+def embedding_bwd_moved(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> int:
+    """The index and the output's gradient read, the weight's gradient written; the weight
+    itself only gives the vocabulary's size and is never read."""
+    idx, grad, _weight = inputs
+    (out,) = outputs
+    return _nbytes(idx, grad, out)
+
+
+# bytes a case must move where that is not every input and output once (Case.moved)
+MOVED = {"embedding_fwd": embedding_moved, "embedding_bwd": embedding_bwd_moved}
+
 # name: (define, eager, inputs, shape of the benchmark, a small odd shape for the tests)
 RESIZE = {
     "rope_fwd": (define_rope, eager_rope, rope_inputs, (8, 32, 2048, 128), (2, 3, 5, 16)),

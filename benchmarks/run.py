@@ -330,7 +330,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"repeatable; default: {' and '.join(DEFAULT_FAMILIES)}")
     parser.add_argument("--quick", action="store_true",
                         help="first shape per op and dtype, shorter timing")
-    parser.add_argument("-k", dest="pattern", help="only cases whose name contains this")
+    parser.add_argument("-k", dest="pattern",
+                        help="only cases whose name contains this (or one of its comma-separated parts)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help=f"interleaved timing rounds a case, median taken (default {ROUNDS})")

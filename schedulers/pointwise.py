@@ -34,6 +34,7 @@ from .resize import (
     ResizeLowering,
     collapse_keeping,
     index_bound,
+    paired_halves,
     resize_layout,
     resize_variant,
 )
@@ -404,7 +405,8 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         sizes, strides, dim_of = collapse_keeping(list(out_shape), strides, layout.keep)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
     virtual = [a.virtual for a in program.accesses] + [""] * len(program.stores)
-    vec = vector_width([dt for dt, s, v in zip(dtypes, strides, virtual) if s[-1] != 0 and not v])
+    vec = knob("pointwise.vec", 0) or vector_width(
+        [dt for dt, s, v in zip(dtypes, strides, virtual) if s[-1] != 0 and not v])
     while vec > 1 and sizes[-1] % vec:
         vec //= 2
     n_acc = len(program.accesses)
@@ -439,17 +441,31 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     # with one; benchmarks/results/sweep-pure_small.json)
     heavy = vec >= 8 and any(s.op in TRANSCENDENTAL for s in program.stmts) and (
         numel >= block * vec * 2 * 4 * profile.sm_count)
+    # a row gather waits on its index's load: two vectors a thread, both gathers issued before
+    # either is used (Note [Gathers ahead]): an embedding of 8192 tokens x 768 bf16 1593 ->
+    # 1729 GB/s on the H100 (sweep of resize_perf.json, 2026-11-26); same size rule as above
+    gathers = "vgather" in modes[:n_acc] and numel >= block * vec * 2 * 4 * profile.sm_count
     if layout is None:
         itype = index_type(sizes, strides)
     else:
         itype = "int" if index_bound(sizes, strides, layout) < 2**30 else "long long"
+    pair = pair_guards = None
+    # Note [Paired halves]: RoPE bf16 [8, 32, 2048, 128] forward 2095 -> 2749 GB/s, backward
+    # 1750 -> 2729 on the H100 (vec 4; 8, or two vectors a thread, gained nothing more)
+    if layout is not None and knob("pointwise.pair", True):
+        found = paired_halves(program, layout, sizes, dim_of, strides, ptrs, modes[:n_acc], vec)
+        pair, pair_guards = found if found is not None else (None, None)
     variant = PointwiseVariant(
         len(sizes), vec, itype, tuple(modes[:n_acc]),
         tuple(m if m in ("vec", "scatter", "atomic") else "strided" for m in modes[n_acc:]),
         tuple(tuple(x != 0 for x in s) for s in strides), block,
-        knob("pointwise.unroll", 2 if heavy else 1), knob("load.hint", 0), knob("store.hint", 0),
-        rv,
+        knob("pointwise.unroll", 2 if heavy or gathers else 1), knob("load.hint", 0),
+        knob("store.hint", 0),
+        rv, pair, pair_guards,
     )  # fmt: skip
+    if pair is not None:  # the loop covers the first half; each thread takes both
+        sizes = [*sizes[:-1], sizes[-1] // 2]
+        numel //= 2
     args: list = []
     for k, s in enumerate(strides):
         if k < n_acc:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from codegen.cuda_ops import RANDOM_STMTS as _RANDOM
 from codegen.kernel_ir import IndexCheck, Position
 from fusion_cache.frontend.dtypes import DataType, is_complex, is_float
 from fusion_cache.frontend.records import Record, Ref
@@ -590,3 +591,78 @@ def guard_targets(frames: Sequence) -> set:
         else:
             dims = {rank - 1 - k // 2 for k, w in enumerate(widths) if w != 0 and k // 2 < rank}
     return position_targets(frames[:-1], {frame.out_map[d] for d in dims})
+
+
+# ---- Note [Paired halves] ------------------------------------------------------------------
+
+
+def paired_halves(program: Any, layout: ResizeLayout, sizes: Sequence[int], dim_of: list,
+                  strides: Sequence[Sequence[int]], ptrs: Sequence[int], modes: Sequence[str],
+                  vec: int) -> tuple | None:  # fmt: skip
+    """Note [Paired halves]: rotate-half reads (RoPE: a cat of the two halves of the head dim,
+    read back at +-half) make each element read its partner's input again. A thread that
+    takes a vector in each half of the innermost dim reads both halves once: an access
+    whose window covers the other half only reads nothing there, and one that reads at
+    exactly what another access reads in the other half (the same tensor, strides and
+    address) takes that access's vector. Per access, per half: 'load', 'dead' or (access,
+    half); and per guard, per half, True or False where its windows decide it in that half
+    (None: tested at run time). None where the innermost dim does not split into halves of
+    whole vectors, or where no access takes another's vector (a cat of parts that are not
+    partners saves no read: its loads outside their windows read nothing already)."""
+    from codegen.cuda_ops import ELEMENT_BYTES
+
+    last, n = len(sizes) - 1, sizes[-1]
+    if n % 2 or (n // 2) % vec or n < 2 or any(s.op in _RANDOM for s in program.stmts):
+        return None
+    if any(st.dim_map is not None for st in program.stores):  # scatters: Note [Scatter kernels]
+        return None
+    hn = n // 2
+    pair: list[list] = []
+    reps: dict[tuple, tuple[int, int]] = {}
+    saved = False
+    for i, acc in enumerate(program.accesses):
+        entry = []
+        for h in range(2):
+            lo_h, hi_h = h * hn, (h + 1) * hn
+            dead, whole = modes[i] == "dead", True
+            for w in layout.preds[i]:
+                for t, lo, hi in layout.windows[w] or ():
+                    if not (isinstance(t, int) and dim_of[t] == last):
+                        whole = False  # a window on another dim: tested at run time
+                    elif hi <= lo_h or lo >= hi_h:
+                        dead = True
+                    elif not (lo <= lo_h and hi_h <= hi):
+                        whole = False
+            if dead:  # a predicated load reads nothing already: no read saved
+                entry.append("dead")
+                continue
+            if modes[i] != "vec" or acc.virtual or not whole or layout.reads[i].gathers:
+                entry.append("load")
+                continue
+            step = hn * strides[i][-1] * ELEMENT_BYTES[acc.dtype]
+            key = (acc.input_pos, acc.dtype, tuple(strides[i]), ptrs[i] + h * step)
+            if key in reps:
+                entry.append(reps[key])
+                saved = True
+            else:
+                reps[key] = (i, h)
+                entry.append("load")
+        pair.append(tuple(entry))
+    if not saved:
+        return None
+    guards = []  # per guard: its answer in each half where its windows decide it there
+    for w in range(len(program.guards)):
+        answer: list = []
+        for h in range(2):
+            lo_h, hi_h = h * hn, (h + 1) * hn
+            known: bool | None = True
+            for t, lo, hi in layout.windows[w] or ():
+                if not (isinstance(t, int) and dim_of[t] == last):
+                    known = None if known is not False else False
+                elif hi <= lo_h or lo >= hi_h:
+                    known = False
+                elif not (lo <= lo_h and hi_h <= hi) and known is True:
+                    known = None
+            answer.append(False if layout.windows[w] is None else known)
+        guards.append(tuple(answer))
+    return tuple(pair), tuple(guards)

@@ -11,6 +11,9 @@ which of the values lands is unspecified (as in torch). An accumulate adds atomi
 (fc_atomic_add, prelude/index.cuh), so float results depend on the order the adds land in.
 The deterministic path (FUSION_CACHE_DETERMINISTIC=1, or torch's
 use_deterministic_algorithms) replaces the second program: see Note [Deterministic scatter].
+An accumulate into a constant fill (an embedding's gradient) takes the row-sums kernels
+instead of both programs, unless the deterministic path is asked for: Note [Row sums] in
+row_sums.py.
 
 Note [Deterministic scatter]: a scatter lets the last index (in the index tensor's
 row-major order) win, as torch does on the CPU: a first kernel keeps, for each output
@@ -231,8 +234,11 @@ def _program(low: _Lowering, rank: int, stores: tuple, outputs: tuple) -> Pointw
 
 
 def plan_scatter(program: ScatterProgram, values: Any, env: dict, profile: Any) -> LaunchSpec:
+    from .row_sums import plan_row_sums, row_sums_refusal
     from .scatter_deterministic import plan_deterministic
 
+    if not deterministic() and row_sums_refusal(program) is None:
+        return plan_row_sums(program, values, env, profile)  # Note [Row sums]
     if program.fill is not None and (deterministic() or _cheap_scans(program, values, env)):
         return plan_deterministic(program, None, values, env, profile)  # Note [Sums cast down]
     if program.final_dtype is not None:

@@ -21,6 +21,10 @@ _local = threading.local()
 KNOBS: dict[str, str] = {
     "pointwise.block": "threads a block of the pointwise kernel",
     "pointwise.unroll": "vectors a pointwise thread loads before computing",
+    "pointwise.pair": "where windows split the innermost dim in halves, a thread takes a vector "
+                      "in each half, reading rotate-half partners once (Note [Paired halves])",
+    "pointwise.vec": "elements a pointwise thread takes along the innermost dim (0: 16 bytes "
+                     "of the widest dtype read or written along it)",
     "inner.threads": "threads a block of the inner reduction kernel",
     "inner.tx": "threads a row of the inner reduction kernel",
     "inner.values": "values a thread keeps of one row (registers)",

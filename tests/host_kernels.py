@@ -53,6 +53,7 @@ struct uint4 { unsigned x, y, z, w; };
 inline void __assertfail(const char* msg, const char*, unsigned, const char* fn, size_t) {
   throw std::runtime_error(fn);
 }
+[[noreturn]] inline void __trap() { throw std::runtime_error("trap"); }
 template <bool B, typename T = void> struct fc_enable_if {};
 template <typename T> struct fc_enable_if<true, T> { typedef T type; };
 template <typename T> struct fc_is_integral { static constexpr bool value = false; };
@@ -178,6 +179,7 @@ template <typename T> inline T fc_ldg(const T* p) { return *p; }
 template <typename T> inline void fc_opaque(const T*&) {}
 template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
 inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { unsigned old = *p; if (old == cmp) *p = v; return old; }
+inline int atomicCAS(int* p, int cmp, int v) { int old = *p; if (old == cmp) *p = v; return old; }
 inline long long atomicMax(long long* p, long long v) { long long old = *p; if (v > old) *p = v; return old; }
 inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned old = *p; *p = old | v; return old; }
 """

@@ -44,6 +44,22 @@ def test_bytes_count_reads_and_writes_once():
     assert case.bytes_moved == (2 * 4096 * 4096 + 4096) * 4
 
 
+def test_pattern_parts_select_cases_of_either():
+    names = [c.name for c in bench_cases.select(["resize"], pattern="rope,embedding")]
+    assert len(names) == 4 and all("rope" in n or "embedding" in n for n in names), names
+
+
+def test_embedding_counts_the_rows_it_moves_not_the_table():
+    """A gather reads the rows its tokens pick: the index, 8192 rows of 768 bf16 and the
+    output; its gradient reads the index and the output's gradient and writes the table's."""
+    by_name = {c.name: c for c in CASES}
+    tokens, dim, vocab = 8 * 1024, 768, 50304
+    fwd = by_name["embedding_fwd_bf16_50304x768x8x1024"]
+    assert fwd.bytes_moved == tokens * 8 + 2 * tokens * dim * 2
+    bwd = by_name["embedding_bwd_bf16_50304x768x8x1024"]
+    assert bwd.bytes_moved == tokens * 8 + tokens * dim * 2 + vocab * dim * 2
+
+
 def test_quick_keeps_one_shape_per_op_and_dtype():
     quick = bench_cases.select(["pointwise", "normalization"], quick=True)
     keys = [(c.op, c.dtype) for c in quick]

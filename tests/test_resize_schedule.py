@@ -134,6 +134,37 @@ def test_every_op_in_one_kernel_for_every_dtype(dtype):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
+
+@needs_gxx
+@pytest.mark.parametrize("unroll", [2, 4])
+def test_gathers_ahead_with_several_vectors_a_thread(unroll):
+    """Note [Gathers ahead] (codegen/pointwise_cuda.py): an embedding and every op together,
+    their vector gathers issued for all of a thread's vectors first, against torch."""
+    from schedulers.tuning import overriding
+
+    pattern = PATTERNS["embedding_fwd"]
+    with overriding({"pointwise.unroll": unroll}):
+        fd = define(pattern, torch.bfloat16)
+        for shape in [pattern.shape, (37, 24, 7, 11)]:
+            inputs = pattern.make(torch.bfloat16, "cpu", shape)
+            ran: list = []
+            (got,) = run_plan_on_host(fd, inputs, ran)
+            assert "const int j = 0;" in ran[0].source and "vgather" in (
+                executor_for(fd).last_plan.spec.description)  # fmt: skip
+            torch.testing.assert_close(got, pattern.reference(*inputs), rtol=0, atol=0)
+        x, x3 = rand((5, 8)), rand((3, 5, 8), seed=1)
+        i1, i2 = torch.randint(0, 8, (8,)), torch.randint(0, 8, (5, 8))
+        inputs = [x, x3, i1, i2, -2]
+        with FusionDefinition() as fd:
+            vals = [fd.from_pytorch(x), fd.from_pytorch(x3), fd.from_pytorch(i1),
+                    fd.from_pytorch(i2), fd.define_scalar(dtype=DataType.Int)]  # fmt: skip
+            for out in _all_ops(fd, *vals):
+                fd.add_output(out)
+        got = run_plan_on_host(fd, inputs)
+    for g, w in zip(got, fd.execute(inputs)):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
 @needs_gxx
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool], ids=str)
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])

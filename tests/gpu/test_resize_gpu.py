@@ -69,6 +69,24 @@ def test_pattern_against_eager(name, dtype):
             close(g, w.to(g.dtype), dtype, scale)
 
 
+@pytest.mark.parametrize("vec", [4, 8])
+@pytest.mark.parametrize("name", ["rope_fwd", "rope_bwd"])
+def test_pattern_rope_with_paired_halves(name, vec):
+    """Note [Paired halves]: a thread takes a vector in each half of the head dim."""
+    from fusion_cache.runtime.executor import executor_for
+    from schedulers.tuning import overriding
+
+    pattern = PATTERNS[name]
+    with overriding({"pointwise.pair": True, "pointwise.vec": vec}):
+        fd = define(pattern, torch.bfloat16)
+        for shape in _sizes(name) + [(1, 3, 5, 64)]:
+            torch.manual_seed(0)
+            inputs = pattern.make(torch.bfloat16, CUDA, shape)
+            (got,) = fd.execute(inputs)
+            assert " pair=" in executor_for(fd).last_plan.spec.description
+            close(got, pattern.reference(*inputs).to(got.dtype), torch.bfloat16)
+
+
 @pytest.mark.parametrize("dtype", DATA, ids=str)
 def test_every_op_for_every_dtype(dtype):
     x, x3 = rand((37, 128), dtype), rand((3, 37, 128), dtype, 1)
@@ -200,6 +218,30 @@ def test_embedding_max_norm_is_one_kernel():
     assert launches() - before == 1
     want = torch.nn.functional.embedding(idx, w.float().clone(), max_norm=1.0).bfloat16()
     close(got, want, torch.bfloat16)
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["row_sums", "ordered"])
+def test_embedding_gradient_with_hot_rows(deterministic, monkeypatch):
+    """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
+    the row-sums kernels (four launches) or the ordered kernel (one), against torch."""
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "1" if deterministic else "0")
+    from benchmarks.resize_cases import define_embedding_bwd, eager_embedding_bwd
+
+    with FusionDefinition() as fd:
+        define_embedding_bwd(fd, torch.bfloat16, (0, 0, 0, 0))
+    vocab, dim = 5003, 200
+    idx = torch.randint(0, vocab, (4, 1000), device=CUDA)
+    idx[:, :300] = 0  # 1200 tokens on the padding row
+    idx[1, 300:340] = vocab - 1
+    grad, weight = rand((4, 1000, dim), torch.bfloat16, 1), rand((vocab, dim), torch.bfloat16, 2)
+    before = launches()
+    runs = [fd.execute([idx, grad, weight])[0] for _ in range(2)]
+    assert launches() - before == 2 * (1 if deterministic else 4)
+    want = eager_embedding_bwd(idx, grad.float(), weight.float())
+    for got in runs:
+        torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2 * 40)
+    if deterministic:
+        assert torch.equal(runs[0], runs[1])
 
 
 _OUT_OF_RANGE = textwrap.dedent(

@@ -1,0 +1,171 @@
+"""The row-sums kernels of an accumulate into a constant fill (Note [Row sums] in
+schedulers/row_sums.py): out [V, H] = fill + the sum of value [N, H] rows at index [N].
+
+Four kernels over one int workspace `w` of 2 V (w[r]: the token that owns row r, or -1;
+w[V + r]: 0 where another token also names r, else -1) and a float workspace `acc` [N, H]
+(the sums of the other tokens, at the owner's row):
+
+- `fc_rows_fill`: w = -1.
+- `fc_rows_claim`: each token (checked) claims its row with a compare-and-swap; the first
+  token to find the row taken marks it shared and zeroes the owner's `acc` row.
+- `fc_rows_add`: each token that does not own its row adds its values to the owner's `acc`
+  row with atomic adds (red.global.add.v4.f32 on sm_90).
+- `fc_rows_out`: each output row, VW columns a thread: fill, plus the owner's values, plus
+  `acc` where the row is shared, cast once; rows no token names get the fill.
+
+The output is written once and the values read about once (the owners' from memory, the
+others' through L2), so the kernels move what the op must: index, values, output.
+"""
+from __future__ import annotations
+
+from .cuda_ops import MEMORY_TYPE
+from .prelude import prelude_source
+
+BLOCK = 256
+FILL_NAME = "fc_rows_fill"
+CLAIM_NAME = "fc_rows_claim"
+ADD_NAME = "fc_rows_add"
+OUT_NAME = "fc_rows_out"
+
+# Vector atomic adds of floats: one red.global.add.v4.f32 per four on sm_90 (PTX 8.1), one
+# atomicAdd each elsewhere (and in host runs, which have no __CUDA_ARCH__).
+RED_ADD = r"""
+template <int N> FC_DEVICE void fc_red_add_vec(float* p, const fc_vec<float, N>& v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4)
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+                   :: "l"(p + i), "f"(v[i]), "f"(v[i + 1]), "f"(v[i + 2]), "f"(v[i + 3])
+                   : "memory");
+    return;
+  }
+#endif
+#pragma unroll
+  for (int i = 0; i < N; ++i) atomicAdd(p + i, v[i]);
+}
+"""
+
+
+def _head(name: str, params: list[str], index_type: str, wait: bool = False) -> list[str]:
+    """`wait`: launched dependent on the kernel before it (Note [Dependent launch])."""
+    return [prelude_source("core", "math", "index"), f"typedef {index_type} idx_t;",
+            f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}(',
+            "    " + ",\n    ".join(params) + ") {"] + (
+                ["  fc_wait_prior_grid();"] if wait else [])  # fmt: skip
+
+
+def _value_offset(rest: int, vw: int) -> list[str]:
+    """`voff`: the offset of column c in a row of value. With vw > 1 the row is contiguous
+    (the plan checks it); with vw == 1 its dims n{d} have strides vs{d}."""
+    if vw > 1:
+        return ["  const idx_t voff = c;"]
+    lines = ["  idx_t voff = 0;", "  {", "    idx_t rem = c;"]
+    for d in range(rest - 1, -1, -1):
+        lines.append(f"    voff += (rem % n{d}) * vs{d}; rem /= n{d};")
+    return lines + ["  }"]
+
+
+def _rest_params(rest: int, vw: int) -> list[str]:
+    return [] if vw > 1 else [p for d in range(rest) for p in (f"idx_t n{d}", f"idx_t vs{d}")]
+
+
+def _unit(lines: list[str], count: str) -> None:
+    """u: this thread's (row, column vector) unit; c: its first column."""
+    lines += ["  const idx_t u = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
+              f"  if (u >= {count}) return;",
+              "  const idx_t row = u / HV;",
+              "  const idx_t c = (u - row * HV) * VW;"]  # fmt: skip
+
+
+def render_fill(index_type: str) -> str:
+    lines = _head(FILL_NAME, ["int* __restrict__ w", "idx_t count"], index_type)
+    lines += ["  const idx_t p = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
+              "  if (p < count) w[p] = -1;", "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_claim(index_dtype, index_type: str, what: str, zw: int, wait: bool = False) -> str:
+    """`zw`: floats a store zeroes (H % zw == 0)."""
+    it = MEMORY_TYPE[index_dtype]
+    params = ["int* __restrict__ w", "float* __restrict__ acc",
+              f"const {it}* __restrict__ index", "idx_t index_s", "idx_t N", "idx_t V",
+              "idx_t H"]  # fmt: skip
+    lines = _head(CLAIM_NAME, params, index_type, wait)
+    what = what.replace('"', "'")
+    lines += ["  const idx_t t = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
+              "  if (t >= N) return;",
+              f'  const idx_t r = (idx_t)fc_check_index((long long)index[t * index_s], V, "{what}");',
+              "  const int owner = atomicCAS(&w[r], -1, (int)t);",
+              "  if (owner == -1) return;",
+              "  // the first of the row's other tokens zeroes the owner's sums",
+              "  if (atomicCAS(&w[V + r], -1, 0) != -1) return;",
+              "  float* sums = acc + (idx_t)owner * H;",
+              f"  fc_vec<float, {zw}> zero;",
+              f"  for (int j = 0; j < {zw}; ++j) zero[j] = 0.0f;",
+              f"  for (idx_t c = 0; c < H; c += {zw}) fc_store_vec<{zw}>(sums + c, zero);",
+              "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_add(index_dtype, value_dtype, rest: int, vw: int, index_type: str,
+               wait: bool = False) -> str:  # fmt: skip
+    it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
+    params = ["const int* __restrict__ w", "float* __restrict__ acc",
+              f"const {it}* __restrict__ index", "idx_t index_s",
+              f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
+              "idx_t N", "idx_t H", "idx_t HV"]  # fmt: skip
+    lines = _head(ADD_NAME, params, index_type, wait)
+    lines.insert(1, RED_ADD)
+    lines.insert(2, f"#define VW {vw}")
+    _unit(lines, "N * HV")
+    lines += ["  const idx_t t = row;",
+              "  const int owner = w[(idx_t)index[t * index_s]];",
+              "  if (owner == (int)t) return;"]  # fmt: skip
+    lines += _value_offset(rest, vw)
+    lines += _load_values("t", vt, vw)
+    lines += ["  fc_red_add_vec<VW>(acc + (idx_t)owner * H + c, v);", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _load_values(token: str, vt: str, vw: int) -> list[str]:
+    """`v`: VW values of `token`'s row at column c, as floats."""
+    if vw > 1:
+        return [f"  const fc_vec<{vt}, VW> raw = fc_load_vec_ro<VW>(value + {token} * value_s + voff);",
+                "  fc_vec<float, VW> v;",
+                "#pragma unroll",
+                "  for (int j = 0; j < VW; ++j) v[j] = (float)fc_widen(raw[j]);"]  # fmt: skip
+    return ["  fc_vec<float, VW> v;",
+            f"  v[0] = (float)fc_widen(value[{token} * value_s + voff]);"]  # fmt: skip
+
+
+def render_out(out_dtype, value_dtype, rest: int, vw: int, index_type: str,
+               wait: bool = False) -> str:  # fmt: skip
+    ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
+    params = [f"{ot}* __restrict__ out", "const int* __restrict__ w",
+              "const float* __restrict__ acc", f"const {vt}* __restrict__ value",
+              "idx_t value_s", *_rest_params(rest, vw), "idx_t V", "idx_t H", "idx_t HV",
+              "float fill"]  # fmt: skip
+    lines = _head(OUT_NAME, params, index_type, wait)
+    lines.insert(1, f"#define VW {vw}")
+    _unit(lines, "V * HV")
+    lines += ["  const int owner = w[row];",
+              "  fc_vec<float, VW> s;",
+              "#pragma unroll",
+              "  for (int j = 0; j < VW; ++j) s[j] = fill;",
+              "  if (owner >= 0) {"]  # fmt: skip
+    body = _value_offset(rest, vw) + _load_values("(idx_t)owner", vt, vw)
+    body += ["#pragma unroll",
+             "  for (int j = 0; j < VW; ++j) s[j] += v[j];",
+             "  if (w[V + row] == 0) {",
+             "    const fc_vec<float, VW> a = fc_load_vec<VW>(acc + (idx_t)owner * H + c);",
+             "#pragma unroll",
+             "    for (int j = 0; j < VW; ++j) s[j] += a[j];",
+             "  }"]  # fmt: skip
+    lines += [b if b.startswith("#") else "  " + b for b in body] + ["  }"]
+    lines += [f"  fc_vec<{ot}, VW> o;",
+              "#pragma unroll",
+              f"  for (int j = 0; j < VW; ++j) o[j] = fc_cast<{ot}>(s[j]);",
+              "  fc_store_vec<VW>(out + row * H + c, o);",
+              "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"

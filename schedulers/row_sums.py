@@ -1,0 +1,128 @@
+"""Plans of the row-sums kernels (codegen/row_sums_cuda.py): an index_put_accumulate into a
+constant fill, as an embedding's gradient is, where results may depend on the order of adds.
+
+Note [Row sums]: out [V, H] = fill + the rows of value [N, H] added at index [N]. The ordered
+kernel (Note [Deterministic scatter]) scans the whole index once per block of output rows,
+309 MB of L2 reads for an embedding's gradient of 50304 x 768 from 8192 tokens, where the op
+must move 90 MB. Here each token claims its row (compare-and-swap on an int per row): the
+first becomes the row's owner, and only the tokens that find their row taken add their
+values, atomically, to a float row of sums kept at the owner's position (a workspace of
+[N, H], touched only at shared rows). The last kernel writes every output row once: the
+fill, plus the owner's values read from the input, plus the sums where the row is shared.
+So the output is written once, the values read about once, and atomics touch only repeated
+tokens. Which token owns a row and the order of the atomic adds vary between runs, so a
+row named by several tokens may differ in its last bits from run to run (docs/ops.md);
+FUSION_CACHE_DETERMINISTIC=1 takes the ordered kernel instead.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from codegen import row_sums_cuda as rs
+from codegen.cuda_ops import ELEMENT_BYTES
+from fusion_cache.frontend.dtypes import DataType
+
+from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
+from .reduction.finish import dependent_launch
+
+SUM_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16)  # summed in float
+
+
+def row_sums_refusal(program: Any) -> str | None:
+    """Why the row-sums kernels cannot take `program` whatever the sizes (None: they can)."""
+    if program.op != "index_put_accumulate" or program.fill is None:
+        return "not an accumulate into a constant fill"
+    if program.dtype not in SUM_DTYPES:
+        return f"sums of {program.dtype!r} (floats, halves and bfloat16s are summed in float)"
+    if program.index_read is None or program.source_read is None:
+        return "the index or the values are computed in the fusion, not read from memory"
+    if program.source_dtype not in SUM_DTYPES:
+        return f"values of {program.source_dtype!r}"
+    return None
+
+
+def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchSpec:
+    from .scatter_deterministic import _Read
+
+    index = _Read(program.index_read, values, env, program.index_state)
+    value = _Read(program.source_read, values, env, program.source_state)
+    out_shape = tuple(env[program.out_state])
+    out_dtype = program.final_dtype or program.dtype
+    n, v = index.shape[0], out_shape[0]
+    h = math.prod(out_shape[1:])
+    if max(n, v) >= 2**31 - 1:
+        raise SchedulerRefused(f"{program.op}: {n} tokens into {v} rows (owners are 32-bit)")
+    rest = len(out_shape) - 1
+    vstrides = [0 if value.shape[d] == 1 else value.strides[d] for d in range(len(value.shape))]
+    vw = _vector_width(out_dtype, program.source_dtype, value, vstrides, values, out_shape)
+    index_type = "int" if max(v * h, n * h, _reach(value.shape, vstrides)) < 2**31 else "long long"
+    outputs = (OutputSpec(out_shape, out_dtype),)
+    work = ((2 * v, DataType.Int32), (max(1, n * h), DataType.Float))
+    kernels = []
+    blocks = lambda count: (max(1, -(-count // rs.BLOCK)), 1, 1)  # noqa: E731
+    block = (rs.BLOCK, 1, 1)
+    it = "i32" if index_type == "int" else "i64"
+    rest_args: list = []
+    rest_types: tuple = ()
+    if vw == 1:
+        for d in range(rest):
+            rest_args += [out_shape[1 + d], vstrides[1 + d]]
+        rest_types = (it,) * (2 * rest)
+    hv = h // vw
+    dep = dependent_launch(profile)  # each kernel readied while the one before it runs
+    kernels.append(KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type), blocks(2 * v), block,
+                                ("ptr", it), (ArgRef("workspace", 0), 2 * v)))  # fmt: skip
+    if n and h:
+        what = f"{program.op} (T{program.out_state})"
+        zw = 4 if h % 4 == 0 else 1
+        kernels.append(KernelLaunch(
+            rs.CLAIM_NAME, rs.render_claim(program.index_dtype, index_type, what, zw, dep),
+            blocks(n), block, ("ptr", "ptr", "ptr", it, it, it, it),
+            (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), n, v, h),
+            dependent=dep))
+        kernels.append(KernelLaunch(
+            rs.ADD_NAME, rs.render_add(program.index_dtype, program.source_dtype, rest, vw,
+                                       index_type, dep),
+            blocks(n * hv), block, ("ptr", "ptr", "ptr", it, "ptr", it, *rest_types, it, it, it),
+            (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), value.ref,
+             _s(value, 0), *rest_args, n, h, hv), dependent=dep))  # fmt: skip
+    if v and h:
+        kernels.append(KernelLaunch(
+            rs.OUT_NAME, rs.render_out(out_dtype, program.source_dtype, rest, vw, index_type,
+                                        dep and bool(n and h)),
+            blocks(v * hv), block, ("ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
+            (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 1), value.ref,
+             _s(value, 0), *rest_args, v, h, hv, float(program.fill)),
+            dependent=dep and bool(n and h)))  # fmt: skip
+    return LaunchSpec("scatter", outputs, work, tuple(kernels),
+                      f"{program.op} row sums from {program.fill!r} (Note [Row sums]), "
+                      f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
+
+
+def _s(t: Any, d: int) -> int:
+    return 0 if t.shape[d] == 1 else t.strides[d]
+
+
+def _reach(shape: tuple, strides: list) -> int:
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
+
+
+def _vector_width(out_dtype: DataType, value_dtype: DataType, value: Any, strides: list,
+                  values: Any, out_shape: tuple) -> int:  # fmt: skip
+    """Columns a thread takes: 16 bytes of the output where the value rows are contiguous
+    (their dims after the first collapse to one of stride 1) and aligned; else one."""
+    rest_shape, rest_strides = value.shape[1:], strides[1:]
+    if tuple(rest_shape) != tuple(out_shape[1:]):  # broadcast along a row
+        return 1
+    h = math.prod(out_shape[1:])
+    expect = 1
+    for n, s in reversed(list(zip(rest_shape, rest_strides))):
+        if n != 1 and s != expect:
+            return 1
+        expect *= n
+    ptr = values[value.ref.index].data_ptr()
+    vw = max(1, 16 // ELEMENT_BYTES[out_dtype])
+    while vw > 1 and (h % vw or strides[0] % vw or ptr % (vw * ELEMENT_BYTES[value_dtype])):
+        vw //= 2
+    return vw
