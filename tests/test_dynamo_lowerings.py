@@ -227,6 +227,84 @@ def test_addmm_of_a_transposed_weight_is_a_linear():
                                F.gelu(F.linear(x, w, b)))  # fmt: skip
 
 
+def _regions_of(fn, inputs):
+    """`fn` traced to an aten graph on fake tensors (torch's meta kernels: cuDNN attention
+    has no CPU kernel to trace with) and partitioned; the graph and its report."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    report = dynamo_backend.fuse_graph(gm, "forward")
+    return gm, report
+
+
+def _causal_reference(q, k, v, scale):
+    """Attention by the formula, in float64: output and the rows' log-sum-exp."""
+    q, k, v = (t.double() for t in (q, k, v))
+    scores = q @ k.transpose(-2, -1) * scale
+    keep = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+    scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, -1) @ v, torch.logsumexp(scores, -1, keepdim=True)
+
+
+@_needs_aten
+def test_cudnn_attention_and_its_backward_lower_as_aten_segments():
+    """The cuDNN variant (what torch picks on an H100) lowers onto its own ATen op, with the
+    work around it in the same region; on the CPU the op's rule runs torch's CPU kernel, so
+    the region's output, log-sum-exp ([N, H, L, 1], as cuDNN's) and gradients are checked
+    against attention written out."""
+    cudnn = torch.ops.aten._scaled_dot_product_cudnn_attention
+    backward = torch.ops.aten._scaled_dot_product_cudnn_attention_backward
+    scale = 0.3
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, go = (torch.randn(2, 3, 6, 4, generator=gen) for _ in range(4))
+
+    def forward(q, k, v):
+        out, lse, _, _, _, _, seed, offset, _ = cudnn(q * 2, k, v, None, True, 0.0, True, False,
+                                                    scale=scale)  # fmt: skip
+        return out * 3, lse, seed, offset
+
+    gm, report = _regions_of(forward, (q, k, v))
+    assert report["fused_ops"].get("_scaled_dot_product_cudnn_attention") == 1, report
+    assert report["regions"] == 1 and not report["eager_ops"], report
+    out, lse, seed, offset = gm(q, k, v)
+    want_out, want_lse = _causal_reference(q * 2, k, v, scale)
+    torch.testing.assert_close(out.double(), want_out * 3, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=1e-5, atol=1e-5)
+    assert "aten:sdpa_cudnn_fwd" in _gpu_plan(gm, (q, k, v))
+
+    def grads(go, q, k, v, out, lse, seed, offset):
+        dq, dk, dv = backward(go * 0.5, q, k, v, out, lse, seed, offset, None, None, None, 6, 6,
+                              0.0, True, scale=scale)  # fmt: skip
+        return dq + 1, dk, dv * 2
+
+    q2 = q * 2
+    gm, report = _regions_of(grads, (go, q2, k, v, out / 3, lse, seed, offset))
+    assert report["fused_ops"].get("_scaled_dot_product_cudnn_attention_backward") == 1, report
+    dq, dk, dv = gm(go, q2, k, v, out / 3, lse, seed, offset)
+    qr, kr, vr = (t.double().requires_grad_() for t in (q2, k, v))
+    _causal_reference(qr, kr, vr, scale)[0].backward(go.double() * 0.5)
+    for got, want in ((dq - 1, qr.grad), (dk, kr.grad), (dv / 2, vr.grad)):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+    assert "aten:sdpa_cudnn_bwd" in _gpu_plan(gm, (go, q2, k, v, out / 3, lse, seed, offset))
+
+
+def _gpu_plan(gm, inputs) -> str:
+    """The plan the GPU path makes of the graph's region (for the h100 profile, kernels
+    compiled, launches stubbed): its segments' description."""
+    from benchmarks.host_region import stub_launches
+    from fusion_cache.frontends.fx_region import RegionCall
+    from fusion_cache.runtime.executor import executor_for
+
+    (region,) = [n.target for n in gm.graph.nodes if isinstance(n.target, RegionCall)]
+    region._sequences.clear()
+    region._last = None
+    with stub_launches():
+        gm(*inputs)
+    fd, _ = next(iter(region._definitions.values()))
+    (plan,) = executor_for(fd).plans.values()
+    return plan.description
+
+
 _needs_indexing = pytest.mark.skipif(
     not hasattr(__import__("fusion_cache.frontend.ops", fromlist=["Operators"]).Operators,
                 "index_put_accumulate"), reason="this build's frontend has no gathers/scatters")

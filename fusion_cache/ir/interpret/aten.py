@@ -1,6 +1,6 @@
 """Rules of the ATen ops (fusion_cache/frontend/ops/aten.py): each is the torch call an ATen
 segment makes (schedulers/aten.py), so the reference and the GPU run the same function.
-Where torch's CUDA kernel has no CPU twin (flash attention), the CPU takes torch's CPU
+Where torch's CUDA kernel has no CPU twin (flash and cuDNN attention), the CPU takes torch's CPU
 kernel of the same op; its dropout cannot be replayed by a backward, so it is refused."""
 from __future__ import annotations
 
@@ -75,6 +75,45 @@ def _sdpfa_bwd(run: Interpreter, r: Record) -> list:
                          "(half or bfloat16 CUDA tensors)")  # fmt: skip
     grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
         *(_host(t) for t in (go, q, k, v, out, lse)), 0.0, causal, scale=scale)
+    return [g.to(q.device) for g in grads]
+
+
+def _cudnn(q: torch.Tensor) -> bool:
+    return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+
+
+@rule("sdpa_cudnn_fwd")
+def _sdpa_cudnn_fwd(run: Interpreter, r: Record) -> list:
+    """cuDNN's attention on CUDA; elsewhere torch's CPU kernel, its log-sum-exp given the
+    trailing unit dim cuDNN's has (the CPU backward below takes it off again)."""
+    q, k, v = (run.get(a) for a in r.args[:3])
+    p, causal, scale = _attention_flags(run, *r.args[3:])
+    if _cudnn(q):
+        out, lse, *_, seed, offset, _ = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, None, True, p, causal, False, scale=scale)
+        return [out, lse, seed, offset]
+    if p > 0:
+        raise ValueError(f"sdpa_cudnn_fwd ({r.outputs[0]}): dropout_p={p} needs cuDNN "
+                         "(half or bfloat16 CUDA tensors)")  # fmt: skip
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        _host(q), _host(k), _host(v), 0.0, causal, scale=scale)
+    seed = torch.zeros((), dtype=torch.int64, device=q.device)
+    offset = torch.zeros((), dtype=torch.int64, device=q.device)
+    return [out.to(q.device), lse.unsqueeze(-1).to(q.device), seed, offset]
+
+
+@rule("sdpa_cudnn_bwd")
+def _sdpa_cudnn_bwd(run: Interpreter, r: Record) -> list:
+    go, q, k, v, out, lse, seed, offset = (run.get(a) for a in r.args[:8])
+    p, causal, scale = _attention_flags(run, *r.args[8:])
+    if _cudnn(q):
+        return list(torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            go, q, k, v, out, lse, seed, offset, None, None, None, q.shape[2], k.shape[2], p,
+            causal, scale=scale))  # fmt: skip
+    if p > 0:
+        raise ValueError(f"sdpa_cudnn_bwd ({r.outputs[0]}): dropout_p={p} needs cuDNN")
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        *(_host(t) for t in (go, q, k, v, out, lse.squeeze(-1))), 0.0, causal, scale=scale)
     return [g.to(q.device) for g in grads]
 
 
