@@ -294,6 +294,54 @@ def test_cudnn_attention_and_its_backward_lower_as_aten_segments():
                                               "sdpa_cudnn_bwd")  # fmt: skip
 
 
+@_needs_aten
+def test_efficient_attention_with_a_mask_and_its_backward_lower_as_aten_segments():
+    """Memory-efficient attention (what torch picks for a mask) lowers onto its own ATen op
+    with the mask taken along; its log-sum-exp is padded to 32-row tiles as the CUDA
+    kernel's. Checked against attention written out."""
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention
+    backward = torch.ops.aten._scaled_dot_product_efficient_attention_backward
+    scale = 0.4
+    gen = torch.Generator().manual_seed(1)
+    q, k, v, go = (torch.randn(2, 3, 6, 4, generator=gen) for _ in range(4))
+    mask = torch.randn(2, 3, 6, 6, generator=gen)
+
+    def reference(q, k, v, mask):
+        scores = q.double() @ k.double().transpose(-2, -1) * scale + mask.double()
+        return torch.softmax(scores, -1) @ v.double(), torch.logsumexp(scores, -1)
+
+    def forward(q, k, v, mask):
+        out, lse, seed, offset = efficient(q * 2, k, v, mask + 1, True, 0.0, False, scale=scale)
+        return out * 3, lse, seed, offset
+
+    gm, report = _regions_of(forward, (q, k, v, mask))
+    assert report["fused_ops"].get("_scaled_dot_product_efficient_attention") == 1, report
+    assert not report["eager_ops"], report
+    out, lse, seed, offset = gm(q, k, v, mask)
+    want_out, want_lse = reference(q * 2, k, v, mask + 1)
+    torch.testing.assert_close(out.double(), want_out * 3, rtol=1e-5, atol=1e-5)
+    assert lse.shape == (2, 3, 32)
+    torch.testing.assert_close(lse[..., :6].double(), want_lse, rtol=1e-5, atol=1e-5)
+
+    def grads(go, q, k, v, mask, out, lse, seed, offset):
+        dq, dk, dv, _ = backward(go * 0.5, q, k, v, mask, out, lse, seed, offset, 0.0,
+                                 [True, True, True, False], False, scale=scale)  # fmt: skip
+        return dq + 1, dk, dv * 2
+
+    q2, m2 = q * 2, mask + 1
+    inputs = (go, q2, k, v, m2, out / 3, lse, seed, offset)
+    gm_bwd, report = _regions_of(grads, inputs)
+    assert report["fused_ops"].get("_scaled_dot_product_efficient_attention_backward") == 1
+    dq, dk, dv = gm_bwd(*inputs)
+    qr, kr, vr = (t.double().requires_grad_() for t in (q2, k, v))
+    reference(qr, kr, vr, m2)[0].backward(go.double() * 0.5)
+    for got, want in ((dq - 1, qr.grad), (dk, kr.grad), (dv / 2, vr.grad)):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+    # last: a plan made with stub launches stays in its executor's cache
+    assert "aten:sdpa_efficient_fwd" in _gpu_plan(gm, (q, k, v, mask), "sdpa_efficient_fwd")
+    assert "aten:sdpa_efficient_bwd" in _gpu_plan(gm_bwd, inputs, "sdpa_efficient_bwd")
+
+
 def _gpu_plan(gm, inputs, op: str) -> str:
     """The plan the GPU path makes of the graph's region holding `op` (for the h100 profile,
     kernels compiled, launches stubbed): its segments' description."""

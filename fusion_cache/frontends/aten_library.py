@@ -1,7 +1,8 @@
 """Lowerings of the aten ops a library does best onto the fusion's ATen ops (Note [ATen
 segments] in schedulers/aten.py): mm, addmm, bmm and linear onto fd.ops.matmul/linear,
 flash attention and its backward onto fd.ops.sdpfa_fwd/sdpfa_bwd, cuDNN's onto
-fd.ops.sdpa_cudnn_fwd/sdpa_cudnn_bwd. Inside a region they
+fd.ops.sdpa_cudnn_fwd/sdpa_cudnn_bwd, memory-efficient attention's onto
+fd.ops.sdpa_efficient_fwd/sdpa_efficient_bwd. Inside a region they
 become segments of their own, so the casts, bias adds and activations around them fuse
 into the generated kernels before and after, in the same region call.
 
@@ -170,3 +171,31 @@ def _cudnn_attention_backward(ctx: LoweringContext, a: Args) -> Any:
         raise UnsupportedOpError("cuDNN attention backward without its random state tensors")
     p, causal, scale = _attention_flags(a, "cuDNN attention backward")
     return _op(ctx, "sdpa_cudnn_bwd")(grad, q, k, v, out, lse, seed, offset, p, causal, scale)
+
+
+@lowers("_scaled_dot_product_efficient_attention")
+def _efficient_attention(ctx: LoweringContext, a: Args) -> Any:
+    """(output, log_sumexp, philox_seed, philox_offset), the mask (attn_bias) taken along."""
+    p, causal, scale = _attention_flags(a, "memory-efficient attention")
+    if not a.get("compute_log_sumexp", False):
+        raise UnsupportedOpError("memory-efficient attention without its log-sum-exp "
+                                 "(torch's is empty then)")  # fmt: skip
+    return _op(ctx, "sdpa_efficient_fwd")(a[0], a[1], a[2], a.get("attn_bias"), p, causal,
+                                          scale)  # fmt: skip
+
+
+@lowers("_scaled_dot_product_efficient_attention_backward")
+def _efficient_attention_backward(ctx: LoweringContext, a: Args) -> Any:
+    """(grad_query, grad_key, grad_value, grad_bias): the three, where those are the ones
+    asked for (grad_input_mask); the mask's gradient stays with eager."""
+    grad, q, k, v, bias, out, lse, seed, offset = (a[i] for i in range(9))
+    mask = tuple(a.get("grad_input_mask", ()))
+    if mask[:3] != (True, True, True) or (len(mask) > 3 and mask[3]):
+        raise UnsupportedOpError(f"memory-efficient attention backward with grad_input_mask "
+                                 f"{list(mask)} (the three gradients, not the mask's)")  # fmt: skip
+    if not (is_tensor(seed) and is_tensor(offset)):
+        raise UnsupportedOpError("memory-efficient attention backward without its random state")
+    p, causal, scale = _attention_flags(a, "memory-efficient attention backward")
+    grads = _op(ctx, "sdpa_efficient_bwd")(grad, q, k, v, bias, out, lse, seed, offset, p,
+                                           causal, scale)  # fmt: skip
+    return (*grads, None)

@@ -132,6 +132,8 @@ _NEEDS = {
     **{f"{name}_backward": ("sdpfa_bwd",) for name in _FLASH},
     "_scaled_dot_product_cudnn_attention": ("sdpa_cudnn_fwd",),
     "_scaled_dot_product_cudnn_attention_backward": ("sdpa_cudnn_bwd",),
+    "_scaled_dot_product_efficient_attention": ("sdpa_efficient_fwd",),
+    "_scaled_dot_product_efficient_attention_backward": ("sdpa_efficient_bwd",),
 }  # fmt: skip
 
 
@@ -182,11 +184,15 @@ def _probe(op: str) -> bool:
         elif op == "index_put_accumulate":
             index = fd.define_tensor(shape=[-1], dtype=DataType.Int)
             y = fd.ops.index_put_accumulate(fd.ops.full([8, 8], 0.0, DataType.Float), index, x)
-        elif op in ("sdpfa_fwd", "sdpfa_bwd", "sdpa_cudnn_fwd", "sdpa_cudnn_bwd"):
-            # the backward is planned as the forward
+        elif op in ("sdpfa_fwd", "sdpfa_bwd"):  # the backward is planned as the forward
             q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
-            forward = "sdpfa_fwd" if op.startswith("sdpfa") else "sdpa_cudnn_fwd"
-            y = getattr(fd.ops, forward)(q, q, q, 0.0, True, None)[0]
+            y = fd.ops.sdpfa_fwd(q, q, q, 0.0, True, None)[0]
+        elif op in ("sdpa_cudnn_fwd", "sdpa_cudnn_bwd"):
+            q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
+            y = fd.ops.sdpa_cudnn_fwd(q, q, q, 0.0, True, None)[0]
+        elif op in ("sdpa_efficient_fwd", "sdpa_efficient_bwd"):
+            q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
+            y = fd.ops.sdpa_efficient_fwd(q, q, q, None, 0.0, True, None)[0]
         else:
             raise ValueError(f"gpu_schedules: no probe for {op!r}")
         fd.add_output(y)
