@@ -214,39 +214,6 @@ def test_replay_is_a_few_python_calls():
         assert count_python_calls(call) <= 6  # matches, run, step.run, launch, + a listcomp
 
 
-def test_an_aten_segment_replays_as_its_torch_call():
-    """Note [ATen segment calls]: a GEMM's segment in a replay is its rules' torch calls (the
-    weight's transpose and the linear) and a handful of Python frames, with eager's result."""
-    import torch.nn.functional as F
-
-    from benchmarks.host_region import RegionCase, region_of
-    from fusion_cache.runtime.sequence import PlanStep
-
-    def fn(x, w, b):
-        return F.gelu(F.linear(x, w, b), approximate="tanh") * 2
-
-    with stub_launches():
-        region, args, _ = region_of(RegionCase("linear_gelu", fn, ((4, 8), (16, 8), (16,))), "cpu")
-        region(*args)
-        (seq,) = region.sequences
-        (step,) = [s for s in seq.steps if isinstance(s, PlanStep)]
-        env = [*args, *seq.pad]
-        for s in seq.steps:
-            s.run(env)
-        (slot,) = step.writes
-        first = env[slot].clone()  # made through the executor's launch when recorded
-        env[slot] = None
-        step.run(env)
-        by_rank = {a.dim(): a for a in args if a.shape != (8, 16)}
-        x, b, w_t = by_rank[2], by_rank[1], next(a for a in args if a.shape == (8, 16))
-        torch.testing.assert_close(env[slot], first)
-        torch.testing.assert_close(env[slot], torch.addmm(b, x, w_t))
-        # PlanStep.run and its read, _run_aten, run_aten, Interpreter(), the permute rule
-        # (get, kw) and the linear rule with its seven argument reads (30 through the
-        # executor's launch and the general walk)
-        assert count_python_calls(lambda: step.run(env)) <= 17
-
-
 def test_scratch_is_the_plans_own_across_replays():
     """Note [Scratch per stream]: a split reduction's partials live with its plan; replays on
     one stream pass the same buffers, and allocate only the outputs."""

@@ -18,7 +18,6 @@ region through one (Note [Region call] in fusion_cache/frontends/fx_region.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 from operator import and_
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,6 @@ import torch
 from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.validate import validate_inputs
 
-from .aten_segments import AtenPlan, run_aten
 from .executor import executor_for
 from .plans import LaunchPlan
 from .segmented import SegmentedPlan, run_device
@@ -185,11 +183,6 @@ class TensorStep:
         return {self.src, self.dst}
 
 
-def _run_aten(fd: Any, counters: dict, plan: AtenPlan, values: list) -> list:
-    counters["aten_runs"] = counters.get("aten_runs", 0) + 1
-    return run_aten(fd, plan, values)
-
-
 def _to_device(device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda t: t.to(device, non_blocking=True)
 
@@ -203,9 +196,6 @@ class PlanStep:
 
     def __init__(self, ex: Any, plan: Any, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
         self.launch, self.plan, self.reads, self.writes, self.count = ex.launch, plan, reads, writes, 0
-        if isinstance(plan, AtenPlan) and not (ex.seeded or ex.aliased):
-            # Note [ATen segment calls]: the torch call without the executor's dispatch
-            self.launch = partial(_run_aten, ex.fd, ex.fd._cache.counters)
 
     def run(self, env: list) -> None:
         outs = self.launch(self.plan, [env[s] for s in self.reads])
