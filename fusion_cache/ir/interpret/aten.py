@@ -1,7 +1,8 @@
 """Rules of the ATen ops (fusion_cache/frontend/ops/aten.py): each is the torch call an ATen
 segment makes (schedulers/aten.py), so the reference and the GPU run the same function.
-Where torch's CUDA kernel has no CPU twin (flash, cuDNN and memory-efficient attention), the CPU takes torch's CPU
-kernel of the same op; its dropout cannot be replayed by a backward, so it is refused."""
+Where torch's CUDA kernel has no CPU twin (flash, cuDNN and memory-efficient attention), the
+CPU takes torch's CPU kernel of the same op; its dropout cannot be replayed by a backward, so
+it is refused."""
 from __future__ import annotations
 
 import torch
