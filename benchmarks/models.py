@@ -423,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     # 20: a new process's first steps after its compiles run slow for a while (H100, the
     # warm ResNet-18: 9.8 -> 7.4 ms over steps 2-9); a median over steps 5-10 read that as
     # a slower warm steady state (8.53 against 7.66 ms) with the cold process's plans,
-    # kernels and launches (tests/test_warm_plans.py). Over steps 5-20: 7.10 against 6.85
+    # kernels and launches (tests/test_warm_plans.py). Over steps 5-20: 7.10 against 6.85.
+    # GPT-2 still read 13.65 warm against 10.55 cold over steps 5-20 (12:49 UTC, a shared
+    # and loaded machine), with the same plans and the same host time a step on the CPU
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="small models (the CPU test's)")
