@@ -29,6 +29,10 @@ TORCH_CALLS = {
     "matmul": "torch.matmul", "linear": "torch.nn.functional.linear",
     "sdpfa_fwd": "aten._scaled_dot_product_flash_attention",
     "sdpfa_bwd": "aten._scaled_dot_product_flash_attention_backward",
+    "sdpa_cudnn_fwd": "aten._scaled_dot_product_cudnn_attention",
+    "sdpa_cudnn_bwd": "aten._scaled_dot_product_cudnn_attention_backward",
+    "sdpa_efficient_fwd": "aten._scaled_dot_product_efficient_attention",
+    "sdpa_efficient_bwd": "aten._scaled_dot_product_efficient_attention_backward",
     "grouped_mm": "torch._grouped_mm", "scaled_mm": "torch._scaled_mm",
     "cumsum": "torch.cumsum", "argsort": "torch.argsort", "topk": "torch.topk",
 }  # fmt: skip

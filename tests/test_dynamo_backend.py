@@ -180,6 +180,44 @@ def test_fuse_graph_on_a_traced_aten_graph():
     torch.testing.assert_close(gm(x, w), f(x, w), rtol=1e-5, atol=1e-6)
 
 
+def test_a_region_longer_than_1024_records_lowers():
+    """A whole transformer's forward is one region once GEMMs and attention lower (GPT-2's
+    six layers: about 1500 records), past a definition's default max_length."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        for k in range(700):
+            x = x * 1.001 + k * 1e-4
+        return x
+
+    x = torch.randn(4, 8)
+    gm = make_fx(f)(x)
+    report = dynamo_backend.fuse_graph(gm, "forward")
+    assert report["regions"] == 1 and report["ops_eager"] == 0, report["eager_ops"]
+    torch.testing.assert_close(gm(x), f(x))
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="attention lowers through the fusion's ATen ops")
+def test_regions_end_after_attention_and_layers_share_a_fusion():
+    """Note [Region cuts at attention]: each layer's piece between two attention ops is one
+    region, the same definition for every middle layer."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w):
+        for _ in range(4):
+            y = F.scaled_dot_product_attention(x * w, x, x, is_causal=True)
+            x = torch.tanh(y * 2 + x)
+        return x
+
+    x, w = torch.randn(2, 3, 8, 4), torch.randn(4)
+    gm = make_fx(f)(x, w)
+    report = dynamo_backend.fuse_graph(gm, "forward")
+    ids = report["fusion_ids"]
+    assert report["regions"] == 5 and report["ops_eager"] == 0, report
+    assert ids[1] == ids[2] == ids[3] and len(set(ids)) == 3, ids
+    torch.testing.assert_close(gm(x, w), f(x, w), rtol=1e-5, atol=1e-6)
+
+
 def test_conv_batch_norm_relu_eval():
     torch.manual_seed(3)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))

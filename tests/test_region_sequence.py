@@ -212,3 +212,28 @@ def test_replay_is_a_few_python_calls():
                 seq.run(inputs)
 
         assert count_python_calls(call) <= 6  # matches, run, step.run, launch, + a listcomp
+
+
+def test_scratch_is_the_plans_own_across_replays():
+    """Note [Scratch per stream]: a split reduction's partials live with its plan; replays on
+    one stream pass the same buffers, and allocate only the outputs."""
+    from benchmarks.host_region import CASES as REGION_CASES
+    from benchmarks.host_region import region_of
+
+    case = next(c for c in REGION_CASES if c.name == "layer_norm_backward")
+    log: list = []
+    with stub_launches(log=log):
+        region, args, _ = region_of(case, "cpu")
+        region(*args)
+        (seq,) = region.sequences
+        (step,) = [s for s in seq.steps if isinstance(s, KernelStep)]
+        assert step.scratch, "the case must plan scratch buffers"
+        pointers = []
+        for _ in range(2):
+            log.clear()
+            outs = region(*args)
+            (launch,) = log
+            pointers.append({a for a, t in zip(launch[7], launch[6]) if t == "ptr"})
+        scratch = {t.data_ptr() for t in step.plan.scratch()}
+        assert scratch <= pointers[0] and scratch <= pointers[1]
+        assert all(o.data_ptr() not in scratch for o in outs)

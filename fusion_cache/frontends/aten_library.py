@@ -1,11 +1,14 @@
 """Lowerings of the aten ops a library does best onto the fusion's ATen ops (Note [ATen
 segments] in schedulers/aten.py): mm, addmm, bmm and linear onto fd.ops.matmul/linear,
-flash attention and its backward onto fd.ops.sdpfa_fwd/sdpfa_bwd. Inside a region they
+flash attention and its backward onto fd.ops.sdpfa_fwd/sdpfa_bwd, cuDNN's onto
+fd.ops.sdpa_cudnn_fwd/sdpa_cudnn_bwd, memory-efficient attention's onto
+fd.ops.sdpa_efficient_fwd/sdpa_efficient_bwd. Inside a region they
 become segments of their own, so the casts, bias adds and activations around them fuse
 into the generated kernels before and after, in the same region call.
 
-Only the flash kernels are lowered: sdpfa_fwd is torch's flash attention, so a region's
-log-sum-exp and random state are what eager's backward expects (and the other way round)
+Each attention kernel lowers onto its own op (sdpfa_fwd is torch's flash attention,
+sdpa_cudnn_fwd cuDNN's), never onto another kernel's: a region's log-sum-exp and random
+state are what eager's backward of the same kernel expects (and the other way round)
 whichever side of a forward/backward pair lowers. Where this build's frontend has no such
 op, the lowering refuses and the op stays eager.
 """
@@ -134,3 +137,65 @@ def _flash_attention_cpu_backward(ctx: LoweringContext, a: Args) -> Any:
     offset = ctx.ops.full([], 0, DataType.UInt64)
     grad, q, k, v, out, lse = (a[i] for i in range(6))
     return backward(grad, q, k, v, out, lse, p, causal, seed, offset, scale)
+
+
+def _no_bias(a: Args, what: str) -> None:
+    if a.get("attn_bias") is not None:
+        raise UnsupportedOpError(f"{what} with an attention bias (mask)")
+
+
+@lowers("_scaled_dot_product_cudnn_attention")
+def _cudnn_attention(ctx: LoweringContext, a: Args) -> Any:
+    """(output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset,
+    debug_attn_mask): the dense form has no cumulative sequences and no debug mask (None,
+    as torch's own kernel returns them), static lengths."""
+    q, k, v = a[0], a[1], a[2]
+    _no_bias(a, "cuDNN attention")
+    p, causal, scale = _attention_flags(a, "cuDNN attention")
+    if a.get("return_debug_mask", False):
+        raise UnsupportedOpError("cuDNN attention returning its debug mask")
+    out, lse, seed, offset = _op(ctx, "sdpa_cudnn_fwd")(q, k, v, p, causal, scale)
+    max_q, max_k = ctx.known_extent(q, 2), ctx.known_extent(k, 2)
+    if max_q is None or max_k is None:
+        raise UnsupportedOpError("cuDNN attention over sequence lengths known only at run time")
+    return out, lse, None, None, max_q, max_k, seed, offset, None
+
+
+@lowers("_scaled_dot_product_cudnn_attention_backward")
+def _cudnn_attention_backward(ctx: LoweringContext, a: Args) -> Any:
+    grad, q, k, v, out, lse, seed, offset = (a[i] for i in range(8))
+    _no_bias(a, "cuDNN attention backward")
+    if a.get("cum_seq_q") is not None or a.get("cum_seq_k") is not None:
+        raise UnsupportedOpError("cuDNN attention backward over packed (varlen) sequences")
+    if not (is_tensor(seed) and is_tensor(offset)):
+        raise UnsupportedOpError("cuDNN attention backward without its random state tensors")
+    p, causal, scale = _attention_flags(a, "cuDNN attention backward")
+    return _op(ctx, "sdpa_cudnn_bwd")(grad, q, k, v, out, lse, seed, offset, p, causal, scale)
+
+
+@lowers("_scaled_dot_product_efficient_attention")
+def _efficient_attention(ctx: LoweringContext, a: Args) -> Any:
+    """(output, log_sumexp, philox_seed, philox_offset), the mask (attn_bias) taken along."""
+    p, causal, scale = _attention_flags(a, "memory-efficient attention")
+    if not a.get("compute_log_sumexp", False):
+        raise UnsupportedOpError("memory-efficient attention without its log-sum-exp "
+                                 "(torch's is empty then)")  # fmt: skip
+    return _op(ctx, "sdpa_efficient_fwd")(a[0], a[1], a[2], a.get("attn_bias"), p, causal,
+                                          scale)  # fmt: skip
+
+
+@lowers("_scaled_dot_product_efficient_attention_backward")
+def _efficient_attention_backward(ctx: LoweringContext, a: Args) -> Any:
+    """(grad_query, grad_key, grad_value, grad_bias): the three, where those are the ones
+    asked for (grad_input_mask); the mask's gradient stays with eager."""
+    grad, q, k, v, bias, out, lse, seed, offset = (a[i] for i in range(9))
+    mask = tuple(a.get("grad_input_mask", ()))
+    if mask[:3] != (True, True, True) or (len(mask) > 3 and mask[3]):
+        raise UnsupportedOpError(f"memory-efficient attention backward with grad_input_mask "
+                                 f"{list(mask)} (the three gradients, not the mask's)")  # fmt: skip
+    if not (is_tensor(seed) and is_tensor(offset)):
+        raise UnsupportedOpError("memory-efficient attention backward without its random state")
+    p, causal, scale = _attention_flags(a, "memory-efficient attention backward")
+    grads = _op(ctx, "sdpa_efficient_bwd")(grad, q, k, v, bias, out, lse, seed, offset, p,
+                                           causal, scale)  # fmt: skip
+    return (*grads, None)

@@ -63,6 +63,10 @@ def _define_input(fd: FusionDefinition, spec: InputSpec) -> Any:
 
 
 Constants = tuple  # (output position, Python value): region outputs known when lowering
+# a region holds what the partitioner joined: with GEMMs and attention lowered, a whole
+# transformer's forward (GPT-2's six layers: about 1500 records), past the 1024 records nvFuser's
+# frontend allows a definition by default
+REGION_MAX_RECORDS = 1 << 16
 
 
 def build_region(gm: GraphModule, specs: Sequence[InputSpec]) -> tuple[FusionDefinition,
@@ -73,7 +77,7 @@ def build_region(gm: GraphModule, specs: Sequence[InputSpec]) -> tuple[FusionDef
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(specs):
         raise LoweringError(f"region has {len(placeholders)} inputs, got {len(specs)} specs")
-    fd = FusionDefinition()
+    fd = FusionDefinition(max_length=REGION_MAX_RECORDS)
     with fd:
         ctx = LoweringContext(fd)
         env: dict[Node, Any] = {}

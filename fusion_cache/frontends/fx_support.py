@@ -130,6 +130,10 @@ _NEEDS = {
     "embedding_dense_backward": ("index_put_accumulate",),
     **{name: ("sdpfa_fwd",) for name in _FLASH},
     **{f"{name}_backward": ("sdpfa_bwd",) for name in _FLASH},
+    "_scaled_dot_product_cudnn_attention": ("sdpa_cudnn_fwd",),
+    "_scaled_dot_product_cudnn_attention_backward": ("sdpa_cudnn_bwd",),
+    "_scaled_dot_product_efficient_attention": ("sdpa_efficient_fwd",),
+    "_scaled_dot_product_efficient_attention_backward": ("sdpa_efficient_bwd",),
 }  # fmt: skip
 
 
@@ -183,6 +187,12 @@ def _probe(op: str) -> bool:
         elif op in ("sdpfa_fwd", "sdpfa_bwd"):  # the backward is planned as the forward
             q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
             y = fd.ops.sdpfa_fwd(q, q, q, 0.0, True, None)[0]
+        elif op in ("sdpa_cudnn_fwd", "sdpa_cudnn_bwd"):
+            q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
+            y = fd.ops.sdpa_cudnn_fwd(q, q, q, 0.0, True, None)[0]
+        elif op in ("sdpa_efficient_fwd", "sdpa_efficient_bwd"):
+            q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
+            y = fd.ops.sdpa_efficient_fwd(q, q, q, None, 0.0, True, None)[0]
         else:
             raise ValueError(f"gpu_schedules: no probe for {op!r}")
         fd.add_output(y)

@@ -51,6 +51,18 @@ def _sdpfa_fwd(r: Record, get) -> list[Shape]:
     return [(*q[:3], v[3]), tuple(q[:3]), (2,), ()]
 
 
+def _sdpa_cudnn_fwd(r: Record, get) -> list[Shape]:
+    out, lse, _, _ = _sdpfa_fwd(r, get)
+    return [out, (*lse, 1), (), ()]
+
+
+def _sdpa_efficient_fwd(r: Record, get) -> list[Shape]:
+    from fusion_cache.frontend.ops.aten import efficient_lse_length
+
+    out, lse, _, _ = _sdpfa_fwd(r, get)
+    return [out, (*lse[:2], efficient_lse_length(lse[2])), (), ()]
+
+
 def _sdpfa_bwd(r: Record, get) -> list[Shape]:
     return [tuple(get(a)) for a in r.args[1:4]]
 
@@ -88,6 +100,8 @@ def _topk(r: Record, get) -> list[Shape]:
 
 ATEN_SHAPES: dict[str, ShapeRule] = {
     "matmul": _matmul, "linear": _linear, "sdpfa_fwd": _sdpfa_fwd, "sdpfa_bwd": _sdpfa_bwd,
+    "sdpa_cudnn_fwd": _sdpa_cudnn_fwd, "sdpa_cudnn_bwd": _sdpfa_bwd,
+    "sdpa_efficient_fwd": _sdpa_efficient_fwd, "sdpa_efficient_bwd": _sdpfa_bwd,
     "grouped_mm": _grouped_mm, "scaled_mm": _scaled_mm, "cumsum": _same, "argsort": _same,
     "topk": _topk,
 }  # fmt: skip

@@ -294,8 +294,8 @@ class FusionExecutor:
         device = plan.device
         outs = [_allocate(o, device) if o.alias_input is None else values[o.alias_input]
                 for o in spec.outputs]  # fmt: skip
-        # scratch is written in full before it is read: no need to clear it
-        work = [torch.empty(n, dtype=to_torch(dt), device=device) for n, dt in spec.workspaces]
+        # scratch is written in full before it is read: the plan's own (Note [Scratch per stream])
+        work = list(plan.scratch())
         if any(launch.cooperative for launch in spec.kernels):
             work.append(plan.barrier())
         if "print_args" in self.dumps:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fusion_cache.frontend.dtypes import to_torch
 from schedulers.base import ArgRef, LaunchSpec
 
 from .kernel_cache import KernelRef
@@ -32,6 +33,7 @@ class LaunchPlan:
     # Note [Finish in the row kernel]: a cooperative kernel's barrier counters, per stream
     barriers: dict = field(default_factory=dict)
     captured: list = field(default_factory=list)  # those of CUDA graphs, kept for replays
+    scratches: dict = field(default_factory=dict)  # Note [Scratch per stream]: stream -> buffers
     # fresh outputs and plain launches only: the cache hit's lean path runs it (launch)
     lean: bool = field(init=False)
 
@@ -55,6 +57,35 @@ class LaunchPlan:
         if counters is None:
             counters = self.barriers[stream] = torch.zeros(2, dtype=torch.int32, device=self.device)
         return counters
+
+
+    def scratch(self) -> tuple[torch.Tensor, ...]:
+        """The spec's workspaces for a run on the current stream.
+
+        Note [Scratch per stream]: a plan's scratch (a split reduction's partials) is written
+        in full before it is read and dead once its kernels end, so runs on one stream, which
+        follow one another, share one set, allocated on the stream's first run and kept with
+        the plan, as the barrier counters are; a cache hit allocates only its outputs (each
+        buffer cost about 2.5 us of host time a run). Streams get their own set; a launch
+        captured into a CUDA graph gets one of its own, which lives as long as the plan."""
+        device = self.device
+        if device.type != "cuda":
+            key = None
+        elif torch.cuda.is_current_stream_capturing():
+            self.captured.append(self._new_scratch())
+            return self.captured[-1]
+        else:
+            from codegen.launch import current_raw_stream
+
+            key = current_raw_stream(device.index)
+        found = self.scratches.get(key)
+        if found is None:
+            found = self.scratches[key] = self._new_scratch()
+        return found
+
+    def _new_scratch(self) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.empty(n, dtype=to_torch(dt), device=self.device)
+                     for n, dt in self.spec.workspaces)  # fmt: skip
 
 
 def _alignment(ptr: int) -> int:

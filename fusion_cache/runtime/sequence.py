@@ -135,13 +135,14 @@ class KernelStep:
         empty = self.empty
         device = self.device
         if empty is None or (device.type == "cuda" and _current_cuda_device() != device.index):
-            for slot, shape, stride, dtype in self.allocs + self.scratch:
+            for slot, shape, stride, dtype in self.allocs:
                 env[slot] = torch.empty_strided(shape, stride, dtype=dtype, device=device)
         else:
             for slot, shape, stride, dtype in self.allocs:
                 env[slot] = empty(shape, stride, dtype)
-            for slot, shape, stride, dtype in self.scratch:
-                env[slot] = empty(shape, stride, dtype)
+        if self.scratch:  # the plan's own, kept per stream (Note [Scratch per stream])
+            for (slot, *_), buffer in zip(self.scratch, self.plan.scratch()):
+                env[slot] = buffer
         if self.barrier_slot is not None:
             env[self.barrier_slot] = self.plan.barrier()
         for kernel, grid, block, types, template, pointers, values, smem, flags in self.launches:

@@ -86,6 +86,60 @@ def test_sdpfa_forward_backward_against_eager(dtype):
         torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_sdpa_cudnn_forward_backward_against_eager(dtype):
+    """cuDNN's attention and its backward as ATen segments: the same numbers as torch's own
+    cuDNN call (its log-sum-exp too), and gradients near attention in float32."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, go = (rand(2, 4, 256, 64, dtype=dtype, gen=gen) for _ in range(4))
+    with FusionDefinition() as fd:
+        tq, tk, tv, tg = (tensor(fd, t) for t in (q, k, v, go))
+        o, lse, seed, off = fd.ops.sdpa_cudnn_fwd(tq, tk, tv, None, True, 0.125)
+        dq, dk, dv = fd.ops.sdpa_cudnn_bwd(tg, tq, tk, tv, o, lse, seed, off, None, True, 0.125)
+        for t in (o, lse, dq, dk, dv):
+            fd.add_output(t)
+    before = stats()
+    o, lse, dq, dk, dv = fd.execute([q, k, v, go])
+    assert delta(before, "reference_runs") == (0,)
+    eager = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True,
+                                                               False, scale=0.125)  # fmt: skip
+    torch.testing.assert_close(o, eager[0], **BF16)
+    torch.testing.assert_close(lse, eager[1], rtol=1e-3, atol=1e-3)
+    qr, kr, vr = (t.float().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, scale=0.125)
+    ref.backward(go.float())
+    for got, want in zip((dq, dk, dv), (qr.grad, kr.grad, vr.grad)):
+        torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_sdpa_efficient_with_a_mask_against_eager(dtype):
+    """Memory-efficient attention with an additive mask and its backward as ATen segments:
+    torch's own call's numbers, and gradients near attention in float32."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, go = (rand(2, 4, 200, 64, dtype=dtype, gen=gen) for _ in range(4))
+    mask = rand(2, 4, 200, 200, dtype=dtype, gen=gen)
+    with FusionDefinition() as fd:
+        tq, tk, tv, tg, tm = (tensor(fd, t) for t in (q, k, v, go, mask))
+        o, lse, seed, off = fd.ops.sdpa_efficient_fwd(tq, tk, tv, tm, None, False, 0.125)
+        dq, dk, dv = fd.ops.sdpa_efficient_bwd(tg, tq, tk, tv, tm, o, lse, seed, off, None,
+                                               False, 0.125)  # fmt: skip
+        for t in (o, lse, dq, dk, dv):
+            fd.add_output(t)
+    before = stats()
+    o, lse, dq, dk, dv = fd.execute([q, k, v, go, mask])
+    assert delta(before, "reference_runs") == (0,)
+    eager = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, mask, True, 0.0,
+                                                                   False, scale=0.125)  # fmt: skip
+    torch.testing.assert_close(o, eager[0], **BF16)
+    torch.testing.assert_close(lse, eager[1], rtol=1e-3, atol=1e-3)
+    qr, kr, vr = (t.float().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=mask.float(), scale=0.125)
+    ref.backward(go.float())
+    for got, want in zip((dq, dk, dv), (qr.grad, kr.grad, vr.grad)):
+        torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
+
+
 def test_sdpfa_dropout_follows_torch_manual_seed():
     q = rand(2, 4, 128, 64)
     with FusionDefinition() as fd:

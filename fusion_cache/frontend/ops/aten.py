@@ -1,5 +1,6 @@
 """Ops a library does best, run as one torch call each in an ATen segment (Note [ATen
-segments] in schedulers/aten.py): matmul, linear, sdpfa_fwd/sdpfa_bwd, grouped_mm, scaled_mm,
+segments] in schedulers/aten.py): matmul, linear, sdpfa_fwd/sdpfa_bwd,
+sdpa_cudnn_fwd/sdpa_cudnn_bwd, sdpa_efficient_fwd/sdpa_efficient_bwd, grouped_mm, scaled_mm,
 cumsum, argsort, topk. Arguments and outputs follow nvFuser's frontend."""
 from __future__ import annotations
 
@@ -132,6 +133,118 @@ class AtenOps(OpsBase):
         args = (*tensors, p, causal, seed, offset, sc)
         return self._apply(Record("op", op, args, (), self._out("TTT")), infer)
 
+    def sdpa_cudnn_fwd(self, query, key, value, dropout_p=None, is_causal=None, scale=None):
+        """cuDNN's attention, as torch's _scaled_dot_product_cudnn_attention: (output,
+        log_sumexp [N, H, L, 1], philox_seed, philox_offset). Its own op beside sdpfa_fwd:
+        its log-sum-exp and random state are what cuDNN's backward reads, so a region
+        holding one half of a forward/backward pair pairs with eager's other half."""
+        op = "sdpa_cudnn_fwd"
+        q, k, v = (self._tensor(t, op, n) for t, n in ((query, "query"), (key, "key"),
+                                                       (value, "value")))  # fmt: skip
+        extra = tuple(self._optional_scalar(s, op, n) for s, n in (
+            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+
+        def infer() -> list:
+            iq, ik, iv = self._info(q), self._info(k), self._info(v)
+            dt = _attention_operands(op, iq, ik, iv)
+            n = _join(op, "batch", _join(op, "batch", iq.shape[0], ik.shape[0]), iv.shape[0])
+            h = _join(op, "head", _join(op, "head", iq.shape[1], ik.shape[1]), iv.shape[1])
+            _join(op, "key/value sequence", ik.shape[2], iv.shape[2])
+            _join(op, "query/key head dim", iq.shape[3], ik.shape[3])
+            self._check_flags(op, extra)
+            return [TensorInfo(dt, (n, h, iq.shape[2], iv.shape[3])),
+                    TensorInfo(DataType.Float, (n, h, iq.shape[2], 1)),
+                    TensorInfo(DataType.Int, ()), TensorInfo(DataType.Int, ())]  # fmt: skip
+
+        return self._apply(Record("op", op, (q, k, v, *extra), (), self._out("TTTT")), infer)
+
+    def sdpa_cudnn_bwd(self, grad_output, query, key, value, output, log_sumexp, philox_seed,
+                       philox_offset, dropout_p=None, is_causal=None, scale=None):  # fmt: skip
+        """The gradients of query, key and value, as torch's
+        _scaled_dot_product_cudnn_attention_backward, from sdpa_cudnn_fwd's outputs."""
+        op = "sdpa_cudnn_bwd"
+        names = ("grad_output", "query", "key", "value", "output", "log_sumexp", "philox_seed",
+                 "philox_offset")  # fmt: skip
+        tensors = tuple(self._tensor(t, op, n) for t, n in zip(
+            (grad_output, query, key, value, output, log_sumexp, philox_seed, philox_offset),
+            names))  # fmt: skip
+        flags = tuple(self._optional_scalar(s, op, n) for s, n in (
+            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+
+        def infer() -> list:
+            go, iq, ik, iv, out, lse = (self._info(t) for t in tensors[:6])
+            dt = _attention_operands(op, iq, ik, iv)
+            if go.dtype is not dt or out.dtype is not dt:
+                raise TypeError(f"{op}: grad_output and output must be {dt!r}, got "
+                                f"{go.dtype!r} and {out.dtype!r}")  # fmt: skip
+            if go.ndim != 4 or out.ndim != 4 or lse.ndim != 4:
+                raise ValueError(f"{op}: grad_output, output and log_sumexp must be 4-D")
+            self._check_flags(op, flags)
+            return [TensorInfo(dt, iq.shape), TensorInfo(dt, ik.shape), TensorInfo(dt, iv.shape)]
+
+        return self._apply(Record("op", op, (*tensors, *flags), (), self._out("TTT")), infer)
+
+    def sdpa_efficient_fwd(self, query, key, value, attn_bias=None, dropout_p=None,
+                           is_causal=None, scale=None):  # fmt: skip
+        """Memory-efficient attention, as torch's _scaled_dot_product_efficient_attention
+        with its log-sum-exp: (output, log_sumexp [N, H, L rounded up to 32], philox_seed,
+        philox_offset). `attn_bias`: an additive mask broadcast to [N, H, L, S]."""
+        op = "sdpa_efficient_fwd"
+        q, k, v = (self._tensor(t, op, n) for t, n in ((query, "query"), (key, "key"),
+                                                       (value, "value")))  # fmt: skip
+        bias = None if attn_bias is None else self._tensor(attn_bias, op, "attn_bias")
+        extra = tuple(self._optional_scalar(s, op, n) for s, n in (
+            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+
+        def infer() -> list:
+            iq, ik, iv = self._info(q), self._info(k), self._info(v)
+            dt = _attention_operands(op, iq, ik, iv)
+            n = _join(op, "batch", _join(op, "batch", iq.shape[0], ik.shape[0]), iv.shape[0])
+            h = _join(op, "head", _join(op, "head", iq.shape[1], ik.shape[1]), iv.shape[1])
+            _join(op, "key/value sequence", ik.shape[2], iv.shape[2])
+            _join(op, "query/key head dim", iq.shape[3], ik.shape[3])
+            if bias is not None and self._info(bias).ndim > 4:
+                raise ValueError(f"{op}: attn_bias must broadcast to [N, H, L, S]")
+            self._check_flags(op, extra)
+            return [TensorInfo(dt, (n, h, iq.shape[2], iv.shape[3])),
+                    TensorInfo(DataType.Float, (n, h, efficient_lse_length(iq.shape[2]))),
+                    TensorInfo(DataType.Int, ()), TensorInfo(DataType.Int, ())]  # fmt: skip
+
+        args = (q, k, v, bias, *extra)
+        return self._apply(Record("op", op, args, (), self._out("TTTT")), infer)
+
+    def sdpa_efficient_bwd(self, grad_output, query, key, value, attn_bias, output, log_sumexp,
+                           philox_seed, philox_offset, dropout_p=None, is_causal=None,
+                           scale=None):  # fmt: skip
+        """The gradients of query, key and value, as torch's
+        _scaled_dot_product_efficient_attention_backward, from sdpa_efficient_fwd's outputs
+        (the mask's gradient is not taken)."""
+        op = "sdpa_efficient_bwd"
+        names = ("grad_output", "query", "key", "value")
+        tensors = tuple(self._tensor(t, op, n) for t, n in zip(
+            (grad_output, query, key, value), names))  # fmt: skip
+        bias = None if attn_bias is None else self._tensor(attn_bias, op, "attn_bias")
+        rest = tuple(self._tensor(t, op, n) for t, n in zip(
+            (output, log_sumexp, philox_seed, philox_offset),
+            ("output", "log_sumexp", "philox_seed", "philox_offset")))  # fmt: skip
+        flags = tuple(self._optional_scalar(s, op, n) for s, n in (
+            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+
+        def infer() -> list:
+            go, iq, ik, iv = (self._info(t) for t in tensors)
+            out, lse = self._info(rest[0]), self._info(rest[1])
+            dt = _attention_operands(op, iq, ik, iv)
+            if go.dtype is not dt or out.dtype is not dt:
+                raise TypeError(f"{op}: grad_output and output must be {dt!r}, got "
+                                f"{go.dtype!r} and {out.dtype!r}")  # fmt: skip
+            if go.ndim != 4 or out.ndim != 4 or lse.ndim != 3:
+                raise ValueError(f"{op}: grad_output and output must be 4-D and log_sumexp 3-D")
+            self._check_flags(op, flags)
+            return [TensorInfo(dt, iq.shape), TensorInfo(dt, ik.shape), TensorInfo(dt, iv.shape)]
+
+        args = (*tensors, bias, *rest, *flags)
+        return self._apply(Record("op", op, args, (), self._out("TTT")), infer)
+
     def _check_flags(self, op: str, flags: tuple) -> None:
         p, causal, sc = flags
         for ref, name, ok in ((p, "dropout_p", is_float), (sc, "scale", is_float),
@@ -244,6 +357,12 @@ class AtenOps(OpsBase):
 
         kwargs = (("dim", dim), ("largest", bool(largest)), ("sorted", bool(sorted)))
         return self._apply(Record("op", op, (x, kk), kwargs, self._out("TT")), infer)
+
+
+def efficient_lse_length(length: int) -> int:
+    """The log-sum-exp's last extent of memory-efficient attention: the query length
+    rounded up to the kernel's 32-row tiles (symbolic where the length is)."""
+    return length if length == SYM else -(-length // 32) * 32
 
 
 def _attention_operands(op: str, iq: TensorInfo, ik: TensorInfo, iv: TensorInfo) -> DataType:

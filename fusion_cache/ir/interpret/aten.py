@@ -1,13 +1,15 @@
 """Rules of the ATen ops (fusion_cache/frontend/ops/aten.py): each is the torch call an ATen
 segment makes (schedulers/aten.py), so the reference and the GPU run the same function.
-Where torch's CUDA kernel has no CPU twin (flash attention), the CPU takes torch's CPU
-kernel of the same op; its dropout cannot be replayed by a backward, so it is refused."""
+Where torch's CUDA kernel has no CPU twin (flash, cuDNN and memory-efficient attention), the
+CPU takes torch's CPU kernel of the same op; its dropout cannot be replayed by a backward, so
+it is refused."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.ops.aten import efficient_lse_length
 from fusion_cache.frontend.records import Record
 
 from .core import Interpreter, rule
@@ -75,6 +77,83 @@ def _sdpfa_bwd(run: Interpreter, r: Record) -> list:
                          "(half or bfloat16 CUDA tensors)")  # fmt: skip
     grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
         *(_host(t) for t in (go, q, k, v, out, lse)), 0.0, causal, scale=scale)
+    return [g.to(q.device) for g in grads]
+
+
+def _cudnn(q: torch.Tensor) -> bool:
+    return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+
+
+@rule("sdpa_cudnn_fwd")
+def _sdpa_cudnn_fwd(run: Interpreter, r: Record) -> list:
+    """cuDNN's attention on CUDA; elsewhere torch's CPU kernel, its log-sum-exp given the
+    trailing unit dim cuDNN's has (the CPU backward below takes it off again)."""
+    q, k, v = (run.get(a) for a in r.args[:3])
+    p, causal, scale = _attention_flags(run, *r.args[3:])
+    if _cudnn(q):
+        out, lse, *_, seed, offset, _ = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, None, True, p, causal, False, scale=scale)
+        return [out, lse, seed, offset]
+    if p > 0:
+        raise ValueError(f"sdpa_cudnn_fwd ({r.outputs[0]}): dropout_p={p} needs cuDNN "
+                         "(half or bfloat16 CUDA tensors)")  # fmt: skip
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        _host(q), _host(k), _host(v), 0.0, causal, scale=scale)
+    seed = torch.zeros((), dtype=torch.int64, device=q.device)
+    offset = torch.zeros((), dtype=torch.int64, device=q.device)
+    return [out.to(q.device), lse.unsqueeze(-1).to(q.device), seed, offset]
+
+
+@rule("sdpa_cudnn_bwd")
+def _sdpa_cudnn_bwd(run: Interpreter, r: Record) -> list:
+    go, q, k, v, out, lse, seed, offset = (run.get(a) for a in r.args[:8])
+    p, causal, scale = _attention_flags(run, *r.args[8:])
+    if _cudnn(q):
+        return list(torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            go, q, k, v, out, lse, seed, offset, None, None, None, q.shape[2], k.shape[2], p,
+            causal, scale=scale))  # fmt: skip
+    if p > 0:
+        raise ValueError(f"sdpa_cudnn_bwd ({r.outputs[0]}): dropout_p={p} needs cuDNN")
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        *(_host(t) for t in (go, q, k, v, out, lse.squeeze(-1))), 0.0, causal, scale=scale)
+    return [g.to(q.device) for g in grads]
+
+
+@rule("sdpa_efficient_fwd")
+def _sdpa_efficient_fwd(run: Interpreter, r: Record) -> list:
+    """Memory-efficient attention on CUDA; elsewhere torch's CPU kernel, its log-sum-exp
+    padded with zeros to the CUDA kernel's length (the CPU backward below cuts it again)."""
+    q, k, v, bias = (run.get(a) for a in r.args[:4])
+    p, causal, scale = _attention_flags(run, *r.args[4:])
+    if q.is_cuda:
+        out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, bias, True, p, causal, scale=scale)
+        return [out, lse, seed, offset]
+    if p > 0:
+        raise ValueError(f"sdpa_efficient_fwd ({r.outputs[0]}): dropout_p={p} needs CUDA "
+                         "tensors")  # fmt: skip
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        _host(q), _host(k), _host(v), 0.0, causal, attn_mask=None if bias is None else
+        _host(bias), scale=scale)  # fmt: skip
+    lse = F.pad(lse, (0, efficient_lse_length(lse.shape[2]) - lse.shape[2]))
+    zero = torch.zeros((), dtype=torch.int64, device=q.device)
+    return [out.to(q.device), lse.to(q.device), zero, zero.clone()]
+
+
+@rule("sdpa_efficient_bwd")
+def _sdpa_efficient_bwd(run: Interpreter, r: Record) -> list:
+    go, q, k, v, bias, out, lse, seed, offset = (run.get(a) for a in r.args[:9])
+    p, causal, scale = _attention_flags(run, *r.args[9:])
+    if q.is_cuda:
+        return list(torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+            go, q, k, v, bias, out, lse, seed, offset, p, [True, True, True, False], causal,
+            scale=scale)[:3])  # fmt: skip
+    if p > 0:
+        raise ValueError(f"sdpa_efficient_bwd ({r.outputs[0]}): dropout_p={p} needs CUDA")
+    lse = lse[..., : q.shape[2]].contiguous()
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        *(_host(t) for t in (go, q, k, v, out, lse)), 0.0, causal,
+        attn_mask=None if bias is None else _host(bias), scale=scale)  # fmt: skip
     return [g.to(q.device) for g in grads]
 
 
