@@ -209,6 +209,24 @@ def test_dropout_residual_layer_norm_is_one_kernel_forward_and_backward():
     assert executor_for(bwd).scheduler == "inner_outer" and len(refs) == 1
 
 
+def test_dropout_layer_norm_row_fits_two_blocks_an_sm():
+    """Note [Random rows in registers]: the row kernel keeps x, h and the numbers it drew in
+    16 values a thread; ptxas gives it at most 64 registers, no spill (105 with 32 values),
+    so two blocks of 512 threads share an SM."""
+    from codegen.nvrtc import compile_cubin_with_log, default_options
+
+    fd = dropout_residual_layer_norm(0.1)
+    n, c = 16384, 4096
+    (ref,) = fd.precompile([meta(n, c), meta(n, c), meta(c), meta(c)], target="h100")
+    (launch,) = executor_for(fd).last_plan.spec.kernels
+    assert launch.block[0] * launch.block[1] == 512
+    assert "iters 2" in executor_for(fd).last_plan.spec.description
+    _, log = compile_cubin_with_log(launch.source, 90, name=launch.name,
+                                    options=default_options(90) + ("-Xptxas=-v",))  # fmt: skip
+    assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 64, log
+    assert " 0 bytes spill stores" in log, log
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_random_kernels_compile(dtype):
     with FusionDefinition() as fd:
