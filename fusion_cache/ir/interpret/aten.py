@@ -19,6 +19,12 @@ def _matmul(run: Interpreter, r: Record) -> list:
     return [torch.matmul(a, b)]
 
 
+@rule("bmm")
+def _bmm(run: Interpreter, r: Record) -> list:
+    a, b = (run.get(x) for x in r.args)
+    return [torch.bmm(a, b)]
+
+
 @rule("linear")
 def _linear(run: Interpreter, r: Record) -> list:
     x, w, bias = (run.get(a) for a in r.args)
