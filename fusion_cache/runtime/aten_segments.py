@@ -10,6 +10,8 @@ import torch
 
 from fusion_cache.ir.interpret import evaluate
 from schedulers.aten import AtenProgram
+
+from .aten_calls import PreparedCall
 from schedulers.base import LaunchSpec
 
 if TYPE_CHECKING:
@@ -21,6 +23,7 @@ class AtenPlan:
     spec: LaunchSpec  # outputs and description; no kernels
     program: AtenProgram
     refs: list = field(default_factory=list)  # kernels compiled for it: none
+    call: PreparedCall | None = None  # Note [Prepared ATen calls]; None: interpreted
 
     def describe(self) -> str:
         return f"ATen {self.program.describe().removeprefix('aten: ')}"
@@ -30,8 +33,10 @@ def run_aten(fd: FusionDefinition, plan: AtenPlan, values: Sequence[Any]) -> lis
     """The segment's records on its inputs: views and the one op, each the torch call its
     interpreter rule makes, on the inputs' device. Results keep torch's strides (flash
     attention's output is a transposed view): a segment that needs them contiguous gets
-    them so (Segment.dense_inputs)."""
-    del plan  # everything it decided is in the definition
+    them so (Segment.dense_inputs). A plan with a prepared call runs that (Note [Prepared
+    ATen calls]): the op's results are fresh tensors, never an input's memory."""
+    if plan.call is not None:
+        return plan.call(values)
     env = evaluate(fd._records, fd._infos, fd.input_refs(), values)
     inputs = {v.untyped_storage().data_ptr() for v in values
               if isinstance(v, torch.Tensor) and v.numel()}  # fmt: skip

@@ -37,6 +37,7 @@ from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
 from . import run_context
+from .aten_calls import prepare_call
 from .aten_segments import AtenPlan, run_aten
 from .kernel_cache import cubin_for, load_function
 from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
@@ -119,7 +120,7 @@ class FusionExecutor:
             return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
         if spec.scheduler == ATEN:  # one torch call, no kernels (Note [ATen segments])
             self.record(values, profile, {"scheduler": ATEN, "plan": spec.description})
-            return AtenPlan(spec, self.program)
+            return AtenPlan(spec, self.program, call=prepare_call(self.fd, values))
         return self._load_plan(spec, values, profile, load, host)
 
     def _load_plan(self, spec: Any, values: Sequence[Any], profile: Any, load: bool,
