@@ -182,3 +182,46 @@ def test_views_on_aten_results_against_torch(name, path, request):
         torch.testing.assert_close(got.float(), w.float(), rtol=2e-2, atol=2e-2)
     if path == "gpu path":
         assert all(p.call is not None for _, p in aten_plans(fd)), name
+
+
+# ---- segmented replay ---------------------------------------------------------------------
+
+
+def test_a_segmented_plan_replays_its_first_run(cpu_as_gpu):  # noqa: F811
+    """Note [Segmented replay]: the first run records, later runs of the plan replay (fresh
+    data each time, the same torch calls and kernels, counted as before)."""
+    import torch.nn.functional as F
+    from aten_patterns import attention_block
+
+    fd = attention_block(2, 16, 2, 64)
+    c = 128
+    gen = torch.Generator().manual_seed(6)
+    for run in range(3):
+        x, lw, lb, wqkv, bqkv, wo, bo = ins = [
+            torch.randn(*s, generator=gen).bfloat16() * k for s, k in (
+                ((2, 16, c), 1), ((c,), 1), ((c,), 1), ((3 * c, c), 0.1), ((3 * c,), 1),
+                ((c, c), 0.1), ((c,), 1))]  # fmt: skip
+        stats = FusionCache.get().stats()
+        before = (stats.get("aten_runs", 0), stats.get("segmented_runs", 0))
+        (out,) = fd.execute(ins)
+        stats = FusionCache.get().stats()
+        assert (stats["aten_runs"] - before[0], stats["segmented_runs"] - before[1]) == (3, 1)
+        assert len(executor_for(fd).replays) == 1
+        n = F.layer_norm(x.float(), (c,), lw.float(), lb.float(), 1e-5).bfloat16()
+        qkv = F.linear(n, wqkv, bqkv).reshape(2, 16, 3, 2, 64).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        want = F.linear(o.permute(0, 2, 1, 3).reshape(2, 16, c), wo, bo)
+        torch.testing.assert_close(out.float(), want.float(), rtol=3e-2, atol=3e-2)
+
+
+def test_the_segments_dump_keeps_the_segment_by_segment_run(cpu_as_gpu, monkeypatch, capsys):  # noqa: F811
+    monkeypatch.setenv("FUSION_CACHE_DUMP", "segments")
+    FusionCache.reset()
+    a, b = torch.randn(4, 8, 16), torch.randn(4, 16, 12)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.relu(fd.ops.bmm(tensor(fd, a), tensor(fd, b))))
+    for _ in range(2):
+        (out,) = fd.execute([a, b])
+        assert "segment 0: fusion" in capsys.readouterr().out
+    assert not executor_for(fd).replays
+    torch.testing.assert_close(out, torch.bmm(a, b).relu())

@@ -304,6 +304,16 @@ def sequence_for(fd: FusionDefinition, values: Sequence[Any]) -> tuple[LaunchSeq
     return LaunchSequence(fd, len(values), b.n_slots, b.steps, out_slots), outs
 
 
+def record_segmented(fd: FusionDefinition, plan: SegmentedPlan,
+                     values: Sequence[Any]) -> tuple[LaunchSequence, list]:  # fmt: skip
+    """Run segmented `plan` of `fd` on `values` (inputs its plan key matched) and record the
+    run: execute() replays the sequence for later inputs of the same key (Note [Segmented
+    replay] in the executor)."""
+    b = _Builder(len(values))
+    outs, out_slots = _record_segments(plan, values, list(range(len(values))), b, None)
+    return LaunchSequence(fd, len(values), b.n_slots, b.steps, out_slots), outs
+
+
 def _on_gpu(values: Sequence[Any]) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)
 
