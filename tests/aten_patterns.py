@@ -48,6 +48,17 @@ def _randn(*shape, device, dtype, scale=1.0, gen=None):
     return (torch.randn(*shape, generator=gen, device=device) * scale).to(dtype)
 
 
+VIEW_PATTERNS = ("matmul_permuted_out", "linear_heads_out", "bmm_sliced_out",
+                 "linear_views_sdpfa_views_out", "bmm_of_a_permute_into_a_kernel")
+
+
+def view_pattern(name: str):
+    """One of view_patterns(), built in the current cache (a test's fresh store)."""
+    found = [p for p in view_patterns() if p[0] == name]
+    assert len(found) == 1 and [p[0] for p in view_patterns()] == list(VIEW_PATTERNS)
+    return found[0]
+
+
 def view_patterns(dtype=torch.bfloat16):
     """Fusions whose ATen op's result is viewed (returned as a view, or read through views by
     another ATen op or a kernel), and fusions whose op reads its operands through views (the

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from aten_patterns import view_patterns
+from aten_patterns import VIEW_PATTERNS, view_pattern
 from test_runtime_errors import cpu_as_gpu  # noqa: F401 - the GPU path on the CPU
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
@@ -16,7 +16,6 @@ from fusion_cache.runtime.aten_segments import AtenPlan, run_aten
 from fusion_cache.runtime.executor import executor_for
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
-VIEW_NAMES = [name for name, *_ in view_patterns()]
 
 
 def tensor(fd, t):
@@ -166,12 +165,12 @@ def test_a_copying_reshape_keeps_the_interpreted_run(cpu_as_gpu):  # noqa: F811
 # ---- views on ATen segments' results ------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", VIEW_NAMES)
+@pytest.mark.parametrize("name", VIEW_PATTERNS)
 @pytest.mark.parametrize("path", ["reference", "gpu path"])
 def test_views_on_aten_results_against_torch(name, path, request):
     if path == "gpu path":
         request.getfixturevalue("cpu_as_gpu")
-    _, fd, inputs_of, torch_fn = next(p for p in view_patterns() if p[0] == name)
+    _, fd, inputs_of, torch_fn = view_pattern(name)
     inputs = inputs_of("cpu", torch.Generator().manual_seed(5))
     outs = fd.execute(inputs)
     want = torch_fn(*inputs)
