@@ -83,7 +83,7 @@ class FusionExecutor:
         self.aliases = aliases_of(fd)
         self.aliased = bool(self.aliases.views or self.aliases.written)
         self.plans: dict[tuple, LaunchPlan] = {}
-        self.replays: dict[int, Any] = {}  # id of a segmented plan in `plans` -> its sequence
+        self.replays: dict[int, tuple] = {}  # id of a segmented plan -> (it, its sequence)
         self.lock = threading.Lock()
         self.last_plan: LaunchPlan | None = None
         self.warned = False
@@ -302,15 +302,15 @@ class FusionExecutor:
         if self.dumps or run_context.ACTIVE:  # dumps and profiles name each segment's run
             return run_segments(self.fd, plan, values, dump="segments" in self.dumps)
         # Note [Segmented replay]
-        replay = self.replays.get(id(plan))
-        if replay is None:
+        found = self.replays.get(id(plan))
+        if found is None or found[0] is not plan:  # an id outlives a dropped plan
             from .sequence import record_segmented
 
             replay, outs = record_segmented(self.fd, plan, values)
-            self.replays[id(plan)] = replay
+            self.replays[id(plan)] = (plan, replay)
             return outs
         counters["plan_cache_hits"] += len(plan.segments)  # each segment's plan, replayed
-        return replay.run(values)
+        return found[1].run(values)
 
     def _launch_general(self, plan: LaunchPlan, values: Sequence[Any]) -> list[torch.Tensor]:
         """Aliased outputs, scratch buffers and the dump knobs."""
