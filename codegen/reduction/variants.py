@@ -68,6 +68,9 @@ class InnerVariant:
     # reads through windows and by index (codegen/resize_cuda.py), with row coordinates and
     # 'k' (the reduced one) as targets; accesses read element by element take mode 'gather'
     resize: Any = None
+    # Note [Philox lanes] (prelude/philox.cuh): every vector's first element index is a
+    # multiple of 4 (N, VEC and the slice start are), so lane j of a vector draws by place
+    rng_lanes: bool = False
 
     def _staged(self) -> str:
         n = len(self.cached)
@@ -88,6 +91,7 @@ class InnerVariant:
                 f"{self._staged()}"
                 f"{', weights in ' + _WEIGHTS_IN[self.weights] if self.weights and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
+                f"{', Philox lanes' if self.rng_lanes else ''}"
                 f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}"
                 f"{self.resize.describe() if self.resize is not None else ''}")  # fmt: skip
 
