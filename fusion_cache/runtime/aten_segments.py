@@ -10,9 +10,9 @@ import torch
 
 from fusion_cache.ir.interpret import evaluate
 from schedulers.aten import AtenProgram
+from schedulers.base import LaunchSpec
 
 from .aten_calls import PreparedCall
-from schedulers.base import LaunchSpec
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
