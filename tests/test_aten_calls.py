@@ -151,6 +151,35 @@ def test_prepared_call_of_inputs_with_a_storage_offset(cpu_as_gpu):  # noqa: F81
     assert len(executor_for(fd).plans) == 1
 
 
+@pytest.mark.parametrize("with_lse", [False, True])
+def test_attention_wanted_alone_takes_torchs_backend(with_lse, cpu_as_gpu):  # noqa: F811
+    """An sdpfa_fwd segment returning only the attention output calls torch's sdpa dispatcher
+    on CUDA (on the CPU: the op's rule); with its logsumexp returned, flash attention."""
+    from fusion_cache.ir.interpret.aten import sdpfa_output_only
+    from fusion_cache.ir.interpret.core import RULES
+
+    x = torch.randn(2, 16, 384)
+    fd = _single(lambda fd, x: fd.ops.sdpfa_fwd(*_qkv(fd, x), None, True, None)[:1 + with_lse], x)
+    outs = fd.execute([x])
+    ((_, plan),) = aten_plans(fd)
+    assert plan.call.rule is (RULES["sdpfa_fwd"] if with_lse else sdpfa_output_only)
+    q, k, v = x.reshape(2, 16, 3, 2, 64).permute(2, 0, 3, 1, 4)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(outs[0], want, **TOL[torch.float32])
+
+
+def test_a_prepared_call_given_other_strides_interprets(cpu_as_gpu):  # noqa: F811
+    """A replayed segment's input is another segment's result, which no plan key checked:
+    where its strides are not the prepared ones, the records are interpreted."""
+    a = torch.randn(8, 4)
+    fd = _single(lambda fd, a: fd.ops.matmul(a, fd.ops.permute(a, [1, 0])), a)
+    fd.execute([a])
+    ((_, plan),) = aten_plans(fd)
+    other = torch.randn(4, 8).t()  # the same sizes, column-major
+    (out,) = plan.call([other])
+    torch.testing.assert_close(out, other @ other.t(), **TOL[torch.float32])
+
+
 def test_a_copying_reshape_keeps_the_interpreted_run(cpu_as_gpu):  # noqa: F811
     """reshape of a permuted tensor copies in torch: no as_strided makes it; the segment runs
     its records as before."""

@@ -13,14 +13,19 @@ the plan prepares the run once, on meta tensors of the inputs' shapes and stride
 - constants, vectors and scalar arithmetic on sizes are evaluated once;
 - the op's interpreter rule, the torch call itself, runs on an environment of those values
   and the run's inputs, so float and bool inputs (dropout_p, is_causal, scale), which the key
-  does not fix, are read from each run.
+  does not fix, are read from each run;
+- an sdpfa_fwd whose segment returns only the attention output (the logsumexp and seeds only
+  sdpfa_bwd reads are not wanted) calls torch's sdpa dispatcher instead of flash attention,
+  where that picks a faster backend (`sdpfa_output_only` in ir/interpret/aten.py): the
+  attention block's device time was 30 us over torch.compile's for this alone.
 A segment this cannot prepare (a reshape that copies, scalar work on a float input) keeps the
 interpreted run; both compute the same function, and tests run both.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -28,6 +33,8 @@ import torch
 from fusion_cache.frontend.definition import _is_input_record
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import TensorInfo
+from fusion_cache.ir.interpret.aten import sdpfa_output_only
+from fusion_cache.ir.interpret import evaluate
 from fusion_cache.ir.interpret.core import RULES, Interpreter, Rule
 from schedulers.aten import ATEN_OPS
 
@@ -45,8 +52,15 @@ class PreparedCall:
     inputs: tuple[tuple[int, int], ...]  # (input position, state) of scalars read each run
     operands: tuple[tuple[int, Operand], ...]  # state -> how to make it from the inputs
     outputs: tuple[int, ...]  # states returned, in output order
+    # (input position, strides) of the tensors viewed through as_strided, and the run for
+    # others: a replayed segment's input (another segment's result) carries no plan key
+    strides: tuple[tuple[int, tuple[int, ...]], ...]
+    interpreted: Callable[[Sequence[Any]], list[Any]]
 
     def __call__(self, values: Sequence[Any]) -> list[Any]:
+        for pos, stride in self.strides:
+            if values[pos].stride() != stride:
+                return self.interpreted(values)
         env = dict(self.constants)
         for pos, state in self.inputs:
             env[state] = values[pos]
@@ -129,8 +143,27 @@ def _prepare(fd: Any, values: Sequence[Any]) -> PreparedCall | None:
             operands.append((a.index, (pos, tuple(meta.shape), meta.stride(),
                                        meta.storage_offset() - root.storage_offset())))
     outputs = tuple(r.args[0].index for r in fd.output_records())
-    return PreparedCall(op, RULES[op.name], infos, tuple(fixed.items()), tuple(read),
-                        tuple(operands), outputs)  # fmt: skip
+    rule = RULES[op.name]
+    if op.name == "sdpfa_fwd" and set(outputs) == {op.outputs[0].index}:
+        rule = sdpfa_output_only  # the backend torch picks: nothing replays flash's seeds
+    strides = tuple(sorted({(pos, values[pos].stride()) for _, (pos, size, _, _) in operands
+                            if size is not None}))  # fmt: skip
+    return PreparedCall(op, rule, infos, tuple(fixed.items()), tuple(read), tuple(operands),
+                        outputs, strides, partial(interpret_segment, fd))  # fmt: skip
+
+
+def interpret_segment(fd: Any, values: Sequence[Any]) -> list[Any]:
+    """The segment's records through the interpreter: what a prepared call computes, for
+    segments it cannot prepare and inputs it was not prepared for."""
+    env = evaluate(fd._records, fd._infos, fd.input_refs(), values)
+    inputs = {v.untyped_storage().data_ptr() for v in values
+              if isinstance(v, torch.Tensor) and v.numel()}  # fmt: skip
+    out = []
+    for r in fd.output_records():
+        value = env[r.args[0].index]
+        shared = value.numel() and value.untyped_storage().data_ptr() in inputs
+        out.append(value.clone() if shared else value)  # never an alias of an input
+    return out
 
 
 def _tensor_arg(r: Record) -> int | None:

@@ -6,13 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from fusion_cache.ir.interpret import evaluate
 from schedulers.aten import AtenProgram
 from schedulers.base import LaunchSpec
 
-from .aten_calls import PreparedCall
+from .aten_calls import PreparedCall, interpret_segment
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -34,15 +31,7 @@ def run_aten(fd: FusionDefinition, plan: AtenPlan, values: Sequence[Any]) -> lis
     interpreter rule makes, on the inputs' device. Results keep torch's strides (flash
     attention's output is a transposed view): a segment that needs them contiguous gets
     them so (Segment.dense_inputs). A plan with a prepared call runs that (Note [Prepared
-    ATen calls]): the op's results are fresh tensors, never an input's memory."""
+    ATen calls])."""
     if plan.call is not None:
         return plan.call(values)
-    env = evaluate(fd._records, fd._infos, fd.input_refs(), values)
-    inputs = {v.untyped_storage().data_ptr() for v in values
-              if isinstance(v, torch.Tensor) and v.numel()}  # fmt: skip
-    out = []
-    for r in fd.output_records():
-        value = env[r.args[0].index]
-        shared = value.numel() and value.untyped_storage().data_ptr() in inputs
-        out.append(value.clone() if shared else value)  # never an alias of an input
-    return out
+    return interpret_segment(fd, values)
