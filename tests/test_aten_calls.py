@@ -100,7 +100,21 @@ PREPARED = {
     "cumsum": (lambda fd, x: fd.ops.cumsum(x, 1), [(4, 9)], lambda x: torch.cumsum(x, 1)),
     "topk": (lambda fd, x: fd.ops.topk(x, 3, dim=1, largest=True, sorted=True), [(4, 9)],
              lambda x: torch.topk(x, 3, 1)),
+    "argsort": (lambda fd, x: fd.ops.argsort(x, dim=1, descending=True, stable=True), [(4, 9)],
+                lambda x: torch.argsort(x, dim=1, descending=True, stable=True)),
+    "matmul_of_a_vector_slice": (
+        lambda fd, a, b: fd.ops.matmul(a, fd.ops.squeeze(fd.ops.slice(b, [0, 2], [5, 3]), [1])),
+        [(3, 5), (5, 4)], lambda a, b: a @ b[:, 2]),
 }
+
+
+def test_every_aten_op_has_the_rule_a_prepared_call_runs():
+    """Note [Prepared ATen calls]: a prepared call runs the op's interpreter rule, so every
+    op the ATen scheduler takes needs one (and nothing more)."""
+    from fusion_cache.ir.interpret.core import RULES
+    from schedulers.aten import ATEN_OPS
+
+    assert not ATEN_OPS - RULES.keys()
 
 
 @pytest.mark.parametrize("name", sorted(PREPARED))

@@ -19,8 +19,11 @@ the plan prepares the run once, on meta tensors of the inputs' shapes and stride
   sdpfa_bwd reads are not wanted) calls torch's sdpa dispatcher instead of flash attention,
   where that picks a faster backend (`sdpfa_output_only` in ir/interpret/aten.py): the
   attention block's device time was 30 us over torch.compile's for this alone.
-A segment this cannot prepare (a reshape that copies, scalar work on a float input) keeps the
-interpreted run; both compute the same function, and tests run both.
+Any op of ATEN_OPS goes through this: its rule is called as the interpreter calls it (an
+Interpreter whose environment holds the values it reads, its infos and the plan's device), so
+a new ATen op needs its rule and nothing here. A segment this cannot prepare (a reshape that
+copies, scalar work on a float input) keeps the interpreted run; both compute the same
+function, and tests run both.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import TensorInfo
 from fusion_cache.ir.interpret import evaluate
 from fusion_cache.ir.interpret.aten import sdpfa_output_only
-from fusion_cache.ir.interpret.core import RULES, Interpreter, Rule
+from fusion_cache.ir.interpret.core import RULES, Interpreter, Rule, device_of
 from schedulers.aten import ATEN_OPS
 
 # an operand: (input position, sizes, strides, storage offset past the input's own), or the
@@ -57,6 +60,7 @@ class PreparedCall:
     # others: a replayed segment's input (another segment's result) carries no plan key
     strides: tuple[tuple[int, tuple[int, ...]], ...]
     interpreted: Callable[[Sequence[Any]], list[Any]]
+    device: torch.device  # where the plan's inputs are (plans are per device)
 
     def __call__(self, values: Sequence[Any]) -> list[Any]:
         for pos, stride in self.strides:
@@ -69,7 +73,7 @@ class PreparedCall:
             t = values[pos]
             env[state] = t if size is None else t.as_strided(size, stride,
                                                               t.storage_offset() + delta)
-        run = Interpreter((), self.infos, None)
+        run = Interpreter((), self.infos, self.device)
         run.env = env
         for ref, value in zip(self.record.outputs, self.rule(run, self.record)):
             env[ref.index] = value
@@ -150,7 +154,7 @@ def _prepare(fd: Any, values: Sequence[Any]) -> PreparedCall | None:
     strides = tuple(sorted({(pos, values[pos].stride()) for _, (pos, size, _, _) in operands
                             if size is not None}))  # fmt: skip
     return PreparedCall(op, rule, infos, tuple(fixed.items()), tuple(read), tuple(operands),
-                        outputs, strides, partial(interpret_segment, fd))  # fmt: skip
+                        outputs, strides, partial(interpret_segment, fd), device_of(values))  # fmt: skip
 
 
 def interpret_segment(fd: Any, values: Sequence[Any]) -> list[Any]:
