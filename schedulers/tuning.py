@@ -46,7 +46,7 @@ KNOBS: dict[str, str] = {
     "inner.hoist_smem": "load those once into shared memory instead (Note [Weights loaded once])",
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "inner.rng_lanes": "random numbers drawn by lane where every vector starts a Philox group "
-                       "(Note [Philox lanes]; False: the group compared each element)",
+                       "(Note [Philox lanes]; off by default: the group compared each element)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",

@@ -229,10 +229,17 @@ def test_dropout_layer_norm_row_fits_two_blocks_an_sm():
 
 @pytest.mark.parametrize("c,lanes", [(4096, True), (5000, True), (1002, False)])
 def test_row_kernels_draw_by_lane_where_vectors_start_groups(c, lanes):
-    """Note [Philox lanes]: rows of a multiple of 4 in vectors of 8 draw by lane, others
-    compare each element's group (both compile for the h100)."""
+    """Note [Philox lanes] (a knob): rows of a multiple of 4 in vectors of 8 draw by lane,
+    others compare each element's group, whatever the knob says (both compile for the
+    h100); without the knob every row compares."""
+    from schedulers.tuning import overriding
+
     fd = dropout_residual_layer_norm(0.1)
-    (ref,) = fd.precompile([meta(64, c), meta(64, c), meta(c), meta(c)], target="h100")
+    fd.precompile([meta(64, c), meta(64, c), meta(c), meta(c)], target="h100")
+    assert "Philox lanes" not in executor_for(fd).last_plan.spec.description
+    executor_for(fd).plans.clear()
+    with overriding({"inner.rng_lanes": True}):
+        fd.precompile([meta(64, c), meta(64, c), meta(c), meta(c)], target="h100")
     (launch,) = executor_for(fd).last_plan.spec.kernels
     assert ("Philox lanes" in executor_for(fd).last_plan.spec.description) == lanes
     assert ("#define FC_ELEM_LANE (j)" if lanes else "#define FC_ELEM_LANE (-1)") in launch.source
