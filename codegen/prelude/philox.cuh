@@ -63,7 +63,7 @@ FC_DEVICE double fc_unit_double(unsigned a, unsigned b) {
 }
 
 FC_DEVICE float fc_rng_uniform(fc_rng_cache& c, unsigned long long seed, unsigned long long offset,
-                               unsigned long long i, float lo, float hi, int lane) {
+                               unsigned long long i, float lo, float hi, int lane = -1) {
   fc_rng_group(c, seed, offset, i >> 2, lane, 4);
   const unsigned w = (i & 2) ? ((i & 1) ? c.w3 : c.w2) : ((i & 1) ? c.w1 : c.w0);
   const float u = (float)(w >> 8) * 0x1p-24f;
@@ -72,14 +72,14 @@ FC_DEVICE float fc_rng_uniform(fc_rng_cache& c, unsigned long long seed, unsigne
 
 FC_DEVICE double fc_rng_uniform(fc_rng_cache& c, unsigned long long seed,
                                 unsigned long long offset, unsigned long long i, double lo,
-                                double hi, int lane) {
+                                double hi, int lane = -1) {
   fc_rng_group(c, seed, offset, i >> 1, lane, 2);
   const double u = (i & 1) ? fc_unit_double(c.w2, c.w3) : fc_unit_double(c.w0, c.w1);
   return __dadd_rn(lo, __dmul_rn(__dsub_rn(hi, lo), u));
 }
 
 FC_DEVICE float fc_rng_normal(fc_rng_cache& c, unsigned long long seed, unsigned long long offset,
-                              unsigned long long i, float mean, float std, int lane) {
+                              unsigned long long i, float mean, float std, int lane = -1) {
   fc_rng_group(c, seed, offset, i >> 2, lane, 4);
   const unsigned a = (i & 2) ? c.w2 : c.w0, b = (i & 2) ? c.w3 : c.w1;
   const float u1 = (float)((a >> 8) + 1u) * 0x1p-24f;
@@ -92,7 +92,7 @@ FC_DEVICE float fc_rng_normal(fc_rng_cache& c, unsigned long long seed, unsigned
 
 FC_DEVICE double fc_rng_normal(fc_rng_cache& c, unsigned long long seed,
                                unsigned long long offset, unsigned long long i, double mean,
-                               double std, int lane) {
+                               double std, int lane = -1) {
   fc_rng_group(c, seed, offset, i >> 1, lane, 2);
   const double u1 = __dadd_rn(fc_unit_double(c.w0, c.w1), 0x1p-53);
   const double u2 = fc_unit_double(c.w2, c.w3);
