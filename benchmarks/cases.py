@@ -82,6 +82,8 @@ class Case:
     # (inputs, outputs) -> the bytes the op must move, where that is not every input read
     # once and every output written once (a gather reads only the rows it picks)
     moved: Callable[[Tensors, Tensors], int] | None = None
+    # Note [Error against eager's own]: judged by eager's error instead of a tolerance
+    by_eager_error: bool = False
 
     @cached_property
     def bytes_moved(self) -> int:
@@ -120,6 +122,13 @@ class Case:
         dtypes = [o.dtype for o in as_list(self.eager(*[t.to("meta") for t in inputs]))]
         return [o.to(d) for o, d in zip(as_list(self.eager(*wide)), dtypes)]
 
+    def check(self, inputs: Sequence[torch.Tensor],
+              outputs: Sequence[torch.Tensor]) -> tuple[float | None, str | None]:  # fmt: skip
+        """(max abs error, why the outputs are wrong or None): the check benchmarks.run makes."""
+        if self.by_eager_error and self.replay is None:
+            return compare_by_eager_error(outputs, self.eager, inputs, self.dtype)
+        return self.compare(outputs, self.reference(inputs, outputs))
+
     def compare(
         self, outputs: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]
     ) -> tuple[float | None, str | None]:
@@ -139,6 +148,54 @@ class Case:
             except AssertionError as e:
                 problems.append(f"output {i}: {e}")
         return (max_err if math.isfinite(max_err) else None), ("\n".join(problems) or None)
+
+
+# Note [Error against eager's own]: a fusion of several ops in 16 bits (a layer norm, a GEMM,
+# attention, another GEMM) rounds its intermediates as eager does, and each rounding moves the
+# result; a fixed tolerance against an f32 run then fails on a few elements of millions
+# (the attention block's 4 of 6291456 on the H100) while eager itself would fail it too. So
+# these cases compute an exact answer (eager on f32 copies of a 16-bit case's inputs, f64
+# copies of an f32 case's: a reference whose own error is far below either result's) and accept the
+# fusion's result when its error, largest and mean, is within ERROR_MULTIPLE of eager's own
+# error on the same inputs in the same dtype, plus an ulp at the statistic's scale (one f32
+# value rounded the other way, where eager rounds its f32 result once).
+ERROR_MULTIPLE = 2.0
+
+
+def compare_by_eager_error(outputs: Sequence[torch.Tensor], eager: EagerFn,
+                           inputs: Sequence[torch.Tensor], dtype: torch.dtype,
+                           ) -> tuple[float | None, str | None]:  # fmt: skip
+    """(max abs error of `outputs` against the wide answer, why they are worse than eager's
+    own result or None); integer and bool outputs must equal eager's."""
+    outputs = as_list(outputs)
+    wide = torch.float64 if dtype == torch.float32 else torch.float32
+    exact = as_list(eager(*[t.to(wide) if t.is_floating_point() else t for t in inputs]))
+    ours_eager = as_list(eager(*inputs))
+    if len(outputs) != len(exact):
+        return None, f"{len(outputs)} outputs, expected {len(exact)}"
+    max_err, problems = 0.0, []
+    for i, (out, want, theirs) in enumerate(zip(outputs, exact, ours_eager)):
+        if out.shape != want.shape or out.dtype != theirs.dtype:
+            problems.append(f"output {i}: {out.dtype} {list(out.shape)}, eager gives "
+                            f"{theirs.dtype} {list(want.shape)}")  # fmt: skip
+            continue
+        if not out.is_floating_point():
+            if not torch.equal(out, theirs):
+                problems.append(f"output {i}: differs from eager's")
+            continue
+        if not out.numel():
+            continue
+        ours_err = (out.double() - want).abs()
+        eager_err = (theirs.double() - want).abs()
+        max_err = max(max_err, ours_err.max().item())
+        for stat in ("max", "mean"):
+            got, bound = getattr(ours_err, stat)().item(), getattr(eager_err, stat)().item()
+            # an ulp at the statistic's scale: one rounding the other way of an f32 value
+            ulp = torch.finfo(out.dtype).eps * getattr(want.abs(), stat)().item()
+            if not got <= ERROR_MULTIPLE * bound + ulp:  # NaN fails too
+                problems.append(f"output {i}: {stat} error {got:.3g} against eager's "
+                                f"{bound:.3g} (allowed {ERROR_MULTIPLE:g}x + {ulp:.2g})")
+    return (max_err if math.isfinite(max_err) else None), ("\n".join(problems) or None)
 
 
 # --- Helpers over the public API -------------------------------------------------------------
@@ -646,6 +703,7 @@ def _aten_cases() -> list[Case]:
         *_cases("dropout_ln_bwd", "aten", a.define_dropout_ln_bwd, a.eager_dropout_ln_bwd,
                 a.dropout_ln_bwd_inputs, ((16384, 4096),), bf16),
     ]
+    out = [replace(c, by_eager_error=True) for c in out]  # Note [Error against eager's own]
     return out + [replace(c, replay=a.replay_dropout_ln) for c in _cases(
         "dropout_ln", "aten", a.define_dropout_ln, a.eager_dropout_ln, a.dropout_ln_inputs,
         ((16384, 4096),), bf16)]  # fmt: skip

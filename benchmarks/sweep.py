@@ -72,6 +72,7 @@ def _forget_plans(fd: Any) -> None:
     fusion's segments are fusions with executors of their own, every other one too."""
     for ex in list(fd._cache.executors.values()):
         ex.plans.clear()
+        getattr(ex, "replays", {}).clear()  # the segmented plans' recorded runs
 
 
 def run_variant(case: Case, knobs: dict[str, Any], inputs: list, reference: list,

@@ -51,18 +51,22 @@ COMPLEX_TO_BOOL = frozenset({"eq", "ne", "isnan", "isinf", "isfinite"})
 
 
 # random-number statements (Note [Philox numbers]): they read the element's linear index,
-# FC_ELEM_INDEX, which each kernel family defines, and a per-thread cache `<var>_rc`
+# FC_ELEM_INDEX, which each kernel family defines, its lane FC_ELEM_LANE (Note [Philox
+# lanes] in prelude/philox.cuh) and a per-thread cache `<var>_rc`
 RANDOM_STMTS = frozenset({"uniform", "normal"})
 
 
-def random_setup(stmts, index: str) -> tuple[list[str], list[str]]:
+def random_setup(stmts, index: str, lane: str | None = None) -> tuple[list[str], list[str]]:
     """(lines before the kernel, lines at the top of its body) that random statements need:
-    the element index macro and one Philox cache each; nothing without them."""
+    the element index and lane macros and one Philox cache each; nothing without them.
+    `lane`: the element's place in its vector where every vector's lane 0 starts a Philox
+    group, else None."""
     rng = [s.var for s in stmts if s.op in RANDOM_STMTS]
     if not rng:
         return [], []
-    return [f"#define FC_ELEM_INDEX ((unsigned long long)({index}))"], [
-        f"fc_rng_cache {v}_rc = fc_rng_cache_init();" for v in rng]
+    return [f"#define FC_ELEM_INDEX ((unsigned long long)({index}))",
+            f"#define FC_ELEM_LANE ({lane if lane is not None else -1})"], [
+        f"fc_rng_cache {v}_rc = fc_rng_cache_init();" for v in rng]  # fmt: skip
 
 
 def kernel_refusal(dtype: DataType) -> str | None:

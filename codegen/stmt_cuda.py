@@ -54,7 +54,8 @@ def render_stmt(stmt, dtypes: dict[str, DataType], load: Callable[[int], str]) -
         a, b, seed, offset = stmt.operands
         lo, hi = (convert(x, dtypes[x], stmt.compute) for x in (a, b))
         return decl(rt, stmt.var, f"fc_rng_{stmt.op}({stmt.var}_rc, (unsigned long long)({seed}), "
-                                  f"(unsigned long long)({offset}), FC_ELEM_INDEX, {lo}, {hi})")
+                                  f"(unsigned long long)({offset}), FC_ELEM_INDEX, {lo}, {hi}, "
+                                  "FC_ELEM_LANE)")  # fmt: skip
     if stmt.op == "complex":  # Note [Complex sums]: two real parts joined
         re, im = stmt.operands
         return decl(rt, stmt.var, f"fc_make_complex<{REGISTER_TYPE[stmt.compute]}>({re}, {im})")

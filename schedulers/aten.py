@@ -26,7 +26,7 @@ from .base import LaunchSpec, OutputSpec, SchedulerRefused
 NAME = "aten"
 # the torch function each ATen op calls on CUDA tensors (names for plans and dumps)
 TORCH_CALLS = {
-    "matmul": "torch.matmul", "linear": "torch.nn.functional.linear",
+    "matmul": "torch.matmul", "bmm": "torch.bmm", "linear": "torch.nn.functional.linear",
     "sdpfa_fwd": "aten._scaled_dot_product_flash_attention",
     "sdpfa_bwd": "aten._scaled_dot_product_flash_attention_backward",
     "sdpa_cudnn_fwd": "aten._scaled_dot_product_cudnn_attention",

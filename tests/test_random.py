@@ -209,6 +209,42 @@ def test_dropout_residual_layer_norm_is_one_kernel_forward_and_backward():
     assert executor_for(bwd).scheduler == "inner_outer" and len(refs) == 1
 
 
+def test_dropout_layer_norm_row_fits_two_blocks_an_sm():
+    """Note [Random rows in registers]: the row kernel keeps x, h and the numbers it drew in
+    16 values a thread; ptxas gives it at most 64 registers, no spill (105 with 32 values),
+    so two blocks of 512 threads share an SM."""
+    from codegen.nvrtc import compile_cubin_with_log, default_options
+
+    fd = dropout_residual_layer_norm(0.1)
+    n, c = 16384, 4096
+    (ref,) = fd.precompile([meta(n, c), meta(n, c), meta(c), meta(c)], target="h100")
+    (launch,) = executor_for(fd).last_plan.spec.kernels
+    assert launch.block[0] * launch.block[1] == 512
+    assert "iters 2" in executor_for(fd).last_plan.spec.description
+    _, log = compile_cubin_with_log(launch.source, 90, name=launch.name,
+                                    options=default_options(90) + ("-Xptxas=-v",))  # fmt: skip
+    assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 64, log
+    assert " 0 bytes spill stores" in log, log
+
+
+@pytest.mark.parametrize("c,lanes", [(4096, True), (5000, True), (1002, False)])
+def test_row_kernels_draw_by_lane_where_vectors_start_groups(c, lanes):
+    """Note [Philox lanes] (a knob): rows of a multiple of 4 in vectors of 8 draw by lane,
+    others compare each element's group, whatever the knob says (both compile for the
+    h100); without the knob every row compares."""
+    from schedulers.tuning import overriding
+
+    fd = dropout_residual_layer_norm(0.1)
+    fd.precompile([meta(64, c), meta(64, c), meta(c), meta(c)], target="h100")
+    assert "Philox lanes" not in executor_for(fd).last_plan.spec.description
+    executor_for(fd).plans.clear()
+    with overriding({"inner.rng_lanes": True}):
+        fd.precompile([meta(64, c), meta(64, c), meta(c), meta(c)], target="h100")
+    (launch,) = executor_for(fd).last_plan.spec.kernels
+    assert ("Philox lanes" in executor_for(fd).last_plan.spec.description) == lanes
+    assert ("#define FC_ELEM_LANE (j)" if lanes else "#define FC_ELEM_LANE (-1)") in launch.source
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_random_kernels_compile(dtype):
     with FusionDefinition() as fd:

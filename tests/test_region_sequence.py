@@ -145,8 +145,8 @@ def test_replay_launches_what_execute_launches(name, kept_allocations):
         assert any(isinstance(s, TensorStep) for s in seq.steps)
     if name == "segmented_chain":
         assert seq.kernel_steps == 3 and any(seq.drops), seq.describe()
-    if name == "aten_linear_gelu":  # the GEMM is the executor's launch, between two kernels
-        assert [type(s).__name__ for s in seq.steps] == ["KernelStep", "PlanStep", "KernelStep"]
+    if name == "aten_linear_gelu":  # the GEMM's prepared call, between two kernels
+        assert [type(s).__name__ for s in seq.steps] == ["KernelStep", "AtenStep", "KernelStep"]
         torch.testing.assert_close(replayed[0].shape, want_outs[0].shape)
 
 

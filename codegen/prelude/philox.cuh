@@ -44,9 +44,17 @@ FC_DEVICE void fc_philox(unsigned long long seed, unsigned long long offset,
   c.group = group;
 }
 
+// Note [Philox lanes]: `lane` is the element's place in its thread's vector where the kernel
+// knows each vector's lane 0 starts a group (its element index a multiple of 4), the lanes
+// unrolled: lane 0 (and 4) draws the group, the others read its words, and no element
+// compares group indices. -1: not known; the cached group is compared.
 FC_DEVICE void fc_rng_group(fc_rng_cache& c, unsigned long long seed, unsigned long long offset,
-                            unsigned long long group) {
-  if (c.group != group) fc_philox(seed, offset, group, c);
+                            unsigned long long group, int lane, int per) {
+  if (lane < 0) {
+    if (c.group != group) fc_philox(seed, offset, group, c);
+  } else if (lane % per == 0) {
+    fc_philox(seed, offset, group, c);
+  }
 }
 
 // a double in [0, 1) from 53 bits of two words
@@ -55,8 +63,8 @@ FC_DEVICE double fc_unit_double(unsigned a, unsigned b) {
 }
 
 FC_DEVICE float fc_rng_uniform(fc_rng_cache& c, unsigned long long seed, unsigned long long offset,
-                               unsigned long long i, float lo, float hi) {
-  fc_rng_group(c, seed, offset, i >> 2);
+                               unsigned long long i, float lo, float hi, int lane = -1) {
+  fc_rng_group(c, seed, offset, i >> 2, lane, 4);
   const unsigned w = (i & 2) ? ((i & 1) ? c.w3 : c.w2) : ((i & 1) ? c.w1 : c.w0);
   const float u = (float)(w >> 8) * 0x1p-24f;
   return __fadd_rn(lo, __fmul_rn(__fsub_rn(hi, lo), u));
@@ -64,15 +72,15 @@ FC_DEVICE float fc_rng_uniform(fc_rng_cache& c, unsigned long long seed, unsigne
 
 FC_DEVICE double fc_rng_uniform(fc_rng_cache& c, unsigned long long seed,
                                 unsigned long long offset, unsigned long long i, double lo,
-                                double hi) {
-  fc_rng_group(c, seed, offset, i >> 1);
+                                double hi, int lane = -1) {
+  fc_rng_group(c, seed, offset, i >> 1, lane, 2);
   const double u = (i & 1) ? fc_unit_double(c.w2, c.w3) : fc_unit_double(c.w0, c.w1);
   return __dadd_rn(lo, __dmul_rn(__dsub_rn(hi, lo), u));
 }
 
 FC_DEVICE float fc_rng_normal(fc_rng_cache& c, unsigned long long seed, unsigned long long offset,
-                              unsigned long long i, float mean, float std) {
-  fc_rng_group(c, seed, offset, i >> 2);
+                              unsigned long long i, float mean, float std, int lane = -1) {
+  fc_rng_group(c, seed, offset, i >> 2, lane, 4);
   const unsigned a = (i & 2) ? c.w2 : c.w0, b = (i & 2) ? c.w3 : c.w1;
   const float u1 = (float)((a >> 8) + 1u) * 0x1p-24f;
   const float u2 = (float)(b >> 8) * 0x1p-24f;
@@ -84,8 +92,8 @@ FC_DEVICE float fc_rng_normal(fc_rng_cache& c, unsigned long long seed, unsigned
 
 FC_DEVICE double fc_rng_normal(fc_rng_cache& c, unsigned long long seed,
                                unsigned long long offset, unsigned long long i, double mean,
-                               double std) {
-  fc_rng_group(c, seed, offset, i >> 1);
+                               double std, int lane = -1) {
+  fc_rng_group(c, seed, offset, i >> 1, lane, 2);
   const double u1 = __dadd_rn(fc_unit_double(c.w0, c.w1), 0x1p-53);
   const double u2 = fc_unit_double(c.w2, c.w3);
   const double r = sqrt(__dmul_rn(-2.0, log(u1)));

@@ -165,7 +165,8 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
             L.extend(self.cluster_buffers(t))
         # random numbers (the scheduler lets them in only with the reduced dims innermost):
         # element k of row `row` is element row * N + k of the loop, row-major
-        define, caches = random_setup(program.stmts, "(unsigned long long)row * N + kb + j")
+        define, caches = random_setup(program.stmts, "(unsigned long long)row * N + kb + j",
+                                      "j" if v.rng_lanes else None)
         L[1:1] = define
         L.extend("  " + c for c in caches)
         L.append("  const int tx = threadIdx.x;")

@@ -70,6 +70,9 @@ class InnerVariant:
     resize: Any = None
     # Note [Rows a thread] (row_loads.py): row groups a thread loads ahead together
     rows_a_thread: int = 1
+    # Note [Philox lanes] (prelude/philox.cuh): every vector's first element index is a
+    # multiple of 4 (N, VEC and the slice start are), so lane j of a vector draws by place
+    rng_lanes: bool = False
 
     def _staged(self) -> str:
         n = len(self.cached)
@@ -91,6 +94,7 @@ class InnerVariant:
                 f"{self._staged()}"
                 f"{', weights in ' + _WEIGHTS_IN[self.weights] if self.weights and self.iters else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
+                f"{', Philox lanes' if self.rng_lanes else ''}"
                 f"{f', hints {self.load_hint}{self.store_hint}' if self.load_hint or self.store_hint else ''}"
                 f"{self.resize.describe() if self.resize is not None else ''}")  # fmt: skip
 

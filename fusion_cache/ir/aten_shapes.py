@@ -37,6 +37,14 @@ def _matmul(r: Record, get) -> list[Shape]:
     return [(*batch, *((xs[-2],) if len(a) > 1 else ()), *((ys[-1],) if len(b) > 1 else ()))]
 
 
+def _bmm(r: Record, get) -> list[Shape]:
+    a, b = get(r.args[0]), get(r.args[1])
+    if a[0] != b[0]:
+        raise ValueError(f"bmm: batch sizes {a[0]} and {b[0]} differ")
+    _contract("bmm", a[2], b[1])
+    return [(a[0], a[1], b[2])]
+
+
 def _linear(r: Record, get) -> list[Shape]:
     x, w = get(r.args[0]), get(r.args[1])
     _contract("linear", x[-1], w[-1])
@@ -99,8 +107,8 @@ def _topk(r: Record, get) -> list[Shape]:
 
 
 ATEN_SHAPES: dict[str, ShapeRule] = {
-    "matmul": _matmul, "linear": _linear, "sdpfa_fwd": _sdpfa_fwd, "sdpfa_bwd": _sdpfa_bwd,
-    "sdpa_cudnn_fwd": _sdpa_cudnn_fwd, "sdpa_cudnn_bwd": _sdpfa_bwd,
+    "matmul": _matmul, "bmm": _bmm, "linear": _linear, "sdpfa_fwd": _sdpfa_fwd,
+    "sdpfa_bwd": _sdpfa_bwd, "sdpa_cudnn_fwd": _sdpa_cudnn_fwd, "sdpa_cudnn_bwd": _sdpfa_bwd,
     "sdpa_efficient_fwd": _sdpa_efficient_fwd, "sdpa_efficient_bwd": _sdpfa_bwd,
     "grouped_mm": _grouped_mm, "scaled_mm": _scaled_mm, "cumsum": _same, "argsort": _same,
     "topk": _topk,

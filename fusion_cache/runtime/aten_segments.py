@@ -6,11 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from fusion_cache.ir.interpret import evaluate
 from schedulers.aten import AtenProgram
 from schedulers.base import LaunchSpec
+
+from .aten_calls import PreparedCall, interpret_segment
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -21,6 +20,7 @@ class AtenPlan:
     spec: LaunchSpec  # outputs and description; no kernels
     program: AtenProgram
     refs: list = field(default_factory=list)  # kernels compiled for it: none
+    call: PreparedCall | None = None  # Note [Prepared ATen calls]; None: interpreted
 
     def describe(self) -> str:
         return f"ATen {self.program.describe().removeprefix('aten: ')}"
@@ -30,14 +30,8 @@ def run_aten(fd: FusionDefinition, plan: AtenPlan, values: Sequence[Any]) -> lis
     """The segment's records on its inputs: views and the one op, each the torch call its
     interpreter rule makes, on the inputs' device. Results keep torch's strides (flash
     attention's output is a transposed view): a segment that needs them contiguous gets
-    them so (Segment.dense_inputs)."""
-    del plan  # everything it decided is in the definition
-    env = evaluate(fd._records, fd._infos, fd.input_refs(), values)
-    inputs = {v.untyped_storage().data_ptr() for v in values
-              if isinstance(v, torch.Tensor) and v.numel()}  # fmt: skip
-    out = []
-    for r in fd.output_records():
-        value = env[r.args[0].index]
-        shared = value.numel() and value.untyped_storage().data_ptr() in inputs
-        out.append(value.clone() if shared else value)  # never an alias of an input
-    return out
+    them so (Segment.dense_inputs). A plan with a prepared call runs that (Note [Prepared
+    ATen calls])."""
+    if plan.call is not None:
+        return plan.call(values)
+    return interpret_segment(fd, values)

@@ -6,6 +6,16 @@ their data: output shapes, scratch buffers, and the kernels with their argument 
 Validation depends only on the same key, so a hit skips it: it costs a key, a dict lookup,
 output allocation and the launches.
 
+Note [Segmented replay]: a segmented plan's run fed each segment to execute(): per segment an
+input key, a plan lookup and the argument bookkeeping between segments, on top of its
+launches (an attention block of one kernel and three torch calls cost more host time than
+its GPU time on the H100). The first run of a segmented plan records a launch sequence
+(Note [Launch sequence]), as the torch.compile backend does for its regions, and later runs
+of the same plan replay it: kernels launched from argument templates, ATen segments' prepared
+calls, intermediates dropped after their last reader. The plan's key fixed every input's
+dtype, shape, strides and alignment and every int, so the replay needs no guard of its own.
+Dumps and profiles keep the segment-by-segment run, which names each segment.
+
 Note [Stored segmentations]: searching a segmentation is the costly part of planning a big
 fusion (a torch.compile region holding a whole layer stack: seconds), and a new process on
 a warm store would search again for the same fusion and inputs. So a segmented plan's
@@ -37,6 +47,7 @@ from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
 from . import run_context
+from .aten_calls import prepare_call
 from .aten_segments import AtenPlan, run_aten
 from .kernel_cache import cubin_for, load_function
 from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
@@ -72,6 +83,7 @@ class FusionExecutor:
         self.aliases = aliases_of(fd)
         self.aliased = bool(self.aliases.views or self.aliases.written)
         self.plans: dict[tuple, LaunchPlan] = {}
+        self.replays: dict[int, tuple] = {}  # id of a segmented plan -> (it, its sequence)
         self.lock = threading.Lock()
         self.last_plan: LaunchPlan | None = None
         self.warned = False
@@ -119,7 +131,7 @@ class FusionExecutor:
             return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
         if spec.scheduler == ATEN:  # one torch call, no kernels (Note [ATen segments])
             self.record(values, profile, {"scheduler": ATEN, "plan": spec.description})
-            return AtenPlan(spec, self.program)
+            return AtenPlan(spec, self.program, call=prepare_call(self.fd, values))
         return self._load_plan(spec, values, profile, load, host)
 
     def _load_plan(self, spec: Any, values: Sequence[Any], profile: Any, load: bool,
@@ -285,8 +297,20 @@ class FusionExecutor:
         from .segmented import run_segments
 
         self.last_plan = plan
-        self.fd._cache.counters["segmented_runs"] += 1
-        return run_segments(self.fd, plan, values, dump="segments" in self.dumps)
+        counters = self.fd._cache.counters
+        counters["segmented_runs"] += 1
+        if self.dumps or run_context.ACTIVE:  # dumps and profiles name each segment's run
+            return run_segments(self.fd, plan, values, dump="segments" in self.dumps)
+        # Note [Segmented replay]
+        found = self.replays.get(id(plan))
+        if found is None or found[0] is not plan:  # an id outlives a dropped plan
+            from .sequence import record_segmented
+
+            replay, outs = record_segmented(self.fd, plan, values)
+            self.replays[id(plan)] = (plan, replay)
+            return outs
+        counters["plan_cache_hits"] += len(plan.segments)  # each segment's plan, replayed
+        return found[1].run(values)
 
     def _launch_general(self, plan: LaunchPlan, values: Sequence[Any]) -> list[torch.Tensor]:
         """Aliased outputs, scratch buffers and the dump knobs."""

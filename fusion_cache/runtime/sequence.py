@@ -26,6 +26,7 @@ import torch
 from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.validate import validate_inputs
 
+from .aten_segments import AtenPlan
 from .executor import executor_for
 from .plans import LaunchPlan
 from .segmented import SegmentedPlan, run_device
@@ -206,6 +207,25 @@ class PlanStep:
         return set(self.reads) | set(self.writes)
 
 
+class AtenStep:
+    """An ATen segment's prepared call (Note [Prepared ATen calls]), counted as the executor
+    counts its runs."""
+
+    __slots__ = ("call", "counters", "reads", "writes", "count")
+
+    def __init__(self, call: Any, counters: dict, reads: tuple[int, ...],
+                 writes: tuple[int, ...]) -> None:  # fmt: skip
+        self.call, self.counters, self.reads, self.writes, self.count = call, counters, reads, writes, 0
+
+    def run(self, env: list) -> None:
+        self.counters["aten_runs"] += 1
+        for slot, value in zip(self.writes, self.call([env[s] for s in self.reads])):
+            env[slot] = value
+
+    def slots(self) -> set[int]:
+        return set(self.reads) | set(self.writes)
+
+
 class ExecuteStep:
     """A fusion run through execute(): what the sequence does not replay as launches.
     `device`: where a fusion reading no CUDA tensor runs (a segment creating values)."""
@@ -305,6 +325,16 @@ def sequence_for(fd: FusionDefinition, values: Sequence[Any]) -> tuple[LaunchSeq
     return LaunchSequence(fd, len(values), b.n_slots, b.steps, out_slots), outs
 
 
+def record_segmented(fd: FusionDefinition, plan: SegmentedPlan,
+                     values: Sequence[Any]) -> tuple[LaunchSequence, list]:  # fmt: skip
+    """Run segmented `plan` of `fd` on `values` (inputs its plan key matched) and record the
+    run: execute() replays the sequence for later inputs of the same key (Note [Segmented
+    replay] in the executor)."""
+    b = _Builder(len(values))
+    outs, out_slots = _record_segments(plan, values, list(range(len(values))), b, None)
+    return LaunchSequence(fd, len(values), b.n_slots, b.steps, out_slots), outs
+
+
 def _on_gpu(values: Sequence[Any]) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)
 
@@ -340,7 +370,9 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
     elif plan is not None and device is None:  # the executor's own launch of other plans
         outs = ex.launch(plan, list(values))
         writes = tuple(b.slot() for _ in outs)
-        b.steps.append(PlanStep(ex, plan, tuple(slots), writes))
+        call = getattr(plan, "call", None) if isinstance(plan, AtenPlan) and not special else None
+        b.steps.append(PlanStep(ex, plan, tuple(slots), writes) if call is None else
+                       AtenStep(call, fd._cache.counters, tuple(slots), writes))  # fmt: skip
         return outs, list(writes)
     # CPU inputs, the reference evaluator, a plan kind not recorded here: execute() each time
     outs = fd.execute(list(values), device=device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen.cuda_ops import ELEMENT_BYTES
+from codegen.cuda_ops import ELEMENT_BYTES, RANDOM_STMTS
 
 from ..tuning import knob
 from .problem import Problem, next_pow2
@@ -87,19 +87,33 @@ def read_row_shape(p: Problem) -> RowShape:
     # keep two vectors (more threads a row, more loads in flight: sum f32 16384x4096
     # 2735 -> 2843 GB/s on the H100, bf16 2572 -> 2659; benchmarks/results/sweep-pure_small.json)
     welford = any(r.op == "welford" for r in program.reductions)
-    per_thread = max(1, knob("inner.values", 2 * vec if p.pure and not welford else 32) // vec)
     # registers hold the loads that differ per row; weights shared by rows hit in L1/L2
     # (a single row's strides collapse to 0: all of its loads are its own)
     cached = tuple(sorted({s.operands[0] for s in program.stmts
                            if s.op == "load" and s.var in program.element_vars
                            and (any(i_strides[s.operands[0]]) or p.rows == 1)
                            and s.operands[0] not in windowed}))  # fmt: skip
+    values = 2 * vec if p.pure and not welford else 32
+    if any(s.op in RANDOM_STMTS for s in program.stmts) and len(cached) > 1:
+        # Note [Random rows in registers]: the numbers a row draws are kept for its later
+        # passes beside the inputs it caches: half the values a thread
+        values = 16
+    per_thread = max(1, knob("inner.values", values) // vec)
     narrow = any(ELEMENT_BYTES[d] < 4 for d in moving)
     weight_ins = tuple(i for i in range(n_acc) if i not in cached and modes[i] != "row"
                        and not any(i_strides[i]) and i not in windowed)  # fmt: skip
     return RowShape(p, vec, tuple(modes), nv, welford, per_thread, cached, narrow, weight_ins)
 
 
+# Note [Random rows in registers]: dropout + residual + layer norm (bf16 [16384, 4096]) keeps
+# x and h of a row (32 values each a thread, 16 registers each), the 32 uniforms it drew
+# (float, 32 registers: Philox runs once a row, not once a pass) and the residual: ptxas gave
+# it 105 registers, so one block of 512 threads an SM (16 warps), where layer norm alone
+# keeps one input in 58 registers and runs two blocks. It read and wrote each byte once and
+# still ran at 69% of the copy ceiling on the H100 (2077 GB/s): while a block reduces, draws
+# or stores, no other block's loads are in flight. With 16 values a thread (256x2 threads,
+# two vectors each) the same kernel takes 64 registers and two blocks share an SM: 2370 GB/s
+# against 2080 with 32 values in one H100 run (12:04 UTC, copy ceiling 2966), 80% of it.
 def _row_threads(nv: int, vec: int, per_thread: int, most: int) -> int:
     """Threads a row of `nv` vectors gets in one block."""
     if (vec >= 8 or per_thread >= 4) and nv <= 128:

@@ -4,7 +4,7 @@ GEMMs and attention run as torch calls between generated kernels. Fallback is di
 import pytest
 import torch
 import torch.nn.functional as F
-from aten_patterns import attention_block, linear_bias_gelu, mlp_block
+from aten_patterns import VIEW_PATTERNS, attention_block, linear_bias_gelu, mlp_block, view_pattern
 
 from fusion_cache import DataType, FusionCache, FusionDefinition
 from fusion_cache.frontend.dtypes import from_torch
@@ -193,3 +193,46 @@ def test_scaled_mm_float8_against_eager():
     (out,) = fd.execute([a, sa, sb, b])  # in definition order
     want = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
     torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+def test_bmm_and_its_epilogue_against_eager():
+    a, b = rand(8, 128, 64), rand(8, 64, 96, scale=0.1)
+    with FusionDefinition() as fd:
+        y = fd.ops.bmm(tensor(fd, a), tensor(fd, b))
+        fd.add_output(fd.ops.cast(fd.ops.relu(fd.ops.cast(y, DataType.Float)), DataType.BFloat16))
+    fd.execute([a, b])
+    before = stats()
+    (out,) = fd.execute([a, b])
+    assert delta(before, "kernel_launches", "aten_runs", "reference_runs") == (1, 1, 0)
+    torch.testing.assert_close(out, torch.bmm(a, b).relu(), **BF16)
+
+
+def test_prepared_calls_read_float_inputs_each_run():
+    """Note [Prepared ATen calls]: one plan, the scale and causal flag of each run."""
+    q = rand(2, 4, 128, 64)
+    with FusionDefinition() as fd:
+        t = tensor(fd, q)
+        scale = fd.define_scalar(dtype=DataType.Double)
+        causal = fd.define_scalar(dtype=DataType.Bool)
+        fd.add_output(fd.ops.sdpfa_fwd(t, t, t, None, causal, scale)[0])
+    for s, c in ((0.125, False), (0.3, True), (0.125, False)):
+        (out,) = fd.execute([q, s, c])
+        want = F.scaled_dot_product_attention(q, q, q, scale=s, is_causal=c)
+        torch.testing.assert_close(out, want, **BF16)
+
+
+@pytest.mark.parametrize("name", VIEW_PATTERNS)
+def test_views_on_aten_results_against_eager(name):
+    """Views into and out of ATen segments (tests/aten_patterns.py), twice: the second run
+    replays the first (Note [Segmented replay])."""
+    _, fd, inputs_of, torch_fn = view_pattern(name)
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for _ in range(2):
+        inputs = inputs_of("cuda", gen)
+        before = stats()
+        outs = fd.execute(inputs)
+        assert delta(before, "reference_runs") == (0,)
+        want = torch_fn(*inputs)
+        want = list(want) if isinstance(want, tuple) else [want]
+        for got, w in zip(outs, want, strict=True):
+            torch.testing.assert_close(got, w, **BF16)

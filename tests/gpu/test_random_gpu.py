@@ -115,8 +115,9 @@ def test_distributions_of_a_million_samples_on_the_gpu(dist, dtype):
     assert ks_statistic(x, cdf) < 1.95 / math.sqrt(SAMPLES)
 
 
-@pytest.mark.parametrize("n,c", [(4096, 1024), (1024, 4096), (300, 5000)])
+@pytest.mark.parametrize("n,c", [(4096, 1024), (1024, 4096), (300, 5000), (64, 1002)])
 def test_dropout_residual_layer_norm_forward_and_backward(n, c):
+    """Rows of multiples of 4 and of 1002 (vectors of 2)."""
     p = 0.1
     fwd, bwd = dropout_residual_layer_norm(p), dropout_residual_layer_norm_backward(p)
     gen = torch.Generator(device="cuda").manual_seed(4)

@@ -1,5 +1,5 @@
 """Ops a library does best, run as one torch call each in an ATen segment (Note [ATen
-segments] in schedulers/aten.py): matmul, linear, sdpfa_fwd/sdpfa_bwd,
+segments] in schedulers/aten.py): matmul, bmm, linear, sdpfa_fwd/sdpfa_bwd,
 sdpa_cudnn_fwd/sdpa_cudnn_bwd, sdpa_efficient_fwd/sdpa_efficient_bwd, grouped_mm, scaled_mm,
 cumsum, argsort, topk. Arguments and outputs follow nvFuser's frontend."""
 from __future__ import annotations
@@ -53,6 +53,22 @@ class AtenOps(OpsBase):
             batch = shapes.broadcast_shapes(op, [xs[:-2], ys[:-2]])
             out = (*batch, *((xs[-2],) if x.ndim > 1 else ()), *((ys[-1],) if y.ndim > 1 else ()))
             return [TensorInfo(dt, out)]
+
+        return self._apply(Record("op", op, (a, b), (), self._out("T")), infer)
+
+    def bmm(self, mat1, mat2):
+        """Batched matrix multiplication, as torch.bmm: [B, M, K] x [B, K, N] -> [B, M, N]."""
+        op = "bmm"
+        a, b = self._tensor(mat1, op, "mat1"), self._tensor(mat2, op, "mat2")
+
+        def infer() -> list:
+            x, y = self._info(a), self._info(b)
+            dt = _same_dtype(op, {"mat1": x, "mat2": y})
+            if x.ndim != 3 or y.ndim != 3:
+                raise ValueError(f"{op}: expects 3-D tensors, got ranks {x.ndim} and {y.ndim}")
+            batch = _join(op, "batch", x.shape[0], y.shape[0])
+            _join(op, "contracted (mat1's last, mat2's second)", x.shape[2], y.shape[1])
+            return [TensorInfo(dt, (batch, x.shape[1], y.shape[2]))]
 
         return self._apply(Record("op", op, (a, b), (), self._out("T")), infer)
 
