@@ -14,7 +14,7 @@ from benchmarks.host_region import stub_launches
 from benchmarks.model_defs import model_cases
 from fusion_cache import FusionCache
 from fusion_cache.frontends import dynamo_backend, register_backend
-from fusion_cache.runtime.sequence import ExecuteStep, KernelStep, PlanStep, TensorStep
+from fusion_cache.runtime.sequence import AtenStep, ExecuteStep, KernelStep, PlanStep, TensorStep
 from schedulers import segmenter
 
 
@@ -41,6 +41,9 @@ def _step_text(step) -> tuple:
         return ("plan", type(step.plan).__name__, step.plan.spec.description)
     if isinstance(step, TensorStep):
         return ("tensor", step.src, step.dst)
+    if isinstance(step, AtenStep):  # Note [Prepared ATen calls]: the op, its operands and outputs
+        call = step.call
+        return ("aten", call.record.name, call.strides, call.outputs, step.reads, step.writes)
     assert isinstance(step, ExecuteStep)
     return ("execute", step.fd.id())
 

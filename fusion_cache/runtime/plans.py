@@ -32,7 +32,6 @@ class LaunchPlan:
     host_inputs: tuple = ()  # Note [CPU scalar tensors]: inputs copied to `device` per call
     # Note [Finish in the row kernel]: a cooperative kernel's barrier counters, per stream
     barriers: dict = field(default_factory=dict)
-    captured: list = field(default_factory=list)  # those of CUDA graphs, kept for replays
     scratches: dict = field(default_factory=dict)  # Note [Scratch per stream]: stream -> buffers
     # fresh outputs and plain launches only: the cache hit's lean path runs it (launch)
     lean: bool = field(init=False)
@@ -45,11 +44,11 @@ class LaunchPlan:
     def barrier(self) -> torch.Tensor:
         """The zeroed counters of a grid barrier for the current stream: launches on one
         stream run one after another and each leaves them zeroed; streams get their own.
-        A launch captured into a CUDA graph gets counters of its own, which live as long
-        as the plan: its replays may run beside launches on any stream."""
+        A launch captured into a CUDA graph gets counters of its own from the graph's pool:
+        their zeroing is captured too, so every replay starts from zero whatever ran in that
+        memory since, and the plan keeps no tensor of the pool (see scratch below)."""
         if torch.cuda.is_current_stream_capturing():
-            self.captured.append(torch.zeros(2, dtype=torch.int32, device=self.device))
-            return self.captured[-1]
+            return torch.zeros(2, dtype=torch.int32, device=self.device)
         from codegen.launch import current_raw_stream
 
         stream = current_raw_stream(self.device.index)
@@ -66,14 +65,16 @@ class LaunchPlan:
         in full before it is read and dead once its kernels end, so runs on one stream, which
         follow one another, share one set, allocated on the stream's first run and kept with
         the plan, as the barrier counters are; a cache hit allocates only its outputs (each
-        buffer cost about 2.5 us of host time a run). Streams get their own set; a launch
-        captured into a CUDA graph gets one of its own, which lives as long as the plan."""
+        buffer cost about 2.5 us of host time a run). Streams get their own set. A launch
+        captured into a CUDA graph gets a fresh set that the plan does not keep: the graph's
+        memory pool holds it for the replays, and cudagraph trees refuse a tensor of their pool
+        that outlives the capture without being one of its outputs (the H100 run of
+        tests/gpu/test_models_gpu.py: "4 tensor(s) in the cudagraph pool not tracked")."""
         device = self.device
         if device.type != "cuda":
             key = None
         elif torch.cuda.is_current_stream_capturing():
-            self.captured.append(self._new_scratch())
-            return self.captured[-1]
+            return self._new_scratch()
         else:
             from codegen.launch import current_raw_stream
 
