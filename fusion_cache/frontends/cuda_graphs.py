@@ -26,6 +26,8 @@ from typing import Any
 
 from torch.fx import GraphModule
 
+from fusion_cache.runtime.plans import unkept_buffers
+
 GRAPH_MODES = ("reduce-overhead", "max-autotune")  # inductor's modes that capture graphs
 ENV = "FUSION_CACHE_CUDA_GRAPHS"
 
@@ -87,7 +89,8 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
             # (the GPU run on the H100 failed its `assert len(new_inputs) == 0` without it)
             inputs = list(args)
             args.clear()
-            return aot_model.forward(*inputs)
+            with unkept_buffers():  # its allocations are the graph pool's (Note [Scratch per stream])
+                return aot_model.forward(*inputs)
 
         run._boxed_call = True
         out = cudagraphify_impl(run, aot_inputs, range(fixed),

@@ -2,7 +2,9 @@
 signature (Note [Plan cache] in executor.py)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +14,25 @@ from fusion_cache.frontend.dtypes import to_torch
 from schedulers.base import ArgRef, LaunchSpec
 
 from .kernel_cache import KernelRef
+
+_graph_runs = threading.local()
+
+
+def _unkept() -> bool:
+    """Whether plans must not keep the buffers a run takes (Note [Scratch per stream])."""
+    return getattr(_graph_runs, "on", False) or torch.cuda.is_current_stream_capturing()
+
+
+@contextmanager
+def unkept_buffers() -> Iterator[None]:
+    """Runs whose allocations land in a CUDA graph's pool (cudagraph trees' warm-up and
+    capture): plans hand them fresh scratch and barrier counters and keep none."""
+    before = getattr(_graph_runs, "on", False)
+    _graph_runs.on = True
+    try:
+        yield
+    finally:
+        _graph_runs.on = before
 
 
 @dataclass(frozen=True)
@@ -47,7 +68,7 @@ class LaunchPlan:
         A launch captured into a CUDA graph gets counters of its own from the graph's pool:
         their zeroing is captured too, so every replay starts from zero whatever ran in that
         memory since, and the plan keeps no tensor of the pool (see scratch below)."""
-        if torch.cuda.is_current_stream_capturing():
+        if _unkept():
             return torch.zeros(2, dtype=torch.int32, device=self.device)
         from codegen.launch import current_raw_stream
 
@@ -69,11 +90,13 @@ class LaunchPlan:
         captured into a CUDA graph gets a fresh set that the plan does not keep: the graph's
         memory pool holds it for the replays, and cudagraph trees refuse a tensor of their pool
         that outlives the capture without being one of its outputs (the H100 run of
-        tests/gpu/test_models_gpu.py: "4 tensor(s) in the cudagraph pool not tracked")."""
+        tests/gpu/test_models_gpu.py: "4 tensor(s) in the cudagraph pool not tracked"). So
+        do the runs cudagraph trees warm up in their pool before capturing: the CUDA-graph
+        mode runs its graphs under unkept_buffers()."""
         device = self.device
         if device.type != "cuda":
             key = None
-        elif torch.cuda.is_current_stream_capturing():
+        elif _unkept():
             return self._new_scratch()
         else:
             from codegen.launch import current_raw_stream
