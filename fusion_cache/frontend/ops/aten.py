@@ -34,6 +34,14 @@ def _join(op: str, what: str, a: int, b: int) -> int:
 
 
 class AtenOps(OpsBase):
+    def _qkv(self, op: str, query: Any, key: Any, value: Any) -> tuple:
+        return tuple(self._tensor(t, op, n) for t, n in ((query, "query"), (key, "key"),
+                                                         (value, "value")))  # fmt: skip
+
+    def _attention_flags(self, op: str, dropout_p: Any, is_causal: Any, scale: Any) -> tuple:
+        return tuple(self._optional_scalar(s, op, n) for s, n in (
+            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+
     def _optional_scalar(self, value: Any, op: str, arg: str) -> Any:
         return None if value is None else self._ref(value, op, arg, "S")
 
@@ -101,18 +109,12 @@ class AtenOps(OpsBase):
 
     def sdpfa_fwd(self, query, key, value, dropout_p=None, is_causal=None, scale=None):
         op = "sdpfa_fwd"
-        q, k, v = (self._tensor(t, op, n) for t, n in ((query, "query"), (key, "key"),
-                                                       (value, "value")))  # fmt: skip
-        extra = tuple(self._optional_scalar(s, op, n) for s, n in (
-            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+        q, k, v = self._qkv(op, query, key, value)
+        extra = self._attention_flags(op, dropout_p, is_causal, scale)
 
         def infer() -> list:
             iq, ik, iv = self._info(q), self._info(k), self._info(v)
-            dt = _attention_operands(op, iq, ik, iv)
-            n = _join(op, "batch", _join(op, "batch", iq.shape[0], ik.shape[0]), iv.shape[0])
-            h = _join(op, "head", _join(op, "head", iq.shape[1], ik.shape[1]), iv.shape[1])
-            _join(op, "key/value sequence", ik.shape[2], iv.shape[2])
-            _join(op, "query/key head dim", iq.shape[3], ik.shape[3])
+            dt, n, h = _attention_shape(op, iq, ik, iv)
             self._check_flags(op, extra)
             return [TensorInfo(dt, (n, h, iq.shape[2], iv.shape[3])),
                     TensorInfo(DataType.Float, (n, h, iq.shape[2])),
@@ -138,11 +140,7 @@ class AtenOps(OpsBase):
         def infer() -> list:
             go, iq, ik, iv, out, lse = (self._info(t) for t in tensors)
             dt = _attention_operands(op, iq, ik, iv)
-            if go.dtype is not dt or out.dtype is not dt:
-                raise TypeError(f"{op}: grad_output and output must be {dt!r}, got "
-                                f"{go.dtype!r} and {out.dtype!r}")  # fmt: skip
-            if go.ndim != 4 or out.ndim != 4 or lse.ndim != 3:
-                raise ValueError(f"{op}: grad_output and output must be 4-D and log_sumexp 3-D")
+            _check_gradients(op, dt, go, out, lse, lse_rank=3)
             self._check_flags(op, (p, causal, sc))
             return [TensorInfo(dt, iq.shape), TensorInfo(dt, ik.shape), TensorInfo(dt, iv.shape)]
 
@@ -155,18 +153,12 @@ class AtenOps(OpsBase):
         its log-sum-exp and random state are what cuDNN's backward reads, so a region
         holding one half of a forward/backward pair pairs with eager's other half."""
         op = "sdpa_cudnn_fwd"
-        q, k, v = (self._tensor(t, op, n) for t, n in ((query, "query"), (key, "key"),
-                                                       (value, "value")))  # fmt: skip
-        extra = tuple(self._optional_scalar(s, op, n) for s, n in (
-            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+        q, k, v = self._qkv(op, query, key, value)
+        extra = self._attention_flags(op, dropout_p, is_causal, scale)
 
         def infer() -> list:
             iq, ik, iv = self._info(q), self._info(k), self._info(v)
-            dt = _attention_operands(op, iq, ik, iv)
-            n = _join(op, "batch", _join(op, "batch", iq.shape[0], ik.shape[0]), iv.shape[0])
-            h = _join(op, "head", _join(op, "head", iq.shape[1], ik.shape[1]), iv.shape[1])
-            _join(op, "key/value sequence", ik.shape[2], iv.shape[2])
-            _join(op, "query/key head dim", iq.shape[3], ik.shape[3])
+            dt, n, h = _attention_shape(op, iq, ik, iv)
             self._check_flags(op, extra)
             return [TensorInfo(dt, (n, h, iq.shape[2], iv.shape[3])),
                     TensorInfo(DataType.Float, (n, h, iq.shape[2], 1)),
@@ -184,17 +176,12 @@ class AtenOps(OpsBase):
         tensors = tuple(self._tensor(t, op, n) for t, n in zip(
             (grad_output, query, key, value, output, log_sumexp, philox_seed, philox_offset),
             names))  # fmt: skip
-        flags = tuple(self._optional_scalar(s, op, n) for s, n in (
-            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+        flags = self._attention_flags(op, dropout_p, is_causal, scale)
 
         def infer() -> list:
             go, iq, ik, iv, out, lse = (self._info(t) for t in tensors[:6])
             dt = _attention_operands(op, iq, ik, iv)
-            if go.dtype is not dt or out.dtype is not dt:
-                raise TypeError(f"{op}: grad_output and output must be {dt!r}, got "
-                                f"{go.dtype!r} and {out.dtype!r}")  # fmt: skip
-            if go.ndim != 4 or out.ndim != 4 or lse.ndim != 4:
-                raise ValueError(f"{op}: grad_output, output and log_sumexp must be 4-D")
+            _check_gradients(op, dt, go, out, lse, lse_rank=4)
             self._check_flags(op, flags)
             return [TensorInfo(dt, iq.shape), TensorInfo(dt, ik.shape), TensorInfo(dt, iv.shape)]
 
@@ -206,19 +193,13 @@ class AtenOps(OpsBase):
         with its log-sum-exp: (output, log_sumexp [N, H, L rounded up to 32], philox_seed,
         philox_offset). `attn_bias`: an additive mask broadcast to [N, H, L, S]."""
         op = "sdpa_efficient_fwd"
-        q, k, v = (self._tensor(t, op, n) for t, n in ((query, "query"), (key, "key"),
-                                                       (value, "value")))  # fmt: skip
+        q, k, v = self._qkv(op, query, key, value)
         bias = None if attn_bias is None else self._tensor(attn_bias, op, "attn_bias")
-        extra = tuple(self._optional_scalar(s, op, n) for s, n in (
-            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+        extra = self._attention_flags(op, dropout_p, is_causal, scale)
 
         def infer() -> list:
             iq, ik, iv = self._info(q), self._info(k), self._info(v)
-            dt = _attention_operands(op, iq, ik, iv)
-            n = _join(op, "batch", _join(op, "batch", iq.shape[0], ik.shape[0]), iv.shape[0])
-            h = _join(op, "head", _join(op, "head", iq.shape[1], ik.shape[1]), iv.shape[1])
-            _join(op, "key/value sequence", ik.shape[2], iv.shape[2])
-            _join(op, "query/key head dim", iq.shape[3], ik.shape[3])
+            dt, n, h = _attention_shape(op, iq, ik, iv)
             if bias is not None and self._info(bias).ndim > 4:
                 raise ValueError(f"{op}: attn_bias must broadcast to [N, H, L, S]")
             self._check_flags(op, extra)
@@ -243,18 +224,13 @@ class AtenOps(OpsBase):
         rest = tuple(self._tensor(t, op, n) for t, n in zip(
             (output, log_sumexp, philox_seed, philox_offset),
             ("output", "log_sumexp", "philox_seed", "philox_offset")))  # fmt: skip
-        flags = tuple(self._optional_scalar(s, op, n) for s, n in (
-            (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
+        flags = self._attention_flags(op, dropout_p, is_causal, scale)
 
         def infer() -> list:
             go, iq, ik, iv = (self._info(t) for t in tensors)
             out, lse = self._info(rest[0]), self._info(rest[1])
             dt = _attention_operands(op, iq, ik, iv)
-            if go.dtype is not dt or out.dtype is not dt:
-                raise TypeError(f"{op}: grad_output and output must be {dt!r}, got "
-                                f"{go.dtype!r} and {out.dtype!r}")  # fmt: skip
-            if go.ndim != 4 or out.ndim != 4 or lse.ndim != 3:
-                raise ValueError(f"{op}: grad_output and output must be 4-D and log_sumexp 3-D")
+            _check_gradients(op, dt, go, out, lse, lse_rank=3)
             self._check_flags(op, flags)
             return [TensorInfo(dt, iq.shape), TensorInfo(dt, ik.shape), TensorInfo(dt, iv.shape)]
 
@@ -389,3 +365,22 @@ def _attention_operands(op: str, iq: TensorInfo, ik: TensorInfo, iv: TensorInfo)
         raise ValueError(f"{op}: query, key and value must be 4-D [N, H, L, E], got ranks "
                          f"{iq.ndim}, {ik.ndim}, {iv.ndim}")  # fmt: skip
     return dt
+
+
+def _attention_shape(op: str, iq: Any, ik: Any, iv: Any) -> tuple:
+    """The attention operands' dtype, batch and heads, their sizes checked against each other."""
+    dt = _attention_operands(op, iq, ik, iv)
+    n = _join(op, "batch", _join(op, "batch", iq.shape[0], ik.shape[0]), iv.shape[0])
+    h = _join(op, "head", _join(op, "head", iq.shape[1], ik.shape[1]), iv.shape[1])
+    _join(op, "key/value sequence", ik.shape[2], iv.shape[2])
+    _join(op, "query/key head dim", iq.shape[3], ik.shape[3])
+    return dt, n, h
+
+
+def _check_gradients(op: str, dt: Any, go: Any, out: Any, lse: Any, lse_rank: int) -> None:
+    if go.dtype is not dt or out.dtype is not dt:
+        raise TypeError(f"{op}: grad_output and output must be {dt!r}, got "
+                        f"{go.dtype!r} and {out.dtype!r}")  # fmt: skip
+    if go.ndim != 4 or out.ndim != 4 or lse.ndim != lse_rank:
+        raise ValueError(f"{op}: grad_output and output must be 4-D and log_sumexp "
+                         f"{lse_rank}-D")  # fmt: skip
