@@ -213,6 +213,9 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         program, v, L, dtypes = self.program, self.v, self.L, self.dtypes
         stmts, reads = needed(program, targets, frozenset(self.carried))
         loads = sorted({s.operands[0] for s in stmts if s.op == "load"})
+        # a value two later passes read is carried once (ResNet-18's batch-norm backward named
+        # one twice, and NVRTC refused the second declaration); one carried already stays
+        carry = [var for var in dict.fromkeys(carry) if var not in self.carried]
         for var in carry:
             L.append(f"    {REGISTER_TYPE[dtypes[var]]} {var}_c[{v.iters}][FC_VEC];")
         if self.in_smem and any(i in self.hoisted for i in loads):  # the weights have landed
