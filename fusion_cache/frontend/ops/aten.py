@@ -42,6 +42,26 @@ class AtenOps(OpsBase):
         return tuple(self._optional_scalar(s, op, n) for s, n in (
             (dropout_p, "dropout_p"), (is_causal, "is_causal"), (scale, "scale")))  # fmt: skip
 
+    def _attention_forward(self, op: str, qkv: tuple, flags: tuple, lse_shape: Any,
+                           seeds: list, attn_bias: Any = None, masked: bool = False) -> Any:
+        """An attention forward's record: (output, log_sumexp of lse_shape(N, H, L), the
+        random state `seeds`); `masked` ops take attn_bias after the value."""
+        q, k, v = self._qkv(op, *qkv)
+        bias = None if attn_bias is None else self._tensor(attn_bias, op, "attn_bias")
+        extra = self._attention_flags(op, *flags)
+
+        def infer() -> list:
+            iq, ik, iv = self._info(q), self._info(k), self._info(v)
+            dt, n, h = _attention_shape(op, iq, ik, iv)
+            if bias is not None and self._info(bias).ndim > 4:
+                raise ValueError(f"{op}: attn_bias must broadcast to [N, H, L, S]")
+            self._check_flags(op, extra)
+            return [TensorInfo(dt, (n, h, iq.shape[2], iv.shape[3])),
+                    TensorInfo(DataType.Float, lse_shape(n, h, iq.shape[2])), *seeds]
+
+        args = (q, k, v, bias, *extra) if masked else (q, k, v, *extra)
+        return self._apply(Record("op", op, args, (), self._out("TTTT")), infer)
+
     def _optional_scalar(self, value: Any, op: str, arg: str) -> Any:
         return None if value is None else self._ref(value, op, arg, "S")
 
@@ -108,19 +128,10 @@ class AtenOps(OpsBase):
         return self._apply(Record("op", op, (a, w, c), (), self._out("T")), infer)
 
     def sdpfa_fwd(self, query, key, value, dropout_p=None, is_causal=None, scale=None):
-        op = "sdpfa_fwd"
-        q, k, v = self._qkv(op, query, key, value)
-        extra = self._attention_flags(op, dropout_p, is_causal, scale)
-
-        def infer() -> list:
-            iq, ik, iv = self._info(q), self._info(k), self._info(v)
-            dt, n, h = _attention_shape(op, iq, ik, iv)
-            self._check_flags(op, extra)
-            return [TensorInfo(dt, (n, h, iq.shape[2], iv.shape[3])),
-                    TensorInfo(DataType.Float, (n, h, iq.shape[2])),
-                    TensorInfo(DataType.UInt64, (2,)), TensorInfo(DataType.UInt64, ())]  # fmt: skip
-
-        return self._apply(Record("op", op, (q, k, v, *extra), (), self._out("TTTT")), infer)
+        return self._attention_forward(
+            "sdpfa_fwd", (query, key, value), (dropout_p, is_causal, scale),
+            lambda n, h, L: (n, h, L),
+            [TensorInfo(DataType.UInt64, (2,)), TensorInfo(DataType.UInt64, ())])
 
     def sdpfa_bwd(self, grad_output, query, key, value, output, log_sumexp, dropout_p=None,
                   is_causal=None, philox_seed=None, philox_offset=None, scale=None):  # fmt: skip
@@ -152,19 +163,9 @@ class AtenOps(OpsBase):
         log_sumexp [N, H, L, 1], philox_seed, philox_offset). Its own op beside sdpfa_fwd:
         its log-sum-exp and random state are what cuDNN's backward reads, so a region
         holding one half of a forward/backward pair pairs with eager's other half."""
-        op = "sdpa_cudnn_fwd"
-        q, k, v = self._qkv(op, query, key, value)
-        extra = self._attention_flags(op, dropout_p, is_causal, scale)
-
-        def infer() -> list:
-            iq, ik, iv = self._info(q), self._info(k), self._info(v)
-            dt, n, h = _attention_shape(op, iq, ik, iv)
-            self._check_flags(op, extra)
-            return [TensorInfo(dt, (n, h, iq.shape[2], iv.shape[3])),
-                    TensorInfo(DataType.Float, (n, h, iq.shape[2], 1)),
-                    TensorInfo(DataType.Int, ()), TensorInfo(DataType.Int, ())]  # fmt: skip
-
-        return self._apply(Record("op", op, (q, k, v, *extra), (), self._out("TTTT")), infer)
+        return self._attention_forward(
+            "sdpa_cudnn_fwd", (query, key, value), (dropout_p, is_causal, scale),
+            lambda n, h, L: (n, h, L, 1), [TensorInfo(DataType.Int, ()), TensorInfo(DataType.Int, ())])
 
     def sdpa_cudnn_bwd(self, grad_output, query, key, value, output, log_sumexp, philox_seed,
                        philox_offset, dropout_p=None, is_causal=None, scale=None):  # fmt: skip
@@ -192,23 +193,10 @@ class AtenOps(OpsBase):
         """Memory-efficient attention, as torch's _scaled_dot_product_efficient_attention
         with its log-sum-exp: (output, log_sumexp [N, H, L rounded up to 32], philox_seed,
         philox_offset). `attn_bias`: an additive mask broadcast to [N, H, L, S]."""
-        op = "sdpa_efficient_fwd"
-        q, k, v = self._qkv(op, query, key, value)
-        bias = None if attn_bias is None else self._tensor(attn_bias, op, "attn_bias")
-        extra = self._attention_flags(op, dropout_p, is_causal, scale)
-
-        def infer() -> list:
-            iq, ik, iv = self._info(q), self._info(k), self._info(v)
-            dt, n, h = _attention_shape(op, iq, ik, iv)
-            if bias is not None and self._info(bias).ndim > 4:
-                raise ValueError(f"{op}: attn_bias must broadcast to [N, H, L, S]")
-            self._check_flags(op, extra)
-            return [TensorInfo(dt, (n, h, iq.shape[2], iv.shape[3])),
-                    TensorInfo(DataType.Float, (n, h, efficient_lse_length(iq.shape[2]))),
-                    TensorInfo(DataType.Int, ()), TensorInfo(DataType.Int, ())]  # fmt: skip
-
-        args = (q, k, v, bias, *extra)
-        return self._apply(Record("op", op, args, (), self._out("TTTT")), infer)
+        return self._attention_forward(
+            "sdpa_efficient_fwd", (query, key, value), (dropout_p, is_causal, scale),
+            lambda n, h, L: (n, h, efficient_lse_length(L)),
+            [TensorInfo(DataType.Int, ()), TensorInfo(DataType.Int, ())], attn_bias, masked=True)
 
     def sdpa_efficient_bwd(self, grad_output, query, key, value, attn_bias, output, log_sumexp,
                            philox_seed, philox_offset, dropout_p=None, is_causal=None,
