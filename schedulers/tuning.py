@@ -52,7 +52,7 @@ KNOBS: dict[str, str] = {
                   "thread]; 1: one)",
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "inner.rng_lanes": "random numbers drawn by lane where every vector starts a Philox group "
-                       "(Note [Philox lanes]; off by default: the group compared each element)",
+                       "(Note [Philox lanes]; False: the group compared each element)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",

@@ -260,6 +260,34 @@ template <int N, typename T> FC_DEVICE void fc_store_vec(T* p, const fc_vec<T, N
   *reinterpret_cast<fc_vec<T, N>*>(p) = v;
 }
 
+// Note [Mask words]: a vector of N bools to store, built as the bytes of 64-bit words by
+// shifts; a fc_vec<bool, N> filled element by element kept its bools as predicate bits and
+// unpacked them with several instructions each. Dropout + residual + layer norm's keep mask
+// (row kernel): 45 -> 40 registers, three blocks an SM, 2713 -> 2878 GB/s on the H100.
+template <int N> struct fc_mask_bytes {
+  unsigned long long w[(N + 7) / 8];
+};
+
+template <int N> FC_DEVICE fc_mask_bytes<N> fc_mask_init() {
+  fc_mask_bytes<N> m;
+#pragma unroll
+  for (int i = 0; i < (N + 7) / 8; ++i) m.w[i] = 0ull;
+  return m;
+}
+
+template <int N> FC_DEVICE void fc_mask_set(fc_mask_bytes<N>& m, int j, bool b) {
+  m.w[j >> 3] |= (unsigned long long)b << (8 * (j & 7));
+}
+
+template <int N> FC_DEVICE void fc_store_mask(bool* p, const fc_mask_bytes<N>& m) {
+  if constexpr (N >= 8) {
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i) reinterpret_cast<unsigned long long*>(p)[i] = m.w[i];
+  } else {
+    *reinterpret_cast<typename fc_raw<N>::type*>(p) = (typename fc_raw<N>::type)m.w[0];
+  }
+}
+
 // Note [Cache hints]: streaming variants for data a kernel touches once. Loads: Hint 1
 // skips L1 (L1::no_allocate), 2 asks L2 to fetch 256 bytes around a miss (L2::256B), 3 does
 // both. Stores with Hint 1 are evict-first (st.global.cs). Measured on the H100

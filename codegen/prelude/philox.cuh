@@ -46,8 +46,9 @@ FC_DEVICE void fc_philox(unsigned long long seed, unsigned long long offset,
 
 // Note [Philox lanes]: `lane` is the element's place in its thread's vector where the kernel
 // knows each vector's lane 0 starts a group (its element index a multiple of 4), the lanes
-// unrolled: lane 0 (and 4) draws the group, the others read its words, and no element
-// compares group indices. -1: not known; the cached group is compared.
+// unrolled: lane 0 (and 4) draws the group, the others read its words by place, and no
+// element computes its 64-bit index's group or word. -1: not known; the cached group is
+// compared and the word picked by index.
 FC_DEVICE void fc_rng_group(fc_rng_cache& c, unsigned long long seed, unsigned long long offset,
                             unsigned long long group, int lane, int per) {
   if (lane < 0) {
@@ -55,6 +56,12 @@ FC_DEVICE void fc_rng_group(fc_rng_cache& c, unsigned long long seed, unsigned l
   } else if (lane % per == 0) {
     fc_philox(seed, offset, group, c);
   }
+}
+
+// Element i's place in its group: where lanes draw, lane j's place (j = i mod 4 there), which
+// unrolled lanes know at compile time, so no element computes its 64-bit index to pick a word
+FC_DEVICE unsigned fc_rng_place(unsigned long long i, int lane) {
+  return lane < 0 ? (unsigned)(i & 3) : (unsigned)lane;
 }
 
 // a double in [0, 1) from 53 bits of two words
@@ -65,8 +72,10 @@ FC_DEVICE double fc_unit_double(unsigned a, unsigned b) {
 FC_DEVICE float fc_rng_uniform(fc_rng_cache& c, unsigned long long seed, unsigned long long offset,
                                unsigned long long i, float lo, float hi, int lane = -1) {
   fc_rng_group(c, seed, offset, i >> 2, lane, 4);
-  const unsigned w = (i & 2) ? ((i & 1) ? c.w3 : c.w2) : ((i & 1) ? c.w1 : c.w0);
+  const unsigned at = fc_rng_place(i, lane);
+  const unsigned w = (at & 2) ? ((at & 1) ? c.w3 : c.w2) : ((at & 1) ? c.w1 : c.w0);
   const float u = (float)(w >> 8) * 0x1p-24f;
+  if (lo == 0.0f && hi == 1.0f) return u;  // the same bits (u >= +0), one add less
   return __fadd_rn(lo, __fmul_rn(__fsub_rn(hi, lo), u));
 }
 
@@ -74,20 +83,23 @@ FC_DEVICE double fc_rng_uniform(fc_rng_cache& c, unsigned long long seed,
                                 unsigned long long offset, unsigned long long i, double lo,
                                 double hi, int lane = -1) {
   fc_rng_group(c, seed, offset, i >> 1, lane, 2);
-  const double u = (i & 1) ? fc_unit_double(c.w2, c.w3) : fc_unit_double(c.w0, c.w1);
+  const double u = (fc_rng_place(i, lane) & 1) ? fc_unit_double(c.w2, c.w3)
+                                                : fc_unit_double(c.w0, c.w1);
+  if (lo == 0.0 && hi == 1.0) return u;
   return __dadd_rn(lo, __dmul_rn(__dsub_rn(hi, lo), u));
 }
 
 FC_DEVICE float fc_rng_normal(fc_rng_cache& c, unsigned long long seed, unsigned long long offset,
                               unsigned long long i, float mean, float std, int lane = -1) {
   fc_rng_group(c, seed, offset, i >> 2, lane, 4);
-  const unsigned a = (i & 2) ? c.w2 : c.w0, b = (i & 2) ? c.w3 : c.w1;
+  const unsigned at = fc_rng_place(i, lane);
+  const unsigned a = (at & 2) ? c.w2 : c.w0, b = (at & 2) ? c.w3 : c.w1;
   const float u1 = (float)((a >> 8) + 1u) * 0x1p-24f;
   const float u2 = (float)(b >> 8) * 0x1p-24f;
   const float r = sqrtf(__fmul_rn(-2.0f, logf(u1)));
   float s, co;
   sincosf(__fmul_rn(u2, 6.283185307179586f), &s, &co);
-  return __fadd_rn(mean, __fmul_rn(std, __fmul_rn(r, (i & 1) ? s : co)));
+  return __fadd_rn(mean, __fmul_rn(std, __fmul_rn(r, (at & 1) ? s : co)));
 }
 
 FC_DEVICE double fc_rng_normal(fc_rng_cache& c, unsigned long long seed,
@@ -99,7 +111,7 @@ FC_DEVICE double fc_rng_normal(fc_rng_cache& c, unsigned long long seed,
   const double r = sqrt(__dmul_rn(-2.0, log(u1)));
   double s, co;
   sincos(__dmul_rn(u2, 6.283185307179586), &s, &co);
-  return __dadd_rn(mean, __dmul_rn(std, __dmul_rn(r, (i & 1) ? s : co)));
+  return __dadd_rn(mean, __dmul_rn(std, __dmul_rn(r, (fc_rng_place(i, lane) & 1) ? s : co)));
 }
 
 #endif  // FC_PRELUDE_PHILOX

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fusion_cache.frontend.dtypes import DataType
+
 from ..cuda_ops import (
     MEMORY_TYPE,
     RANDOM_STMTS,
@@ -90,6 +92,7 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         self.carried: set[str] = set()  # element values kept in registers by an earlier pass
         self.divisions = row_divisions(program)
         self.deferred: tuple | None = None  # Note [Deferred row end]: (ctype, op, group)
+        self.early = early_stores(program, v)
 
     def render(self) -> str:
         program, v, L = self.program, self.v, self.L
@@ -253,7 +256,9 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         if not self.cached or v.defer:  # a deferred last pass runs after the next row's first
             return []
         later = [r.input for r in program.reductions if r.stage > reds[0].stage]
-        later += [s.var for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+        early = {k for k, _ in self.early}
+        later += [s.var for k, s in enumerate(program.stores)
+                  if not program.store_rowlevel[k] and k not in early]  # fmt: skip
         reused = set()
         for t in later:
             reused.update(st.var for st in needed(program, [t])[0])
@@ -266,10 +271,12 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         budget = 64 - v.iters * v.vec * ((0 if v.rows_in_smem else len(v.cached)) or len(v.acc))
         out = out if v.iters * v.vec * len(out) <= budget else []
         # random numbers cost some 25 instructions an element to draw again (Philox): kept
-        # whenever a later pass reads them, so a row draws them once
+        # whenever a later pass reads them past the values carried, so a row draws them once
         now = {st.var for st in needed(program, [r.input for r in reds])[0]}
+        kept = frozenset(out) | frozenset(self.carried)
+        redrawn = {st.var for t in later for st in needed(program, [t], kept)[0]}
         return out + [st.var for st in program.stmts if st.op in RANDOM_STMTS
-                      and st.var in reused and st.var in now and st.var not in out]  # fmt: skip
+                      and st.var in redrawn and st.var in now and st.var not in out]  # fmt: skip
 
     def row_stmts(self, stage: int) -> None:
         """The row-level statements of `stage`, then the reciprocals of the row divisors
@@ -322,8 +329,12 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
                     post.append(f"if (ok) {r.var} = fc_welford_add<FC_VEC>({r.var}, {r.var}_x);")
                     continue
                 body.append(" " + accumulate_stmt(r, r.input, dtypes))
-            self.element_pass([r.input for r in reds], ["if (ok) {", *body, "}"],
-                              self.carry_for(reds), pre, post)  # fmt: skip
+            targets, body = [r.input for r in reds], ["if (ok) {", *body, "}"]
+            if stage == 1 and self.early:  # Note [Stores in the first pass]
+                store_body, decls, stores = self.store_lines(self.early)
+                targets += [s.var for _, s in self.early]
+                body, pre, post = body + store_body, pre + decls, post + stores
+            self.element_pass(targets, body, self.carry_for(reds), pre, post)
             if two_pass:
                 body = []
                 for r in two_pass:
@@ -363,7 +374,9 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
     def row_end(self) -> None:
         """The last pass (element-level outputs, column partials) and row-level outputs."""
         program, v, L = self.program, self.v, self.L
-        elem_stores = [(k, s) for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
+        early = {k for k, _ in self.early}
+        elem_stores = [(k, s) for k, s in enumerate(program.stores)
+                       if not program.store_rowlevel[k] and k not in early]  # fmt: skip
         if elem_stores:
             self.last_pass(elem_stores)
         for k, s in enumerate(program.stores):
@@ -372,24 +385,46 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
                 L.append(f"    if ({first} && row_ok) o{k}[o{k}_row] = {to_memory(s.var, s.dtype)};")
 
     def last_pass(self, elem_stores: list) -> None:
-        program, v, L, dtypes, n_acc = self.program, self.v, self.L, self.dtypes, self.n_acc
-        body, post = [], []
-        for i in range(n_acc):
+        v, L = self.v, self.L
+        for i in range(self.n_acc):
             if i not in v.cached and self.cached:
                 L.append(f"    fc_opaque(a{i});")
+        body, decls, post = self.store_lines(elem_stores)
+        self.element_pass([s.var for _, s in elem_stores], body, pre=decls, post=post)
+
+    def store_lines(self, elem_stores: list) -> tuple[list[str], list[str], list[str]]:
+        """(per element, per vector before, per vector after) lines storing `elem_stores`."""
+        program, v, dtypes, n_acc = self.program, self.v, self.dtypes, self.n_acc
+        body, decls, post = [], [], []
         for k, s in elem_stores:
             if k in v.acc:  # Note [Column partials]
                 body.append(f"if (ok) acc{k}[it][j] += ({acc_type(s.dtype)}){s.var};")
                 continue
-            if v.modes[n_acc + k] == "vec":
-                body.append(f"o{k}_v[j] = {stored_form(program, dtypes, s.var, s.dtype)};")
-                at = k_offset(f"o{k}", "kb", v.k2, unit=True)
-                post.append(f"if (ok) fc_store_vec_hint<FC_VEC, {v.store_hint}>"
-                            f"(o{k} + o{k}_row + {at}, o{k}_v);")  # fmt: skip
-            else:
+            value = stored_form(program, dtypes, s.var, s.dtype)
+            if v.modes[n_acc + k] != "vec":
                 at = k_offset(f"o{k}", "kb + j", v.k2)
-                body.append(f"if (ok) o{k}[o{k}_row + {at}] = "
-                            f"{stored_form(program, dtypes, s.var, s.dtype)};")  # fmt: skip
-        decls = [f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;" for k, s in elem_stores
-                 if v.modes[n_acc + k] == "vec" and k not in v.acc]  # fmt: skip
-        self.element_pass([s.var for _, s in elem_stores], body, pre=decls, post=post)
+                body.append(f"if (ok) o{k}[o{k}_row + {at}] = {value};")
+                continue
+            at = k_offset(f"o{k}", "kb", v.k2, unit=True)
+            if s.dtype is DataType.Bool and v.store_hint == 0:  # Note [Mask words]
+                decls.append(f"fc_mask_bytes<FC_VEC> o{k}_v = fc_mask_init<FC_VEC>();")
+                body.append(f"fc_mask_set(o{k}_v, j, {value});")
+                post.append(f"if (ok) fc_store_mask(o{k} + o{k}_row + {at}, o{k}_v);")
+                continue
+            decls.append(f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;")
+            body.append(f"o{k}_v[j] = {value};")
+            post.append(f"if (ok) fc_store_vec_hint<FC_VEC, {v.store_hint}>"
+                        f"(o{k} + o{k}_row + {at}, o{k}_v);")  # fmt: skip
+        return body, decls, post
+
+
+# Note [Stores in the first pass]: an element-level output that no row reduction feeds (the
+# keep mask of dropout + residual + layer norm) is stored by the pass that first computes it,
+# as its vector's loads arrive, instead of being carried in registers to the last pass.
+def early_stores(program: ReductionProgram, v: InnerVariant) -> list:
+    """(k, store) of the element-level outputs the first pass of a cached row stores."""
+    if not v.iters or v.defer or program.stages == 0 or v.resize is not None:
+        return []
+    stage_of = dict(program.stage_of)
+    return [(k, s) for k, s in enumerate(program.stores)
+            if not program.store_rowlevel[k] and k not in v.acc and stage_of.get(s.var) == 0]

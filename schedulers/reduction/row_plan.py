@@ -97,7 +97,7 @@ def plan_rows(p: Problem) -> LaunchSpec:
                            exchange_async=exchange_async, defer=defer,
                            alternate=bool(knob("inner.alternate", bool(accumulate))),
                            finish=p.finish if fused_finish(p) else (), resize=rv,
-                           rng_lanes=knob("inner.rng_lanes", False) and _rng_lanes(p, vec, rv))  # fmt: skip
+                           rng_lanes=knob("inner.rng_lanes", True) and _rng_lanes(p, vec, rv))  # fmt: skip
     # blocks an SM the kernel asks for, unless its shared memory holds fewer (layer norm
     # f32 1024x65536 spilled, asking 4 with 64 KiB of weights a block)
     min_blocks = _min_blocks(program, variant)
@@ -153,9 +153,10 @@ def _store_refs(count: int, accumulate: tuple[int, ...]) -> list:
 def _rng_lanes(p: Problem, vec: int, rv: object) -> bool:
     """Note [Philox lanes]: whether every vector's first element index (row * N + kb) is a
     multiple of 4, so lanes may draw by place: rows and vectors of multiples of 4 (a cluster
-    block's slice starts at a multiple of the vector), plain row-major indices. Off unless
-    the knob asks: dropout + residual + layer norm bf16 [16384, 4096] ran 2331 GB/s with
-    lanes and 2370 without on the H100 (one run, 12:04 UTC; 64 -> 56 registers, no gain)."""
+    block's slice starts at a multiple of the vector), plain row-major indices. On by
+    default since lanes also pick their words by place: dropout + residual + layer norm
+    bf16 [16384, 4096] ran 2712 GB/s with lanes and 2341 without on the H100 (one run,
+    14:55 UTC; 64 -> 45 registers; Note [Random rows in registers])."""
     drawn = any(s.op in RANDOM_STMTS for s in p.program.stmts)
     return drawn and p.N % 4 == 0 and vec % 4 == 0 and not p.k2 and rv is None
 
@@ -188,5 +189,19 @@ def _min_blocks(program: ReductionProgram, v: Any) -> int:
              and v.vec <= 4 and threads < 512)  # fmt: skip
     if light:
         return (1024 if v.cluster > 1 else 512) // threads
+    if _random_rows(program, v):
+        # Note [Random rows in registers]: 1536 threads an SM, 40 registers each. Dropout +
+        # residual + layer norm bf16 [16384, 4096] (H100, one run): 2847 GB/s asking 3 (4
+        # bytes spilled), 2878 without a minimum where ptxas gave 40 registers anyway; before
+        # Note [Mask words] (45 registers, two blocks unasked) 2820 against 2713
+        return 3
     return 512 // threads if v.acc else 0
+
+
+def _random_rows(program: ReductionProgram, v: Any) -> bool:
+    """Rows of 512 threads that draw random numbers by lane (Note [Philox lanes]) beside the
+    16 values a thread keeps; comparing groups takes 64 registers and spilled at 40."""
+    drawn = any(s.op in RANDOM_STMTS for s in program.stmts)
+    return (drawn and v.rng_lanes and v.tx * v.ty == 512 and 0 < v.iters * v.vec <= 16
+            and not v.acc)  # fmt: skip
 

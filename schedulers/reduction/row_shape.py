@@ -114,6 +114,17 @@ def read_row_shape(p: Problem) -> RowShape:
 # or stores, no other block's loads are in flight. With 16 values a thread (256x2 threads,
 # two vectors each) the same kernel takes 64 registers and two blocks share an SM: 2370 GB/s
 # against 2080 with 32 values in one H100 run (12:04 UTC, copy ceiling 2966), 80% of it.
+# That kernel was bound by its instructions, not memory: Nsight Compute (H100) saw the issue
+# slots 68% busy, the ALU pipe 68%, 50% occupancy and 67 instructions an element, DRAM at
+# 67%; the same kernel with a hash of the index for Philox ran at 96% of the ceiling and
+# with one Philox round instead of ten at 87%. Philox itself (some 10 instructions an
+# element, a call giving 4 numbers) stays, as the numbers must; what went is around it: the
+# lanes draw by place (Note [Philox lanes], on by default: no 64-bit index, group compare
+# or word pick an element), the mask is stored by the pass that draws it (Note [Stores in
+# the first pass]) as bytes of a word (Note [Mask words]), and uniforms in [0, 1) skip the
+# affine map. 40 registers now: three blocks of 512 threads an SM (row_plan._min_blocks).
+# H100, same run (15:10 UTC, ceiling 3000): 2847 GB/s (95%) against 2370 for the kernel
+# before; 2820 without mask words, 2498 without lanes (64 registers, two blocks).
 def _row_threads(nv: int, vec: int, per_thread: int, most: int) -> int:
     """Threads a row of `nv` vectors gets in one block."""
     if (vec >= 8 or per_thread >= 4) and nv <= 128:

@@ -53,6 +53,33 @@ def test_normal_kernel_matches_the_reference(dtype):
     torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("op,lo,hi", [("uniform", 0.0, 1.0), ("uniform", -1.5, 2.5),
+                                      ("normal", 0.5, 2.0)])  # fmt: skip
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.Double], ids=str)
+def test_row_kernel_stores_the_numbers_it_draws(op, lo, hi, dtype):
+    """A row kernel drawing by lane (rows of a multiple of 4; Note [Philox lanes]) stores the
+    numbers it sums from the pass that draws them (Note [Stores in the first pass]): the
+    reference's, bit for bit for uniforms; rows of 1002 compare groups."""
+    with FusionDefinition() as fd:
+        s, o = fd.define_scalar(dtype=DataType.Int), fd.define_scalar(dtype=DataType.Int)
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dtype)
+        r = getattr(fd.ops, op)(lo, hi, fd.ops.shape(x), rng_seed=s, rng_offset=o, dtype=dtype)
+        fd.add_output(r)
+        fd.add_output(fd.ops.sum(fd.ops.mul(x, r), [1]))
+    for shape in ((64, 4096), (33, 1002)):
+        x = torch.randn(*shape, dtype=from_torch_dtype(dtype), device="cuda")
+        before = launches()
+        got, got_sum = fd.execute([2**40 + 7, 5, x])
+        assert launches() == before + 1
+        want, want_sum = fd.execute([2**40 + 7, 5, x.cpu()])
+        if op == "uniform":
+            assert torch.equal(got.cpu(), want)
+        else:
+            tol = 2e-6 if dtype is DataType.Float else 1e-13
+            torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol)
+        torch.testing.assert_close(got_sum.cpu(), want_sum, rtol=1e-4, atol=1e-3)
+
+
 def from_torch_dtype(dtype):
     return {DataType.Float: torch.float32, DataType.Double: torch.float64,
             DataType.BFloat16: torch.bfloat16, DataType.Half: torch.float16}[dtype]  # fmt: skip

@@ -329,3 +329,29 @@ def test_short_rows_several_rows_a_thread(pattern, shape, dtype, knobs, gen):
     for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
         err = (g.double() - w).abs().max().item()
         assert err <= TOL[dtype] * w.abs().max().item(), (pattern, knobs, err)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("shape", [(64, 4096), (33, 1002), (16, 999), (8, 65536)], ids=str)
+def test_row_kernel_mask_words(dtype, shape, gen):
+    """Note [Mask words]: bool outputs of a row kernel, one stored by its first pass (Note
+    [Stores in the first pass]) and one by its last, in vectors of 1, 2, 4 and 8 bytes."""
+    from fusion_cache import DataType, FusionDefinition
+    from fusion_cache.frontend.dtypes import from_torch
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=from_torch(dtype))
+        xf = fd.ops.cast(x, DataType.Float)
+        m = fd.ops.gt(xf, 0.0)
+        s = fd.ops.sum(fd.ops.where(m, xf, 0.0), [1], keepdim=True)
+        fd.add_output(m)
+        fd.add_output(fd.ops.lt(xf, fd.ops.div(s, 100.0)))
+        fd.add_output(s)
+    x = rand(shape, dtype, gen)
+    positive, below, s = fd.execute([x])
+    assert executor_for(fd).scheduler == "reduction"
+    xf = x.float()
+    want_s = torch.where(xf > 0, xf, 0.0).sum(1, keepdim=True)
+    torch.testing.assert_close(s, want_s, rtol=1e-4, atol=1e-3)
+    assert torch.equal(positive, xf > 0)
+    assert torch.equal(below, xf < s / 100.0)  # against the kernel's own sums: no tie to break
