@@ -227,11 +227,11 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
         return f"tiles need {smem} bytes of shared memory, a block has {room}"
     tiles_a, tiles_b = -(-n_a // tile_a), -(-n_b // tile_b)
     tiles = numel // (n_a * n_b) * tiles_a * tiles_b
-    # one resident wave of blocks, each looping over its tiles (Note [Transpose tiles]); the
-    # kernel asks for as many blocks an SM as its registers allow. A thread keeps, for each
-    # block it computes (the loop is unrolled), V x V values of each input read along A or
-    # B and of each output through a tile and V of each other output; copies through
-    # registers hold a value and an address each; and about 24 more. Measured by ptxas:
+    # a block a tile or one resident wave of blocks looping over tiles (Note [Transpose
+    # tiles]); the kernel asks for as many blocks an SM as its registers allow. A thread
+    # keeps, for each block it computes (the loop is unrolled), V x V values of each input
+    # read along A or B and of each output through a tile and V of each other output; copies
+    # through registers hold a value and an address each; and about 24 more. Measured by ptxas:
     # 61 registers for the f32 add of a transposed input, 120 for bf16 (capped at 80 for
     # three blocks an SM it spilled), 16-bit values one at a time spilled at 64 in 64 x 64 tiles
     blocks_each = -(-(tile_a // vec) * (tile_b // vec) // threads)
@@ -252,6 +252,17 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     per_sm = max(1, min(per_sm, knob("transpose.blocks_per_sm", per_sm)))
     wave = profile.measured_wave or profile.sm_count * per_sm
     blocks = max(1, min(tiles, wave))
+    # 32-bit values: a block a tile, which the GPU hands out as blocks finish, rather than one
+    # resident wave looping over tiles with the next ones' copies in flight: f32 8192 x 8192
+    # add of a transposed input 2845 -> 2931 GB/s on the H100, [64, 1024, 1024] 2794 ->
+    # 2921, NCHW -> NHWC [64, 256, 56, 56] 2767 -> 2897 (benchmarks/sweeps/layouts2_r2.json,
+    # 2026-11-26; -1, the wave's tiles shared out evenly: 2835, 2778, 2757). 16-bit ones
+    # keep the wave: not measured yet
+    each = knob("transpose.tiles_each", 1 if min(moving) >= 4 else 0)
+    if each == -1:
+        blocks = -(-tiles // -(-tiles // blocks))
+    elif each > 0:
+        blocks = max(1, -(-tiles // each))
     variant = TransposeVariant(
         len(sizes), dim_a, dim_b, vec, tile_a, tile_b, threads, stages,
         index_type(sizes, strides), tuple(modes[:n_acc]), tuple(modes[n_acc:]),
@@ -272,4 +283,5 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
                                if st.stride_order else None) for st in program.stores)  # fmt: skip
     # the runtime asks the driver for the real wave and plans again (Note [One wave of
     # partials] in reduction.py): fewer tiles than a wave have nothing to fit
-    return Tiling(variant, tuple(args), tiles, blocks, smem, outputs, wave if tiles > wave else 0)
+    return Tiling(variant, tuple(args), tiles, blocks, smem, outputs,
+                  wave if tiles > wave and each <= 0 else 0)

@@ -176,6 +176,26 @@ def test_var_mean_over_the_middle_dim_adds_rows_a_group_at_a_time(dtype):
     assert "fc_welford_add<FC_UNROLL>" in body and "fc_welford_update" in body  # the edges
 
 
+@pytest.mark.parametrize("shape, threads", [((53, 129, 1000), "16x8"), ((64, 4096, 1024), "16x8"),
+                                           ((8, 16384, 4096), "32x8"), ((40, 129, 1000), "32x8")],
+                         ids=str)  # fmt: skip
+def test_var_mean_of_many_16bit_columns_takes_blocks_of_16_by_8(shape, threads):
+    """16-bit Welford columns enough for three blocks an SM (132 on the H100) of 16 x 8
+    threads take such blocks; fewer keep 32 x 8 (benchmarks/sweeps/layouts2_r2.json)."""
+    with FusionDefinition() as fd:
+        x = tensor(fd, 3, BF16)
+        var, mean = fd.ops.var_mean(up(fd, x, BF16), dims=[1], correction=0)
+        fd.add_output(down(fd, var, BF16))
+        fd.add_output(down(fd, mean, BF16))
+    fd.precompile([torch.empty(shape, dtype=BF16, device="meta")], target="h100")
+    description = executor_for(fd).last_plan.spec.description
+    assert description.startswith(f"outer {threads} threads"), description
+    if shape[1] == 129:  # and the narrow blocks compute it, rows past the last group too
+        x = (rand(shape, F32, 31) + 50).to(BF16)
+        var, mean = torch.var_mean(x.double(), dim=1, correction=0)
+        check(fd, [x], [var.to(BF16), mean.to(BF16)], kept_runs=2)
+
+
 @pytest.mark.parametrize("shape, knobs, kernels", [
     ((2, 2048, 2304), {}, 1),  # split 4 in a cluster
     ((2, 2048, 2304), {"outer.cluster": 0}, 2),  # the same split through a finish kernel

@@ -58,7 +58,13 @@ def plan_columns(p: Problem) -> LaunchSpec:
         aligned = ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and ks[k] % vec == 0 and all(
             x % vec == 0 for x in [*i_strides[k][:-1], *(p.k0s[k:k + 1] if p.k2 else [])])
         modes.append("bcast" if s == 0 else "vec" if s == 1 and aligned else "strided")
-    tx = knob("outer.tx", min(32, max(1, next_pow2(-(-cols // vec)))))
+    welford16 = vec >= 8 and any(r.op == "welford" for r in program.reductions)
+    # 16-bit Welford columns enough for three blocks an SM of half-warp rows take blocks of
+    # 16 x 8 threads: var_mean bf16 over dim 1 of [64, 4096, 1024] 2654 -> 2710 GB/s on the
+    # H100 (16 x 4: 2643, 16 x 16: 2306); [8, 16384, 4096], 256 such blocks, 2778 -> 2765,
+    # keeps 32 x 8 (benchmarks/sweeps/layouts2_r2.json, 2026-11-26)
+    narrow = welford16 and cols // (16 * vec) >= 3 * sm
+    tx = knob("outer.tx", 16 if narrow else min(32, max(1, next_pow2(-(-cols // vec)))))
     col_blocks = -(-cols // (tx * vec))
     # blocks of 128 threads where the columns alone give four blocks an SM (sum over dim 0
     # bf16 256x262144: 2418 GB/s against 2216 with 256; f32 2631 and 2588), 256 otherwise:
@@ -66,14 +72,13 @@ def plan_columns(p: Problem) -> LaunchSpec:
     # 1024x65536: 1715 against 2349; benchmarks/results/sweep-long_bwd.json), and two sums
     # a column did better with 256 (layer norm backward bf16 256x262144: 1256 -> 1283,
     # sweep-reread_bwd.json)
-    small_blocks = col_blocks >= 4 * sm and len(program.reductions) == 1
+    small_blocks = narrow or (col_blocks >= 4 * sm and len(program.reductions) == 1)
     ty = knob("outer.ty", max(1, min(32, (128 if small_blocks else 256) // tx)))
     # four vectors in flight a thread, and a split aiming at two blocks an SM: sum over
     # dim 0 bf16 262144x256 1629 -> 1996 GB/s, f32 2378 -> 2497 (sweep-explore)
     # 16-bit Welford columns: eight rows a Welford add (Note [Outer Welford add]); var_mean
     # bf16 over dim 1 of [64, 4096, 1024] 2643 -> 2705 GB/s on the H100, [8, 16384, 4096]
     # 2776 -> 2816 (benchmarks/sweeps/layouts_perf.json, H100, 2026-11-26)
-    welford16 = vec >= 8 and any(r.op == "welford" for r in program.reductions)
     unroll = knob("outer.unroll", 8 if welford16 else 4)
     split = 1
     # 16-bit: one block an SM (bf16 1024x65536: 2258 -> 2367 GB/s, sweep-rows). Still so

@@ -121,7 +121,10 @@ def test_mixed_layouts_dtypes_and_two_outputs(gen):
 @pytest.mark.parametrize("knobs", [{"transpose.stages": 3}, {"transpose.stages": 1},
                                    {"transpose.vec": 4}, {"transpose.threads": 128},
                                    {"transpose.tile_a": 64, "transpose.tile_b": 128},
-                                   {"transpose.blocks_per_sm": 1}], ids=str)  # fmt: skip
+                                   {"transpose.blocks_per_sm": 1},
+                                   {"transpose.tiles_each": -1}, {"transpose.tiles_each": 1},
+                                   {"transpose.tiles_each": 3, "transpose.tile_a": 128}],
+                         ids=str)  # fmt: skip
 def test_knobs_keep_the_values(knobs, gen):
     with FusionDefinition() as fd:
         a, b = tensor(fd, 3, torch.bfloat16), tensor(fd, 3, torch.bfloat16)
