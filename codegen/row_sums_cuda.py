@@ -15,6 +15,10 @@ w[V + r]: 0 where another token also names r, else -1) and a float workspace `ac
 
 The output is written once and the values read about once (the owners' from memory, the
 others' through L2), so the kernels move what the op must: index, values, output.
+
+By default two kernels do it on words kept between runs (Note [Row sums on kept words]):
+`fc_rows_claim_add` claims each token's row for this run (claims tagged with the run need no
+fill) and adds the other tokens' values; `fc_rows_out_kept` writes the rows.
 """
 from __future__ import annotations
 
@@ -169,3 +173,157 @@ def render_out(out_dtype, value_dtype, rest: int, vw: int, index_type: str,
               "  fc_store_vec<VW>(out + row * H + c, o);",
               "}"]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+# ---- two kernels on kept words (Note [Row sums on kept words]) -------------------------------
+
+CLAIM_ADD_NAME = "fc_rows_claim_add"
+KEPT_OUT_NAME = "fc_rows_out_kept"
+
+# The kept words (LaunchSpec.kept, after two counters): the run count, then per row a claim
+# (run << 32 | owning token) and a shared mark (the run in which a second token named the
+# row), then the float sums [N, H], kept zero between runs.
+KEPT_RUN = 0
+KEPT_CLAIMS = 2  # 8-byte aligned: the buffer's word 2 + 2
+
+
+def kept_layout(v: int, n: int, h: int) -> tuple[int, int, int]:
+    """(shared marks, sums, total words) as offsets into the kept words."""
+    shared = KEPT_CLAIMS + 2 * v
+    sums = -(-(shared + v + 2) // 64) * 64 - 2  # 256-byte aligned in the buffer (2 counters before)
+    return shared, sums, sums + n * h
+
+
+CLAIM = r"""
+// The token that owns the row: this one if no token of this run claimed it before.
+FC_DEVICE unsigned fc_rows_claim(unsigned long long* slot, unsigned run, unsigned t) {
+  const unsigned long long mine = ((unsigned long long)run << 32) | t;
+  unsigned long long seen = *(volatile unsigned long long*)slot;
+  while ((unsigned)(seen >> 32) != run) {
+    const unsigned long long prev = atomicCAS(slot, seen, mine);
+    if (prev == seen) return t;
+    seen = prev;
+  }
+  return (unsigned)seen;
+}
+// Asks L2 for the 128-byte line at p (host runs: nothing).
+FC_DEVICE void fc_rows_prefetch(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+#endif
+}
+"""
+
+_KEPT_POINTERS = ["  unsigned* words = kept + 2;",
+                  f"  unsigned long long* claims = (unsigned long long*)(words + {KEPT_CLAIMS});",
+                  "  unsigned* shared = words + shared_at;",
+                  "  float* sums = (float*)(words + sums_at);"]  # fmt: skip
+
+
+def render_claim_add(index_dtype, value_dtype, rest: int, vw: int, index_type: str,
+                     what: str) -> str:  # fmt: skip
+    """A warp a token: lane 0 claims the token's row for this run; a token that finds it
+    taken adds its values to the owner's sums (the owner's id comes back from the
+    compare-and-swap). The last block to finish records the run for the next kernel."""
+    it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
+    what = what.replace('"', "'")
+    params = ["unsigned* __restrict__ kept", f"const {it}* __restrict__ index", "idx_t index_s",
+              f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
+              "idx_t N", "idx_t V", "idx_t H", "idx_t shared_at", "idx_t sums_at"]  # fmt: skip
+    lines = _head(CLAIM_ADD_NAME, params, index_type)
+    lines[1:1] = [RED_ADD, CLAIM, f"#define VW {vw}"]
+    lines += _KEPT_POINTERS
+    lines += ["  // this run's number (never 0, which fresh words hold); the last block stores it",
+              "  // after every block read the last run's (so the read-only path is safe)",
+              f"  const unsigned last = __ldg(&words[{KEPT_RUN}]);",
+              "  const unsigned run = last + 1 == 0 ? 1 : last + 1;",
+              "  const int lane = threadIdx.x & 31;",
+              "  const idx_t threads = (idx_t)gridDim.x * blockDim.x;",
+              "  const idx_t warps = threads >> 5;",
+              "  // the rows kernel reads every row's claim and mark first thing: from L2, not DRAM",
+              "  for (idx_t w = ((idx_t)blockIdx.x * blockDim.x + threadIdx.x) * 32; w < shared_at + V;",
+              "       w += threads * 32)",
+              "    fc_rows_prefetch(words + w);",
+              "  for (idx_t t = ((idx_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; t < N; t += warps) {",
+              "    // every lane reads (one access) and checks the token; lane 0 claims its row",
+              f'    const long long row = fc_check_index((long long)index[t * index_s], V, "{what}");',
+              "    unsigned owner = 0;",
+              "    if (lane == 0) {",
+              "      owner = fc_rows_claim(claims + row, run, (unsigned)t);",
+              "      if (owner != (unsigned)t) shared[row] = run;",
+              "    }",
+              "    owner = __shfl_sync(0xffffffffu, owner, 0);",
+              "    if (owner == (unsigned)t) continue;  // the owner's values are read with its row",
+              "    for (idx_t c = (idx_t)lane * VW; c < H; c += 32 * VW) {"]  # fmt: skip
+    lines += ["    " + b if not b.startswith("#") else b
+              for b in _value_offset(rest, vw) + _load_values("t", vt, vw)]
+    lines += ["      fc_red_add_vec<VW>(sums + (idx_t)owner * H + c, v);",
+              "    }",
+              "  }",
+              "  // every block read the old run count before the last one stores the new",
+              "  __syncthreads();",
+              "  if (threadIdx.x == 0) {",
+              "    __threadfence();",
+              "    if (atomicAdd(&kept[0], 1u) == gridDim.x - 1) {",
+              f"      words[{KEPT_RUN}] = run;",
+              "      kept[0] = 0;",
+              "    }",
+              "  }",
+              "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_out_kept(out_dtype, value_dtype, rest: int, vw: int, index_type: str,
+                    wait: bool = False, units: int = 1) -> str:  # fmt: skip
+    """Each output row, VW columns a thread: the fill, plus the owner's values where a token
+    of this run claimed the row, plus the others' sums (zeroed again) where it was shared.
+    A thread takes `units` such vectors, blockDim.x apart, their claims and values loaded
+    before any is stored."""
+    ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
+    params = [f"{ot}* __restrict__ out", "unsigned* __restrict__ kept",
+              f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
+              "idx_t V", "idx_t H", "idx_t HV", "idx_t shared_at", "idx_t sums_at",
+              "float fill"]  # fmt: skip
+    lines = _head(KEPT_OUT_NAME, params, index_type, wait)
+    lines.insert(1, f"#define VW {vw}")
+    lines += _KEPT_POINTERS
+    lines += [f"  const idx_t first = (idx_t)blockIdx.x * blockDim.x * {units} + threadIdx.x;",
+              "  // the claim kernel's words, complete before this kernel reads (read-only path)",
+              f"  const unsigned run = __ldg(&words[{KEPT_RUN}]);"]  # fmt: skip
+    for k in range(units):
+        lines += [f"  const idx_t u{k} = first + (idx_t){k} * blockDim.x;",
+                  f"  const bool in{k} = u{k} < V * HV;",
+                  f"  const idx_t row{k} = in{k} ? u{k} / HV : 0;",
+                  f"  const idx_t c{k} = (u{k} - row{k} * HV) * VW;",
+                  f"  const unsigned long long claim{k} = in{k} ? __ldg(claims + row{k}) : 0ull;"]
+    for k in range(units):
+        lines += [f"  const bool own{k} = in{k} && (unsigned)(claim{k} >> 32) == run;",
+                  f"  const idx_t owner{k} = (idx_t)(unsigned)claim{k};",
+                  f"  fc_vec<float, VW> v{k};",
+                  f"  if (own{k}) {{",
+                  f"    const idx_t c = c{k};"]  # fmt: skip
+        body = _value_offset(rest, vw) + _load_values(f"owner{k}", vt, vw) + [f"  v{k} = v;"]
+        lines += [b if b.startswith("#") else "  " + b for b in body] + ["  }"]
+    for k in range(units):
+        lines += [f"  if (in{k}) {{",
+                  "    fc_vec<float, VW> s;",
+                  "#pragma unroll",
+                  "    for (int j = 0; j < VW; ++j) s[j] = fill;",
+                  f"    if (own{k}) {{",
+                  "#pragma unroll",
+                  f"      for (int j = 0; j < VW; ++j) s[j] += v{k}[j];",
+                  f"      if (__ldg(shared + row{k}) == run) {{  // the others' sums, zeroed again",
+                  f"        float* a = sums + owner{k} * H + c{k};",
+                  "        const fc_vec<float, VW> add = fc_load_vec<VW>(a);",
+                  "        fc_vec<float, VW> zero;",
+                  "#pragma unroll",
+                  "        for (int j = 0; j < VW; ++j) { s[j] += add[j]; zero[j] = 0.0f; }",
+                  "        fc_store_vec<VW>(a, zero);",
+                  "      }",
+                  "    }",
+                  f"    fc_vec<{ot}, VW> o;",
+                  "#pragma unroll",
+                  f"    for (int j = 0; j < VW; ++j) o[j] = fc_cast<{ot}>(s[j]);",
+                  f"    fc_store_vec<VW>(out + row{k} * H + c{k}, o);",
+                  "  }"]  # fmt: skip
+    return "\n".join(lines) + "}\n"

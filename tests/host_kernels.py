@@ -177,11 +177,27 @@ template <int N, typename T> inline void fc_store_vec(T* p, const fc_vec<T, N>& 
 template <int N, int Hint, typename T> inline void fc_store_vec_hint(T* p, const fc_vec<T, N>& v) { fc_store_vec<N>(p, v); }
 template <typename T> inline T fc_ldg(const T* p) { return *p; }
 template <typename T> inline void fc_opaque(const T*&) {}
-template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
-inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { unsigned old = *p; if (old == cmp) *p = v; return old; }
-inline int atomicCAS(int* p, int cmp, int v) { int old = *p; if (old == cmp) *p = v; return old; }
-inline long long atomicMax(long long* p, long long v) { long long old = *p; if (v > old) *p = v; return old; }
-inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned old = *p; *p = old | v; return old; }
+template <typename T> inline T __ldg(const T* p) { return *p; }
+// atomics that hold where a block's threads run at once (lockstep)
+template <typename T> inline T atomicCAS(T* p, T cmp, T v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+template <typename T> inline T atomicAdd(T* p, T v) {
+  T old;
+  __atomic_load(p, &old, __ATOMIC_SEQ_CST);
+  T next = old + v;
+  while (!__atomic_compare_exchange(p, &old, &next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    next = old + v;
+  return old;
+}
+inline long long atomicMax(long long* p, long long v) {
+  long long old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (v > old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  return old;
+}
+inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 """
 
 
@@ -309,10 +325,12 @@ def launch_on_host(launch: Any, values: list, outs: list, work: list) -> None:
         raise RuntimeError(f"{launch.name} failed on the host (see stderr)")
 
 
-def run_plan_on_host(fd: Any, values: list, launches: list | None = None) -> list[torch.Tensor]:
+def run_plan_on_host(fd: Any, values: list, launches: list | None = None,
+                     kept_words: Any = None) -> list[torch.Tensor]:  # fmt: skip
     """Plan `fd` for these CPU tensors (for the h100 profile), run its kernels here (each
     segment's, in order, for a segmented plan), and return its outputs as execute would.
-    `launches` collects the kernels run."""
+    `launches` collects the kernels run; `kept_words(spec)`, where given, supplies the
+    counters and kept words (LaunchPlan.barrier), so that several runs can share them."""
     from fusion_cache.runtime.executor import executor_for
     from fusion_cache.runtime.plans import LaunchPlan
 
@@ -324,7 +342,8 @@ def run_plan_on_host(fd: Any, values: list, launches: list | None = None) -> lis
         for seg in plan.segments:
             if seg.scheduler is None:
                 raise AssertionError(f"a segment runs on the reference evaluator: {plan.description}")
-            outs = run_plan_on_host(seg.definition, [env[v] for v in seg.sub.inputs], launches)
+            outs = run_plan_on_host(seg.definition, [env[v] for v in seg.sub.inputs], launches,
+                                    kept_words)  # fmt: skip
             env.update(zip(seg.sub.outputs, outs))
         return [env[v] for v in plan.output_states]
     spec = plan.spec
@@ -332,6 +351,9 @@ def run_plan_on_host(fd: Any, values: list, launches: list | None = None) -> lis
     outs = [torch.empty(o.shape, dtype=to_torch(o.dtype)) if o.alias_input is None
             else values[o.alias_input] for o in spec.outputs]  # fmt: skip
     work = [torch.empty(n, dtype=to_torch(dt)) for n, dt in spec.workspaces]
+    if spec.counted:  # counters and kept words, as LaunchPlan.barrier gives them
+        work.append(kept_words(spec) if kept_words is not None
+                    else torch.zeros(2 + spec.kept, dtype=torch.int32))  # fmt: skip
     for launch in spec.kernels:
         launch_on_host(launch, values, outs, work)
     return [o for o, s in zip(outs, spec.outputs) if s.alias_input is None]
