@@ -74,12 +74,3 @@ class LaunchSpec:
     # kernel 0's grid is this many clusters, one resident wave as the profile estimates it
     # (Note [One wave of partials]); 0: the grid does not depend on residency
     wave: int = 0
-    # int32 words kept beside the counters of a grid barrier or of finished blocks, zeroed
-    # once and left by the kernels in a state their next run reads (Note [Row sums on kept
-    # words])
-    kept: int = 0
-
-    @property
-    def counted(self) -> bool:
-        """Whether a run passes the kernels counters and kept words (LaunchPlan.barrier)."""
-        return bool(self.kept) or any(k.cooperative for k in self.kernels)

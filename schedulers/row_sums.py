@@ -14,22 +14,11 @@ tokens. Which token owns a row and the order of the atomic adds vary between run
 row named by several tokens may differ in its last bits from run to run (docs/ops.md);
 FUSION_CACHE_DETERMINISTIC=1 takes the ordered kernel instead.
 
-Note [Row sums on kept words]: the four kernels above cost an embedding's gradient about a
-third of its time in launches, ramps and tails (50304 x 768 bf16 from 8192 tokens: 63% of the
-copy ceiling on the H100), so by default two kernels do their work. What the fill kernel did
-is kept between runs instead: words kept with the plan (LaunchSpec.kept, beside two counters,
-zeroed once per stream, LaunchPlan.barrier) hold a run count, each row's claim tagged with the
-run that made it (run << 32 | token: an earlier run's claim counts as none, so nothing is
-reset), the run in which a second token named the row, and the float sums [N, H], which the
-second kernel zeroes again where it reads them. The first kernel (a warp a token) claims the
-token's row; a token that finds it taken learns the owner from its compare-and-swap and adds
-its values to the owner's sums (vector atomics) at once; the last block to finish records the
-run. The second, launched dependent on the first (sm_90), is the out kernel above reading the
-run's claims. A captured run (CUDA graphs) gets its own zeroed words. The run count wraps
-after 2^32 runs on one stream; a claim left exactly that many runs earlier would then read as
-this run's. One cooperative kernel with a grid barrier between the two halves lost on the
-H100 (1335 GB/s against the four kernels' 1833: a resident wave of 4 blocks an SM writing the
-rows a warp at a time); rows.kept=False keeps the four kernels.
+Fewer kernels lost on the H100 (2026-11-26, embedding 50304 x 768 bf16 from 8192 tokens, same
+runs; the code is in commit 83b32d2): one cooperative kernel with a grid barrier between the
+claims and the rows, 1335 GB/s against these kernels' 1833; two kernels on words kept between
+runs (claims tagged with the run instead of a fill, the other tokens' adds in the claim
+kernel), 1481 against 1805. Both spent about 11 us more; why was not found.
 """
 from __future__ import annotations
 
@@ -42,7 +31,6 @@ from fusion_cache.frontend.dtypes import DataType
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .reduction.finish import dependent_launch
-from .tuning import knob
 
 SUM_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16)  # summed in float
 
@@ -88,14 +76,11 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
             rest_args += [out_shape[1 + d], vstrides[1 + d]]
         rest_types = (it,) * (2 * rest)
     hv = h // vw
-    what = f"{program.op} (T{program.out_state})"
-    if knob("rows.kept", True) and v and h:
-        return _plan_kept(program, index, value, out_shape, out_dtype, vw, index_type,
-                          rest_args, rest_types, what, profile)  # fmt: skip
     dep = dependent_launch(profile)  # each kernel readied while the one before it runs
     kernels.append(KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type), blocks(2 * v), block,
                                 ("ptr", it), (ArgRef("workspace", 0), 2 * v)))  # fmt: skip
     if n and h:
+        what = f"{program.op} (T{program.out_state})"
         zw = 4 if h % 4 == 0 else 1
         kernels.append(KernelLaunch(
             rs.CLAIM_NAME, rs.render_claim(program.index_dtype, index_type, what, zw, dep),
@@ -119,43 +104,6 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
     return LaunchSpec("scatter", outputs, work, tuple(kernels),
                       f"{program.op} row sums from {program.fill!r} (Note [Row sums]), "
                       f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
-
-
-def _plan_kept(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
-               vw: int, index_type: str, rest_args: list, rest_types: tuple, what: str,
-               profile: Any) -> LaunchSpec:  # fmt: skip
-    """Note [Row sums on kept words]: the claim-and-add kernel, then the rows (launched
-    dependent on it)."""
-    n, v = index.shape[0], out_shape[0]
-    h = math.prod(out_shape[1:])
-    shared_at, sums_at, words = rs.kept_layout(v, n, h)
-    if words >= 2**31 - 2:
-        raise SchedulerRefused(f"{program.op}: {n} x {h} float sums kept (int32 words)")
-    it = "i32" if index_type == "int" else "i64"
-    hv = h // vw
-    warps = rs.BLOCK // 32
-    # a warp a token, at most a resident wave (its threads then take more tokens)
-    most = knob("rows.claim_blocks", 0) or profile.sm_count * (2048 // rs.BLOCK)
-    claim_blocks = max(1, min(-(-n // warps), most))
-    dep = dependent_launch(profile)
-    claim = KernelLaunch(
-        rs.CLAIM_ADD_NAME, rs.render_claim_add(program.index_dtype, program.source_dtype,
-                                               len(out_shape) - 1, vw, index_type, what),
-        (claim_blocks, 1, 1), (rs.BLOCK, 1, 1),
-        ("ptr", "ptr", it, "ptr", it, *rest_types, it, it, it, it, it),
-        (ArgRef("workspace", 0), index.ref, _s(index, 0), value.ref, _s(value, 0), *rest_args,
-         n, v, h, shared_at, sums_at))  # fmt: skip
-    units = knob("rows.out_units", 1)
-    out = KernelLaunch(
-        rs.KEPT_OUT_NAME, rs.render_out_kept(out_dtype, program.source_dtype, len(out_shape) - 1,
-                                             vw, index_type, dep, units),
-        (max(1, -(-(v * hv) // (rs.BLOCK * units))), 1, 1), (rs.BLOCK, 1, 1),
-        ("ptr", "ptr", "ptr", it, *rest_types, it, it, it, it, it, "f32"),
-        (ArgRef("output", 0), ArgRef("workspace", 0), value.ref, _s(value, 0), *rest_args, v, h,
-         hv, shared_at, sums_at, float(program.fill)), dependent=dep)  # fmt: skip
-    return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), (), (claim, out),
-                      f"{program.op} row sums from {program.fill!r} on kept words (Note [Row "
-                      f"sums on kept words]), vw={vw}, cast to {out_dtype!r}", kept=words)  # fmt: skip
 
 
 def _s(t: Any, d: int) -> int:

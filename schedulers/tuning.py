@@ -55,12 +55,6 @@ KNOBS: dict[str, str] = {
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "inner.rng_lanes": "random numbers drawn by lane where every vector starts a Philox group "
                        "(Note [Philox lanes]; off by default: the group compared each element)",
-    "rows.kept": "an accumulate into a constant fill as two kernels on words kept between "
-                 "runs (Note [Row sums on kept words]; False: four kernels, Note [Row sums])",
-    "rows.out_units": "vectors a thread of the rows kernel takes, their claims and values "
-                      "loaded before any store (Note [Row sums on kept words])",
-    "rows.claim_blocks": "most blocks of the claim-and-add kernel, a warp a token (0: a "
-                         "resident wave)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",

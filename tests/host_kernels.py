@@ -177,7 +177,6 @@ template <int N, typename T> inline void fc_store_vec(T* p, const fc_vec<T, N>& 
 template <int N, int Hint, typename T> inline void fc_store_vec_hint(T* p, const fc_vec<T, N>& v) { fc_store_vec<N>(p, v); }
 template <typename T> inline T fc_ldg(const T* p) { return *p; }
 template <typename T> inline void fc_opaque(const T*&) {}
-template <typename T> inline T __ldg(const T* p) { return *p; }
 // atomics that hold where a block's threads run at once (lockstep)
 template <typename T> inline T atomicCAS(T* p, T cmp, T v) {
   __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -197,7 +196,6 @@ inline long long atomicMax(long long* p, long long v) {
   return old;
 }
 inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 """
 
 
@@ -325,12 +323,10 @@ def launch_on_host(launch: Any, values: list, outs: list, work: list) -> None:
         raise RuntimeError(f"{launch.name} failed on the host (see stderr)")
 
 
-def run_plan_on_host(fd: Any, values: list, launches: list | None = None,
-                     kept_words: Any = None) -> list[torch.Tensor]:  # fmt: skip
+def run_plan_on_host(fd: Any, values: list, launches: list | None = None) -> list[torch.Tensor]:
     """Plan `fd` for these CPU tensors (for the h100 profile), run its kernels here (each
     segment's, in order, for a segmented plan), and return its outputs as execute would.
-    `launches` collects the kernels run; `kept_words(spec)`, where given, supplies the
-    counters and kept words (LaunchPlan.barrier), so that several runs can share them."""
+    `launches` collects the kernels run."""
     from fusion_cache.runtime.executor import executor_for
     from fusion_cache.runtime.plans import LaunchPlan
 
@@ -342,8 +338,7 @@ def run_plan_on_host(fd: Any, values: list, launches: list | None = None,
         for seg in plan.segments:
             if seg.scheduler is None:
                 raise AssertionError(f"a segment runs on the reference evaluator: {plan.description}")
-            outs = run_plan_on_host(seg.definition, [env[v] for v in seg.sub.inputs], launches,
-                                    kept_words)  # fmt: skip
+            outs = run_plan_on_host(seg.definition, [env[v] for v in seg.sub.inputs], launches)
             env.update(zip(seg.sub.outputs, outs))
         return [env[v] for v in plan.output_states]
     spec = plan.spec
@@ -351,9 +346,6 @@ def run_plan_on_host(fd: Any, values: list, launches: list | None = None,
     outs = [torch.empty(o.shape, dtype=to_torch(o.dtype)) if o.alias_input is None
             else values[o.alias_input] for o in spec.outputs]  # fmt: skip
     work = [torch.empty(n, dtype=to_torch(dt)) for n, dt in spec.workspaces]
-    if spec.counted:  # counters and kept words, as LaunchPlan.barrier gives them
-        work.append(kept_words(spec) if kept_words is not None
-                    else torch.zeros(2 + spec.kept, dtype=torch.int32))  # fmt: skip
     for launch in spec.kernels:
         launch_on_host(launch, values, outs, work)
     return [o for o, s in zip(outs, spec.outputs) if s.alias_input is None]

@@ -56,8 +56,8 @@ def _cat3_odd_inputs(dtype, device, shape):
             for s in ((n, m), (n, m // 2 + 1), (n, m + 3))]  # fmt: skip
 
 
-# an embedding's gradient: claims and adds, then rows (Note [Row sums on kept words])
-PATTERNS = {name: _from_case(name, 2 if name == "embedding_bwd" else 1) for name in RESIZE}
+# an embedding's gradient: the row-sums kernels (fill, claim, add, out: Note [Row sums])
+PATTERNS = {name: _from_case(name, 4 if name == "embedding_bwd" else 1) for name in RESIZE}
 PATTERNS["pad_unaligned"] = Pattern(
     _pad_unaligned, lambda dtype, device, shape: [torch.randn(shape).to(dtype=dtype, device=device)],
     lambda x: F.pad(x, [1, 2, 3, 1], value=0.5), 1, (5, 7), (8191, 4095))

@@ -320,7 +320,7 @@ class FusionExecutor:
                 for o in spec.outputs]  # fmt: skip
         # scratch is written in full before it is read: the plan's own (Note [Scratch per stream])
         work = list(plan.scratch())
-        if spec.counted:
+        if any(launch.cooperative for launch in spec.kernels):
             work.append(plan.barrier())
         if "print_args" in self.dumps:
             print(f"fusion {self.fid} inputs:", [(tuple(v.shape), v.stride(), v.dtype)

@@ -59,27 +59,23 @@ class LaunchPlan:
 
     def __post_init__(self) -> None:
         spec = self.spec
-        self.lean = not spec.workspaces and not spec.kept and all(
-            o.alias_input is None for o in spec.outputs) and not any(
+        self.lean = not spec.workspaces and all(o.alias_input is None for o in spec.outputs) and not any(
             k.cooperative or k.dependent for k in spec.kernels)  # fmt: skip
 
     def barrier(self) -> torch.Tensor:
         """The zeroed counters of a grid barrier for the current stream: launches on one
-        stream run one after another and each leaves them zeroed; streams get their own. The
-        words kernels keep between their runs (LaunchSpec.kept) follow them, kept the same
-        way.
+        stream run one after another and each leaves them zeroed; streams get their own.
         A launch captured into a CUDA graph gets counters of its own from the graph's pool:
         their zeroing is captured too, so every replay starts from zero whatever ran in that
         memory since, and the plan keeps no tensor of the pool (see scratch below)."""
-        words = 2 + self.spec.kept  # the counters, then the words a kernel keeps (LaunchSpec.kept)
         if _unkept():
-            return torch.zeros(words, dtype=torch.int32, device=self.device)
+            return torch.zeros(2, dtype=torch.int32, device=self.device)
         from codegen.launch import current_raw_stream
 
         stream = current_raw_stream(self.device.index)
         counters = self.barriers.get(stream)
         if counters is None:
-            counters = self.barriers[stream] = torch.zeros(words, dtype=torch.int32, device=self.device)
+            counters = self.barriers[stream] = torch.zeros(2, dtype=torch.int32, device=self.device)
         return counters
 
 

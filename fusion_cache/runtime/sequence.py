@@ -422,7 +422,7 @@ def _kernel_step(plan: LaunchPlan, slots: list[int], b: _Builder) -> KernelStep:
     scratch = []
     for numel, dtype in spec.workspaces:
         scratch.append((b.slot(), (numel,), (1,), to_torch(dtype)))
-    barrier = b.slot() if spec.counted else None
+    barrier = b.slot() if any(k.cooperative for k in spec.kernels) else None
     work_slots = [s for s, *_ in scratch] + ([barrier] if barrier is not None else [])
     launches = []
     for kernel, launch, fills in zip(plan.kernels, spec.kernels, plan.slots):
