@@ -294,6 +294,9 @@ def embedding_bwd_moved(inputs: list[torch.Tensor], outputs: list[torch.Tensor])
 
 # bytes a case must move where that is not every input and output once (Case.moved)
 MOVED = {"embedding_fwd": embedding_moved, "embedding_bwd": embedding_bwd_moved}
+# cases small enough that launch, ramp, tail and the flush's dirty lines weigh: timed beside
+# a device-to-device copy of their own bytes too (Case.size_matched, benchmarks.run)
+SIZE_MATCHED = {"embedding_fwd", "embedding_bwd"}
 
 # name: (define, eager, inputs, shape of the benchmark, a small odd shape for the tests)
 RESIZE = {

@@ -480,6 +480,8 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     args += extra
     per_block = block * vec * variant.unroll
     blocks = max(1, min(-(-numel // per_block), 2**31 - 1))
+    if knob("pointwise.blocks_per_sm", 0):  # a grid that loops: at most so many blocks an SM
+        blocks = min(blocks, profile.sm_count * knob("pointwise.blocks_per_sm", 0))
     kernel = KernelLaunch(KERNEL_NAME, render_pointwise(program, variant), (blocks, 1, 1),
                           (block, 1, 1), arg_types(program, variant), tuple(args))  # fmt: skip
     return LaunchSpec(NAME, tuple(outputs), (), (kernel,), variant.describe() + notes)

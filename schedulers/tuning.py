@@ -23,6 +23,8 @@ KNOBS: dict[str, str] = {
     "pointwise.unroll": "vectors a pointwise thread loads before computing",
     "pointwise.pair": "where windows split the innermost dim in halves, a thread takes a vector "
                       "in each half, reading rotate-half partners once (Note [Paired halves])",
+    "pointwise.blocks_per_sm": "most blocks of the pointwise kernel an SM, its threads looping "
+                               "over the rest (0: a thread a vector group)",
     "pointwise.vec": "elements a pointwise thread takes along the innermost dim (0: 16 bytes "
                      "of the widest dtype read or written along it)",
     "inner.threads": "threads a block of the inner reduction kernel",

@@ -177,11 +177,25 @@ template <int N, typename T> inline void fc_store_vec(T* p, const fc_vec<T, N>& 
 template <int N, int Hint, typename T> inline void fc_store_vec_hint(T* p, const fc_vec<T, N>& v) { fc_store_vec<N>(p, v); }
 template <typename T> inline T fc_ldg(const T* p) { return *p; }
 template <typename T> inline void fc_opaque(const T*&) {}
-template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
-inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { unsigned old = *p; if (old == cmp) *p = v; return old; }
-inline int atomicCAS(int* p, int cmp, int v) { int old = *p; if (old == cmp) *p = v; return old; }
-inline long long atomicMax(long long* p, long long v) { long long old = *p; if (v > old) *p = v; return old; }
-inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned old = *p; *p = old | v; return old; }
+// atomics that hold where a block's threads run at once (lockstep)
+template <typename T> inline T atomicCAS(T* p, T cmp, T v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+template <typename T> inline T atomicAdd(T* p, T v) {
+  T old;
+  __atomic_load(p, &old, __ATOMIC_SEQ_CST);
+  T next = old + v;
+  while (!__atomic_compare_exchange(p, &old, &next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    next = old + v;
+  return old;
+}
+inline long long atomicMax(long long* p, long long v) {
+  long long old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (v > old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  return old;
+}
+inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 """
 
 

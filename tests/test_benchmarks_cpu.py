@@ -274,6 +274,30 @@ def test_rates_from_times():
     assert record["speedup_vs_compile"] == pytest.approx(1.5)
 
 
+def test_size_matched_copy_is_reported_beside_the_ceiling(tmp_path):
+    """Case.size_matched: a copy of the case's own bytes timed in the same rounds gives
+    pct_of_size_copy; pct_of_ceiling (the judged figure) is unchanged, and the report adds a
+    column only to a family with such cases."""
+    from benchmarks import report, run
+    from benchmarks.cases import CASES
+
+    sized = {c.name for c in CASES if c.size_matched}
+    assert sized == {"embedding_fwd_bf16_50304x768x8x1024", "embedding_bwd_bf16_50304x768x8x1024"}
+    record = {"family": "resize", "bytes": 3 * 10**9, "fusion_ms": 1000.0, "eager_ms": 2000.0,
+              "compile_ms": 1500.0, "size_copy_ms": 800.0}  # fmt: skip
+    run.add_rates(record, ceiling=4.0)
+    assert record["pct_of_ceiling"] == pytest.approx(75.0)
+    assert record["size_copy_gbps"] == pytest.approx(3.75)
+    assert record["pct_of_size_copy"] == pytest.approx(80.0)
+    table = "\n".join(report.family_table("resize", {"cases": [
+        {**_record("embedding_fwd_bf16_50304x768x8x1024", "resize", 0.28, 0.30), **record},
+        _record("pad_bf16_8192x4096", "resize", 0.28, 0.30)]}))  # fmt: skip
+    assert "% copy of its size |" in table and "| 80% of 4 |" in table and "| - |" in table
+    plain = "\n".join(report.family_table("pointwise", {"cases": [
+        _record("relu_mul_add_bf16_16384x4096", "pointwise", 0.28, 0.30)]}))  # fmt: skip
+    assert "copy of its size" not in plain
+
+
 def test_timing_rounds_interleave_and_drop_a_failing_run():
     from benchmarks import run
 

@@ -234,7 +234,8 @@ def test_embedding_max_norm_is_one_kernel():
 @pytest.mark.parametrize("deterministic", [False, True], ids=["row_sums", "ordered"])
 def test_embedding_gradient_with_hot_rows(deterministic, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
-    the row-sums kernels (four launches) or the ordered kernel (one), against torch."""
+    the row-sums kernels (four launches) or the ordered kernel (one), against torch, on two
+    sets of tokens in turn (the plan's scratch, kept per stream, reused by each run)."""
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "1" if deterministic else "0")
     from benchmarks.resize_cases import define_embedding_bwd, eager_embedding_bwd
 
@@ -244,15 +245,46 @@ def test_embedding_gradient_with_hot_rows(deterministic, monkeypatch):
     idx = torch.randint(0, vocab, (4, 1000), device=CUDA)
     idx[:, :300] = 0  # 1200 tokens on the padding row
     idx[1, 300:340] = vocab - 1
+    other = torch.randint(0, vocab, (4, 1000), device=CUDA)
+    other[:, 500:] = 7
     grad, weight = rand((4, 1000, dim), torch.bfloat16, 1), rand((vocab, dim), torch.bfloat16, 2)
     before = launches()
-    runs = [fd.execute([idx, grad, weight])[0] for _ in range(2)]
-    assert launches() - before == 2 * (1 if deterministic else 4)
-    want = eager_embedding_bwd(idx, grad.float(), weight.float())
-    for got in runs:
+    runs = [fd.execute([i, grad, weight])[0] for i in (idx, other, idx, other)]
+    assert launches() - before == 4 * (1 if deterministic else 4)
+    for got, i in zip(runs, (idx, other, idx, other)):
+        want = eager_embedding_bwd(i, grad.float(), weight.float())
         torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2 * 40)
     if deterministic:
-        assert torch.equal(runs[0], runs[1])
+        assert torch.equal(runs[0], runs[2]) and torch.equal(runs[1], runs[3])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_embedding_gradient_in_a_cuda_graph(dtype, monkeypatch):
+    """Note [Row sums] in a CUDA graph: the captured run's scratch comes from the graph's pool
+    and each replay fills it again; three replays on other tokens, against torch."""
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    from benchmarks.resize_cases import define_embedding_bwd, eager_embedding_bwd
+    from fusion_cache.runtime.plans import unkept_buffers
+
+    with FusionDefinition() as fd:
+        define_embedding_bwd(fd, dtype, (0, 0, 0, 0))
+    vocab, dim = 1001, 96
+    idx = torch.randint(0, vocab, (3, 700), device=CUDA)
+    idx[0] = 3
+    grad, weight = rand((3, 700, dim), dtype, 3), rand((vocab, dim), dtype, 4)
+    fd.execute([idx, grad, weight])  # compile and plan outside the capture
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), unkept_buffers(), torch.cuda.graph(graph, stream=stream):
+        (out,) = fd.execute([idx, grad, weight])
+    torch.cuda.current_stream().wait_stream(stream)
+    for k in range(3):
+        idx.copy_(torch.randint(0, vocab, (3, 700), device=CUDA))
+        idx[k] = 5
+        graph.replay()
+        want = eager_embedding_bwd(idx, grad.float(), weight.float())
+        torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=2e-2 * 40)
 
 
 _OUT_OF_RANGE = textwrap.dedent(
