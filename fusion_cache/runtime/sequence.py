@@ -243,7 +243,7 @@ class LaunchSequence:
     returns the output slots' values; `drops[k]` are the slots step k reads last."""
 
     __slots__ = ("steps", "drops", "outputs", "n_inputs", "pad", "launches", "counters",
-                 "fusion_id")  # fmt: skip
+                 "fusion_id", "_runs")  # fmt: skip
 
     def __init__(self, fd: FusionDefinition, n_inputs: int, n_slots: int, steps: Sequence[Any],
                  outputs: Sequence[int]) -> None:  # fmt: skip
@@ -255,16 +255,16 @@ class LaunchSequence:
         self.launches = sum(s.count for s in self.steps)
         self.counters = fd._cache.counters
         self.fusion_id = fd._fid
+        self._runs = tuple((step.run, drop) for step, drop in zip(self.steps, self.drops))
 
     def run(self, args: Sequence[Any]) -> list:
         env = [*args, *self.pad]
-        drops = self.drops
-        for k, step in enumerate(self.steps):
-            step.run(env)
-            for slot in drops[k]:
+        for run, drop in self._runs:
+            run(env)
+            for slot in drop:
                 env[slot] = None
         self.counters["kernel_launches"] += self.launches
-        return [env[s] for s in self.outputs]
+        return list(map(env.__getitem__, self.outputs))
 
     @property
     def kernel_steps(self) -> int:
