@@ -237,6 +237,20 @@ def per_call_us(fn: Callable[[], Any], calls: int, rounds: int, device: str) -> 
     return statistics.median(times)
 
 
+def host_us(fn: Callable[[], Any], rounds: int, device: str, batch: int = 200) -> float:
+    """Issue time alone: batches short enough that the driver's queue never blocks them,
+    synchronized before each, not after."""
+    times = []
+    for _ in range(rounds * 4):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        times.append((time.perf_counter() - start) / batch * 1e6)
+    _sync(device)
+    return statistics.median(times)
+
+
 def launches_only(region: Any, args: list) -> Callable[[], None]:
     """The region's kernel launches with their arguments packed by one run of the region:
     what the target excludes (Note [Bound launches]: `replay` is the driver call alone)."""
@@ -281,6 +295,10 @@ def measure(case: RegionCase, device: str, calls: int, rounds: int) -> dict[str,
     row["launches_us"] = per_call_us(launches_only(region, args), calls, rounds, device)
     row["overhead_us"] = row["region_us"] - row["launches_us"]
     guard = region._last[0]
+    # the same, issue time alone (no synchronize in the timing): what a host-bound step pays
+    row["region_host_us"] = host_us(lambda: region(*args), rounds, device)
+    row["launches_host_us"] = host_us(launches_only(region, args), rounds, device)
+    row["overhead_host_us"] = row["region_host_us"] - row["launches_host_us"]
     row["guard_us"] = per_call_us(lambda: guard.matches(args), calls, rounds, device)
     row["allocs_us"] = per_call_us(allocations_only(seq), calls, rounds, device)
     row["execute_us"] = per_call_us(lambda: fd.execute(args), calls, rounds, device)
@@ -310,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             r = rows[-1]
             print(f"{r['case']:<22} region {r['region_us']:6.1f} us  launches {r['launches_us']:6.1f}"
                   f"  overhead {r['overhead_us']:5.1f} (guard {r['guard_us']:4.1f}, allocations"
-                  f" {r['allocs_us']:4.1f})  execute {r['execute_us']:6.1f}"
+                  f" {r['allocs_us']:4.1f})  host: region {r['region_host_us']:5.1f} launches"
+                  f" {r['launches_host_us']:4.1f} overhead {r['overhead_host_us']:4.1f}"
+                  f"  execute {r['execute_us']:6.1f}"
                   f"  eager {r['eager_us']:6.1f}  python calls {r['python_calls']:3d}"
                   f"  [{r['sequence']}]", flush=True)  # fmt: skip
     if args.json:

@@ -3,8 +3,10 @@
     python -m benchmarks.launch_cost [--calls 5000] [--rounds 5] [--json FILE]
 
 An empty kernel with a pointwise kernel's parameters (three pointers, nine ints), launched
-back to back on torch's current stream, one synchronize a round; the median of the rounds,
-in microseconds a launch:
+back to back on torch's current stream. Two figures a route, in microseconds a launch (the
+median of the rounds): `host`, the time to issue a batch of 200 launches (synchronized
+before, not timed after: what the CPU pays), and `stream`, `--calls` launches and one
+synchronize (at least the GPU's own time per tiny kernel, about 3.6 us on the H100). Routes:
 
 - `cuda_python`: cuda-python's driver.cuLaunchKernel on prepacked parameters (the old route);
 - `ctypes`: the driver's cuLaunchKernel through ctypes, on prepacked parameters;
@@ -46,6 +48,19 @@ def per_call_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
             fn()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(times)
+
+
+def host_us(fn: Callable[[], object], rounds: int, batch: int = 200) -> float:
+    """Issue time alone: a batch short enough that the driver's queue never blocks it."""
+    times = []
+    for _ in range(rounds * 4):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        times.append((time.perf_counter() - start) / batch * 1e6)
+    torch.cuda.synchronize()
     return statistics.median(times)
 
 
@@ -97,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         "bound": lambda: bound(env),
         "replay": bound.replay,
     }
-    row = {name: per_call_us(fn, args.calls, args.rounds) for name, fn in routes.items()}
-    print("  ".join(f"{k} {v:.2f} us" for k, v in row.items()), flush=True)
+    row = {name: {"host": host_us(fn, args.rounds),
+                  "stream": per_call_us(fn, args.calls, args.rounds)}
+           for name, fn in routes.items()}  # fmt: skip
+    for name, r in row.items():
+        print(f"{name:<12} host {r['host']:5.2f} us  stream {r['stream']:5.2f} us", flush=True)
     if args.json:
         meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                 "calls": args.calls, "rounds": args.rounds}  # fmt: skip
