@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import operator
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -472,7 +473,7 @@ class BoundLaunch(LaunchSite):
     """A LaunchSite of a LoadedKernel, launched by the driver with its constants packed
     once (Note [Bound launches])."""
 
-    __slots__ = ("_fill", "_variable", "_pointer_slots", "_value_slots", "_buffers", "_config",
+    __slots__ = ("_fill", "_variable", "_pointers_of", "_values_of", "_buffers", "_config",
                  "_call", "_stream", "_current_stream", "_device_index", "_thread",
                  "_data_ptr")  # fmt: skip
 
@@ -503,8 +504,8 @@ class BoundLaunch(LaunchSite):
         self._buffers = (fixed_buffer, moving_buffer, params)  # alive while the driver may read
         self._variable = moving_buffer
         self._fill = moving.pack_into if variable else None
-        self._pointer_slots = tuple(index for _, index in self.pointers)
-        self._value_slots = tuple(index for _, index in self.values)
+        self._pointers_of = _getter(tuple(index for _, index in self.pointers))
+        self._values_of = _getter(tuple(index for _, index in self.values))
         self._data_ptr = torch.Tensor.data_ptr
         if self.shared_mem > kernel._max_dynamic_smem:
             kernel._allow_dynamic_smem(self.shared_mem)
@@ -525,9 +526,13 @@ class BoundLaunch(LaunchSite):
             return LaunchSite.__call__(self, env)  # the buffers are the binding thread's
         if self._fill is not None:
             try:
-                self._fill(self._variable, 0,
-                           *map(self._data_ptr, map(env.__getitem__, self._pointer_slots)),
-                           *map(env.__getitem__, self._value_slots))  # fmt: skip
+                if self._values_of is None:
+                    self._fill(self._variable, 0, *map(self._data_ptr, self._pointers_of(env)))
+                elif self._pointers_of is None:
+                    self._fill(self._variable, 0, *self._values_of(env))
+                else:
+                    self._fill(self._variable, 0, *map(self._data_ptr, self._pointers_of(env)),
+                               *self._values_of(env))  # fmt: skip
             except struct.error as exc:
                 raise LaunchError(f"{self.kernel.name}: arguments {self.args(env)!r} do not "
                                   f"fit {self.arg_types}: {exc}") from None  # fmt: skip
@@ -543,6 +548,16 @@ class BoundLaunch(LaunchSite):
         err = self._call()
         if err:
             self.kernel._recover(err, self._call, self.grid, self.block, self.shared_mem)
+
+
+def _getter(indices: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple] | None:
+    """The values at `indices` of a list, as a tuple, in one C call where there are several."""
+    if not indices:
+        return None
+    if len(indices) == 1:
+        (index,) = indices
+        return lambda env: (env[index],)
+    return operator.itemgetter(*indices)
 
 
 def _code(arg_type: str) -> str:

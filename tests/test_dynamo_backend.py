@@ -383,3 +383,32 @@ def test_view_outputs_come_back_as_views_not_copies():
             torch.testing.assert_close(g, e)
         assert got[0].untyped_storage().data_ptr() == got[3].untyped_storage().data_ptr()
         assert got[1].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("dims", [(0,), (0, 1)])
+def test_a_view_that_drops_unit_dims_stays_in_the_reductions_kernel(dims):
+    """A keepdim sum viewed to a bias's shape lowers to a squeeze, which the reduction takes
+    as its epilogue: one kernel (stub plans for the h100), where a reshape made two; the
+    values are eager's."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from benchmarks.host_region import stub_launches
+    from fusion_cache.frontends.fx_region import RegionCall, build_region, spec_of
+
+    shape = (96,)
+
+    def fn(g):
+        return g.sum(dims, keepdim=True).view(shape).float()
+
+    args = [torch.randn(*(4, 16, 96)[-len(dims) - 1 :]).bfloat16()]
+    gm = make_fx(fn)(*args)
+    specs = tuple(spec_of(a) for a in args)
+    fd, constants = build_region(gm, specs)
+    got = RegionCall("r", gm, fd, specs, constants)(*args)
+    torch.testing.assert_close(got, fn(*args), rtol=2e-2, atol=2e-2)
+    assert got.shape == shape and got.dtype == torch.float32
+    with stub_launches():
+        region = RegionCall("r", gm, fd, specs, constants)
+        region(*args)
+        (seq,) = region.sequences
+        assert seq.launches == 1, seq.describe()

@@ -162,11 +162,18 @@ def test_bound_cooperative_and_dependent_launches_carry_their_attributes():
         assert driver.calls[-1]["attrs"] == attrs and driver.calls[-1]["args"] == _want(env)
 
 
-def test_a_kernel_without_variable_arguments_binds():
+def test_kernels_with_none_or_one_variable_argument_bind():
     types = ("i32", "f32")
     driver = _FakeDriver(types)
     _kernel(driver).bind((1, 1, 1), (1, 1, 1), types, (3, 0.5), (), ())([])
     assert driver.calls[-1]["args"] == [3, 0.5]
+    _kernel(driver).bind((1, 1, 1), (1, 1, 1), types, (3, None), (), ((1, 0),))([-1.5])
+    assert driver.calls[-1]["args"] == [3, -1.5]
+    types = ("i32", "ptr")
+    driver = _FakeDriver(types)
+    env = [torch.randn(3)]
+    _kernel(driver).bind((1, 1, 1), (1, 1, 1), types, (3, None), ((1, 0),), ())(env)
+    assert driver.calls[-1]["args"] == [3, env[0].data_ptr()]
 
 
 def test_a_failed_launch_raises_naming_the_kernel_and_the_result():
