@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from codegen.launch import LaunchSite
+
 # ---- the cases --------------------------------------------------------------------------------
 
 
@@ -119,8 +121,37 @@ class StubKernel:
             self.log.append((self.name, tuple(grid), tuple(block), shared_mem, cooperative,
                              dependent, tuple(arg_types), list(args)))  # fmt: skip
 
+    def bind(self, grid, block, arg_types, template, pointers, values, shared_mem=0,
+             cooperative=False, dependent=False) -> StubLaunch:  # fmt: skip
+        return StubLaunch(self, grid, block, arg_types, template, pointers, values, shared_mem,
+                          cooperative, dependent)  # fmt: skip
+
     def max_resident(self, block, shared_mem=0) -> int:
         return 0
+
+
+class StubLaunch(LaunchSite):
+    """A bound launch of a StubKernel: one Python call a launch, as a BoundLaunch's replay."""
+
+    __slots__ = ("last",)
+
+    def __call__(self, env) -> None:
+        args = list(self.template)
+        for pos, index in self.pointers:
+            args[pos] = env[index].data_ptr()
+        for pos, index in self.values:
+            args[pos] = env[index]
+        self.last = args
+        log = self.kernel.log
+        if log is not None:
+            log.append((self.kernel.name, self.grid, self.block, self.shared_mem,
+                        self.cooperative, self.dependent, self.arg_types, args))  # fmt: skip
+
+    def replay(self) -> None:
+        log = self.kernel.log
+        if log is not None:
+            log.append((self.kernel.name, self.grid, self.block, self.shared_mem,
+                        self.cooperative, self.dependent, self.arg_types, self.last))  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -206,32 +237,51 @@ def per_call_us(fn: Callable[[], Any], calls: int, rounds: int, device: str) -> 
     return statistics.median(times)
 
 
+def host_us(fn: Callable[[], Any], rounds: int, device: str, batch: int = 200) -> float:
+    """Issue time alone: batches short enough that the driver's queue never blocks them,
+    synchronized before each, not after."""
+    times = []
+    for _ in range(rounds * 4):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        times.append((time.perf_counter() - start) / batch * 1e6)
+    _sync(device)
+    return statistics.median(times)
+
+
 def launches_only(region: Any, args: list) -> Callable[[], None]:
-    """The region's kernel launches with their arguments filled once: what the target excludes."""
+    """The region's kernel launches with their arguments packed by one run of the region:
+    what the target excludes (Note [Bound launches]: `replay` is the driver call alone)."""
     from fusion_cache.runtime.sequence import KernelStep
 
     (seq,) = region.sequences
     env = [*args, *seq.pad]
-    work = []
-    for step in seq.steps:  # one run to fill every slot
+    for step in seq.steps:  # one run to fill every slot and pack every launch's arguments
         step.run(env)
-    for step in seq.steps:
-        if isinstance(step, KernelStep):
-            for kernel, grid, block, types, template, pointers, values, smem, flags in step.launches:
-                a = list(template)
-                for pos, slot in pointers:
-                    a[pos] = env[slot].data_ptr()
-                for pos, slot in values:
-                    a[pos] = env[slot]
-                kw = dict(cooperative=flags[0], dependent=flags[1]) if flags else {}
-                work.append((kernel.launch, (grid, block, types, a, smem), kw))
-    keep = env  # noqa: F841  (the buffers the pointers name stay alive)
+    replays = [launch.replay for step in seq.steps if isinstance(step, KernelStep)
+               for launch in step.launches]  # fmt: skip
 
     def run() -> None:
-        for launch, a, kw in work:
-            launch(*a, **kw)
+        for replay in replays:
+            replay()
 
-    run.keep = keep  # type: ignore[attr-defined]
+    run.keep = env  # type: ignore[attr-defined]  (the buffers the pointers name stay alive)
+    return run
+
+
+def allocations_only(seq: Any) -> Callable[[], None]:
+    """The sequence's output and intermediate allocations alone, as its kernel steps make them."""
+    from fusion_cache.runtime.sequence import KernelStep
+
+    allocs = [(step.empty, a) for step in seq.steps if isinstance(step, KernelStep)
+              for a in step.allocs]  # fmt: skip
+
+    def run() -> None:
+        for empty, (_, shape, stride, dtype) in allocs:
+            empty(shape, stride, dtype)
+
     return run
 
 
@@ -244,6 +294,13 @@ def measure(case: RegionCase, device: str, calls: int, rounds: int) -> dict[str,
     row["region_us"] = per_call_us(lambda: region(*args), calls, rounds, device)
     row["launches_us"] = per_call_us(launches_only(region, args), calls, rounds, device)
     row["overhead_us"] = row["region_us"] - row["launches_us"]
+    guard = region._last[0]
+    # the same, issue time alone (no synchronize in the timing): what a host-bound step pays
+    row["region_host_us"] = host_us(lambda: region(*args), rounds, device)
+    row["launches_host_us"] = host_us(launches_only(region, args), rounds, device)
+    row["overhead_host_us"] = row["region_host_us"] - row["launches_host_us"]
+    row["guard_us"] = per_call_us(lambda: guard.matches(args), calls, rounds, device)
+    row["allocs_us"] = per_call_us(allocations_only(seq), calls, rounds, device)
     row["execute_us"] = per_call_us(lambda: fd.execute(args), calls, rounds, device)
     row["eager_us"] = per_call_us(eager, calls, rounds, device)
     row["python_calls"] = count_python_calls(lambda: region(*args))
@@ -270,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(case, device, args.calls, args.rounds))
             r = rows[-1]
             print(f"{r['case']:<22} region {r['region_us']:6.1f} us  launches {r['launches_us']:6.1f}"
-                  f"  overhead {r['overhead_us']:5.1f}  execute {r['execute_us']:6.1f}"
+                  f"  overhead {r['overhead_us']:5.1f} (guard {r['guard_us']:4.1f}, allocations"
+                  f" {r['allocs_us']:4.1f})  host: region {r['region_host_us']:5.1f} launches"
+                  f" {r['launches_host_us']:4.1f} overhead {r['overhead_host_us']:4.1f}"
+                  f"  execute {r['execute_us']:6.1f}"
                   f"  eager {r['eager_us']:6.1f}  python calls {r['python_calls']:3d}"
                   f"  [{r['sequence']}]", flush=True)  # fmt: skip
     if args.json:

@@ -94,6 +94,8 @@ PREPARED = {
                             [(16, 8)], lambda a: a @ a.t()),
     "linear_with_bias": (lambda fd, x, w, b: fd.ops.linear(x, w, b), [(2, 5, 8), (6, 8), (6,)],
                          torch.nn.functional.linear),
+    "linear_without_bias": (lambda fd, x, w: fd.ops.linear(x, w), [(2, 5, 8), (6, 8)],
+                            torch.nn.functional.linear),
     "bmm": (lambda fd, a, b: fd.ops.bmm(a, b), [(3, 4, 8), (3, 8, 5)], torch.bmm),
     "sdpfa_of_qkv_slices": (lambda fd, x: fd.ops.sdpfa_fwd(*_qkv(fd, x), None, True, None)[:2],
                             [(2, 16, 384)], None),
@@ -130,6 +132,8 @@ def test_prepared_call_gives_the_interpreted_run(name, cpu_as_gpu):  # noqa: F81
     assert aten_runs() - before == 1
     ((ex, plan),) = aten_plans(fd)
     assert plan.call is not None
+    # the GEMMs call their torch function directly (Note [Prepared ATen calls])
+    assert (plan.call.direct is not None) == name.startswith(("matmul", "linear", "bmm")), name
     interpreted = run_aten(ex.fd, replace(plan, call=None), inputs)
     for got, want in zip(outs, interpreted):
         assert torch.equal(got, want), name

@@ -352,3 +352,63 @@ def test_casts_alone_make_no_region(monkeypatch):
     report = dynamo_backend.last_report()
     assert report["regions"] == 0
     assert "only casts" in report["eager_ops"]["_to_copy"].popitem()[0]
+
+
+def test_view_outputs_come_back_as_views_not_copies():
+    """Note [View outputs]: outputs that are views of a fusion output, of a value the fusion
+    computes and returns for them alone, or of a region input, come back as those views of
+    it (as eager makes them), not as fusion outputs of their own."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusion_cache.frontends.fx_region import DerivedOutput, RegionCall, build_region, spec_of
+
+    def fn(x, w):
+        y = x * 2.0
+        z = w.to(torch.float64)
+        return y.view(24), w.t(), z.t().unsqueeze(0), y, (x + 1).view(6, 4).permute(1, 0)
+
+    args = [torch.randn(4, 6), torch.randn(3, 6)]
+    gm = make_fx(fn)(*args)
+    specs = tuple(spec_of(a) for a in args)
+    fd, constants = build_region(gm, specs)
+    assert [k for k, v in constants if isinstance(v, DerivedOutput)] == [0, 1, 2, 4]
+    assert constants.hidden == 2 and len(fd.output_records()) == 3  # y, and z, x + 1 hidden
+    region = RegionCall("r", gm, fd, specs, constants)
+    for _ in range(2):  # the recording call and a replay
+        x, w = torch.randn(4, 6), torch.randn(3, 6)
+        got, want = region(x, w), fn(x, w)
+        assert len(got) == len(want)
+        for g, e in zip(got, want):
+            assert g.shape == e.shape and g.stride() == e.stride() and g.dtype == e.dtype
+            torch.testing.assert_close(g, e)
+        assert got[0].untyped_storage().data_ptr() == got[3].untyped_storage().data_ptr()
+        assert got[1].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("dims", [(0,), (0, 1)])
+def test_a_view_that_drops_unit_dims_stays_in_the_reductions_kernel(dims):
+    """A keepdim sum viewed to a bias's shape lowers to a squeeze, which the reduction takes
+    as its epilogue: one kernel (stub plans for the h100), where a reshape made two; the
+    values are eager's."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from benchmarks.host_region import stub_launches
+    from fusion_cache.frontends.fx_region import RegionCall, build_region, spec_of
+
+    shape = (96,)
+
+    def fn(g):
+        return g.sum(dims, keepdim=True).view(shape).float()
+
+    args = [torch.randn(*(4, 16, 96)[-len(dims) - 1 :]).bfloat16()]
+    gm = make_fx(fn)(*args)
+    specs = tuple(spec_of(a) for a in args)
+    fd, constants = build_region(gm, specs)
+    got = RegionCall("r", gm, fd, specs, constants)(*args)
+    torch.testing.assert_close(got, fn(*args), rtol=2e-2, atol=2e-2)
+    assert got.shape == shape and got.dtype == torch.float32
+    with stub_launches():
+        region = RegionCall("r", gm, fd, specs, constants)
+        region(*args)
+        (seq,) = region.sequences
+        assert seq.launches == 1, seq.describe()

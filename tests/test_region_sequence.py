@@ -205,7 +205,7 @@ def test_replay_is_a_few_python_calls():
         seq, _ = sequence_for(fd, inputs)
         guard = Guard(inputs)
         (step,) = seq.steps
-        assert isinstance(step, KernelStep) and isinstance(step.launches[0][0], StubKernel)
+        assert isinstance(step, KernelStep) and isinstance(step.launches[0].kernel, StubKernel)
 
         def call():
             if guard.matches(inputs):

@@ -33,8 +33,8 @@ def fresh_dynamo(monkeypatch):
 
 def _step_text(step) -> tuple:
     if isinstance(step, KernelStep):
-        launches = tuple((k.name, tuple(grid), tuple(block), smem, tuple(flags))
-                         for k, grid, block, _, _, _, _, smem, flags in step.launches)  # fmt: skip
+        launches = tuple((b.kernel.name, b.grid, b.block, b.shared_mem, b.cooperative,
+                          b.dependent) for b in step.launches)  # fmt: skip
         return ("kernel", step.plan.spec.description, launches,
                 tuple(a[1:] for a in step.allocs), tuple(a[1:] for a in step.scratch))  # fmt: skip
     if isinstance(step, PlanStep):

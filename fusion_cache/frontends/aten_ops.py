@@ -316,8 +316,16 @@ for _name in ("contiguous", "clone", "detach", "alias", "lift_fresh_copy", "_uns
 def _view(ctx: LoweringContext, a: Args) -> Any:
     x, sizes = a[0], list(a[1])
     static = all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)
-    if static and [ctx.known_extent(x, d) for d in range(x.ndim)] == sizes:
+    old = [ctx.known_extent(x, d) for d in range(x.ndim)]
+    if static and old == sizes:
         return x  # a view to the same sizes (common in aten graphs) changes nothing
+    unit = [d for d, s in enumerate(old) if s == 1]
+    if static and unit and None not in old and 1 not in sizes \
+            and [s for s in old if s != 1] == sizes and all(ctx.shape(x)[d] == 1 for d in unit):
+        # every size-1 dim dropped (a keepdim sum viewed to a bias's shape): a squeeze, which
+        # a reduction takes as its epilogue, where a reshape split it into a second kernel
+        # (GPT-2's bias gradients under autocast)
+        return ctx.ops.squeeze(x, unit)
     return ctx.ops.reshape(x, sizes)
 
 

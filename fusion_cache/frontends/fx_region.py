@@ -62,7 +62,80 @@ def _define_input(fd: FusionDefinition, spec: InputSpec) -> Any:
                             dtype=from_torch(spec.dtype), is_cpu=spec.cpu_scalar)  # fmt: skip
 
 
-Constants = tuple  # (output position, Python value): region outputs known when lowering
+class Constants(tuple):
+    """(output position, value) of the region outputs the fusion does not return, in position
+    order: Python values the lowering knows, and DerivedOutputs (Note [View outputs]).
+    `hidden`: fusion outputs past the region's own, read only by derived outputs."""
+
+    hidden = 0
+
+
+@dataclass(frozen=True)
+class DerivedOutput:
+    """Note [View outputs]: an aten graph returns views (x.view(b * t, c) saved for a GEMM's
+    backward, w.t() of a weight cast for autocast) that eager makes without a kernel. A fusion
+    output is a tensor of its own, so such an output cost a copy kernel (GPT-2 training: two
+    of the four launches around each linear layer's GEMM). The region returns instead the
+    same torch views of the tensor they view: a fusion output (`output`, perhaps one added
+    for this alone) or a region input (`input`), as inductor returns reinterpreted buffers.
+    `steps`: (Tensor method, its arguments), in order."""
+
+    source: int
+    from_input: bool
+    steps: tuple[tuple[Any, tuple], ...]
+
+    def make(self, outs: Sequence[Any], args: Sequence[Any]) -> Any:
+        t = args[self.source] if self.from_input else outs[self.source]
+        for method, arguments in self.steps:
+            t = method(t, *arguments)
+        return t
+
+
+_aten = torch.ops.aten
+# view ops an output may be made by (Note [View outputs]): each as the Tensor method that
+# replays it; view and _unsafe_view through reshape, which copies where a layout cannot be
+# viewed (never with the contiguous fusion outputs they read here, but never wrong)
+_VIEW_METHODS = {
+    _aten.view.default: torch.Tensor.reshape,
+    _aten._unsafe_view.default: torch.Tensor.reshape,
+    _aten.reshape.default: torch.Tensor.reshape,
+    _aten.permute.default: torch.Tensor.permute,
+    _aten.t.default: torch.Tensor.t,
+    _aten.transpose.int: torch.Tensor.transpose,
+    _aten.unsqueeze.default: torch.Tensor.unsqueeze,
+    _aten.squeeze.dim: torch.Tensor.squeeze,
+    _aten.squeeze.dims: torch.Tensor.squeeze,
+    _aten.expand.default: torch.Tensor.expand,
+}
+
+
+def _view_chain(out: Any) -> tuple[Node | None, tuple]:
+    """(the node `out` views through view ops of static arguments, the replay steps), or
+    (None, ()) where `out` is no such view."""
+    steps = []
+    node = out
+    while isinstance(node, Node) and node.op == "call_function" and node.target in _VIEW_METHODS:
+        rest = node.args[1:]
+        if not isinstance(node.args[0], Node) or _has_node(rest) or node.kwargs:
+            break
+        steps.append((_VIEW_METHODS[node.target], tuple(rest)))
+        node = node.args[0]
+    if not steps or node is out:
+        return None, ()
+    return node, tuple(reversed(steps))
+
+
+def _has_node(value: Any) -> bool:
+    """Whether a node argument holds a Node (a symbolic size) anywhere."""
+    found = False
+
+    def visit(a: Any) -> Any:
+        nonlocal found
+        found = found or isinstance(a, Node) or not isinstance(a, (int, list, tuple, type(None)))
+        return a
+
+    torch.fx.node.map_aggregate(value, visit)
+    return found
 # a region holds what the partitioner joined: with GEMMs and attention lowered, a whole
 # transformer's forward (GPT-2's six layers: about 1500 records), past the 1024 records nvFuser's
 # frontend allows a definition by default
@@ -133,7 +206,11 @@ def _match_meta(ctx: LoweringContext, result: Any, val: Any, where: str) -> Any:
 def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> Constants:
     outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
     inputs = set(fd.inputs())
-    constants = []
+    placeholders = {n: i for i, n in enumerate(n for n in node.graph.nodes
+                                               if n.op == "placeholder")}  # fmt: skip
+    constants: list[tuple[int, Any]] = []
+    derived: list[tuple[int, Node, tuple]] = []
+    returned: dict[int, int] = {}  # fusion value index -> its fusion output position
     for k, out in enumerate(outs):
         value = env[out] if isinstance(out, Node) else out
         if value is None or isinstance(value, (bool, int, float)):
@@ -141,17 +218,44 @@ def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> Cons
             continue
         if not is_handle(value):
             raise LoweringError(f"region output {out} lowered to {value!r}, not a fusion value")
+        base, steps = _view_chain(out)
+        if base is not None and (base in placeholders or _is_fusion_tensor(env.get(base),
+                                                                           inputs)):  # fmt: skip
+            derived.append((k, base, steps))  # Note [View outputs]
+            continue
         if value.index in inputs:
             value = fd.ops.set(value)  # an input passed through: the output gets its own copy
+        returned.setdefault(value.index, len(returned))
         fd.add_output(value)
-    return tuple(constants)
+    n_real = len(returned)
+    for k, base, steps in derived:
+        if base in placeholders:
+            constants.append((k, DerivedOutput(placeholders[base], True, steps)))
+            continue
+        value = env[base]
+        if value.index not in returned:  # read by this output alone: a hidden fusion output
+            returned[value.index] = len(returned)
+            fd.add_output(value)
+        constants.append((k, DerivedOutput(returned[value.index], False, steps)))
+    result = Constants(sorted(constants, key=lambda c: c[0]))
+    result.hidden = len(returned) - n_real
+    return result
 
 
-def _with_constants(outs: list, constants: Constants) -> list:
-    outs = list(outs)
+def _is_fusion_tensor(value: Any, inputs: set) -> bool:
+    return is_handle(value) and is_tensor(value) and value.index not in inputs
+
+
+def _with_constants(outs: list, constants: Constants, args: Sequence[Any]) -> list:
+    """The region's outputs: the fusion's own, with its constants and derived outputs put
+    in their places and its hidden outputs dropped."""
+    hidden = getattr(constants, "hidden", 0)
+    result = list(outs[: len(outs) - hidden]) if hidden else list(outs)
     for k, value in constants:
-        outs.insert(k, value)
-    return outs
+        if value.__class__ is DerivedOutput:
+            value = value.make(outs, args)
+        result.insert(k, value)
+    return result
 
 
 class RegionCall:
@@ -190,7 +294,7 @@ class RegionCall:
         if last is not None and last[0].matches(args):
             outs = last[1].run(args)
             if last[2]:
-                outs = _with_constants(outs, last[2])
+                outs = _with_constants(outs, last[2], args)
         else:
             outs = self._record_or_find(args)
         return tuple(outs) if self._returns_tuple else outs[0]
@@ -207,7 +311,7 @@ class RegionCall:
             seq, outs = sequence_for(fd, args)
             entry = self._last = self._sequences[key] = (Guard(args), seq, constants)
             self.record_s += time.perf_counter() - start
-        return _with_constants(outs, entry[2]) if entry[2] else outs
+        return _with_constants(outs, entry[2], args) if entry[2] else outs
 
     def definition_for(self, args: Sequence[Any]) -> tuple[FusionDefinition, Constants]:
         key = tuple(spec_of(a) for a in args)

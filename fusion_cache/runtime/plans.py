@@ -18,9 +18,13 @@ from .kernel_cache import KernelRef
 _graph_runs = threading.local()
 
 
+# torch.cuda.is_current_stream_capturing's C function, without its Python frame
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
+
+
 def _unkept() -> bool:
     """Whether plans must not keep the buffers a run takes (Note [Scratch per stream])."""
-    return getattr(_graph_runs, "on", False) or torch.cuda.is_current_stream_capturing()
+    return getattr(_graph_runs, "on", False) or _capturing()
 
 
 @contextmanager

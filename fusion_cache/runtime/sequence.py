@@ -124,8 +124,7 @@ class KernelStep:
                  barrier_slot: int | None) -> None:  # fmt: skip
         self.allocs = allocs  # (slot, shape, contiguous strides, torch dtype)
         self.scratch = scratch  # (slot, (numel,), (1,), torch dtype)
-        # (kernel, grid, block, arg types, template, pointer fills, value fills, smem, flags)
-        self.launches = launches
+        self.launches = launches  # LaunchSites over the slots (Note [Bound launches])
         self.plan = plan
         self.barrier_slot = barrier_slot
         self.count = len(launches)
@@ -146,22 +145,13 @@ class KernelStep:
                 env[slot] = buffer
         if self.barrier_slot is not None:
             env[self.barrier_slot] = self.plan.barrier()
-        for kernel, grid, block, types, template, pointers, values, smem, flags in self.launches:
-            args = template.copy()
-            for pos, slot in pointers:
-                args[pos] = env[slot].data_ptr()
-            for pos, slot in values:
-                args[pos] = env[slot]
-            if flags:
-                kernel.launch(grid, block, types, args, smem, cooperative=flags[0],
-                              dependent=flags[1])  # fmt: skip
-            else:
-                kernel.launch(grid, block, types, args, smem)
+        for launch in self.launches:
+            launch(env)
 
     def slots(self) -> set[int]:
         out = {s for s, *_ in self.allocs} | {s for s, *_ in self.scratch}
         for launch in self.launches:
-            out |= {s for _, s in launch[5]} | {s for _, s in launch[6]}
+            out |= {s for _, s in launch.pointers} | {s for _, s in launch.values}
         if self.barrier_slot is not None:
             out.add(self.barrier_slot)
         return out
@@ -253,7 +243,7 @@ class LaunchSequence:
     returns the output slots' values; `drops[k]` are the slots step k reads last."""
 
     __slots__ = ("steps", "drops", "outputs", "n_inputs", "pad", "launches", "counters",
-                 "fusion_id")  # fmt: skip
+                 "fusion_id", "_runs")  # fmt: skip
 
     def __init__(self, fd: FusionDefinition, n_inputs: int, n_slots: int, steps: Sequence[Any],
                  outputs: Sequence[int]) -> None:  # fmt: skip
@@ -265,16 +255,16 @@ class LaunchSequence:
         self.launches = sum(s.count for s in self.steps)
         self.counters = fd._cache.counters
         self.fusion_id = fd._fid
+        self._runs = tuple((step.run, drop) for step, drop in zip(self.steps, self.drops))
 
     def run(self, args: Sequence[Any]) -> list:
         env = [*args, *self.pad]
-        drops = self.drops
-        for k, step in enumerate(self.steps):
-            step.run(env)
-            for slot in drops[k]:
+        for run, drop in self._runs:
+            run(env)
+            for slot in drop:
                 env[slot] = None
         self.counters["kernel_launches"] += self.launches
-        return [env[s] for s in self.outputs]
+        return list(map(env.__getitem__, self.outputs))
 
     @property
     def kernel_steps(self) -> int:
@@ -438,9 +428,9 @@ def _kernel_step(plan: LaunchPlan, slots: list[int], b: _Builder) -> KernelStep:
                 pointers.append((pos, work_slots[ref.index]))
             else:
                 scalars.append((pos, slots[ref.index]))
-        flags = (launch.cooperative, launch.dependent) if launch.cooperative or launch.dependent else ()
-        launches.append((kernel, launch.grid, launch.block, launch.arg_types, template,
-                         tuple(pointers), tuple(scalars), launch.shared_mem, flags))  # fmt: skip
+        launches.append(kernel.bind(launch.grid, launch.block, launch.arg_types, template,
+                                    pointers, scalars, launch.shared_mem,
+                                    cooperative=launch.cooperative, dependent=launch.dependent))
     return KernelStep(tuple(allocs), tuple(scratch), tuple(launches), plan, barrier)
 
 

@@ -1,0 +1,221 @@
+"""Launches through ctypes (Note [Launch through ctypes]) and bound launches (Note [Bound
+launches]) on the CPU: the driver's cuLaunchKernel and cuLaunchKernelEx are replaced by ctypes
+callbacks of the same C prototypes, which decode what the driver would read (the config, the
+kernelParams array and the argument bytes it points to), so the marshalling is checked here;
+tests/gpu/test_launch.py runs the same paths on the GPU."""
+
+import ctypes
+import struct
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from codegen import launch as launch_module  # noqa: E402
+from codegen.launch import BoundLaunch, LaunchError, LoadedKernel  # noqa: E402
+
+_CODES = {"ptr": "Q", "i64": "q", "u64": "Q", "i32": "i", "f64": "d", "f32": "f", "bool": "?"}
+_PTR, _UINT = ctypes.c_void_p, ctypes.c_uint
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, _PTR, _UINT, _UINT, _UINT, _UINT, _UINT, _UINT, _UINT,
+                           _PTR, _PTR, _PTR)  # fmt: skip
+_LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, _PTR, _PTR, _PTR, _PTR)
+
+
+class _Attribute(ctypes.Structure):  # CUlaunchAttribute: an id, padding, a 64-byte union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int),
+                ("rest", ctypes.c_char * 60)]  # fmt: skip
+
+
+class _Config(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attribute)), ("num_attrs", ctypes.c_uint)]  # fmt: skip
+
+
+class _FakeDriver:
+    """Records each launch as the driver would see it; `result` is what the next returns."""
+
+    def __init__(self, arg_types: tuple[str, ...]) -> None:
+        self.arg_types = arg_types
+        self.calls: list[dict] = []
+        self.results: list[int] = []
+        self.launch = _LAUNCH(self._launch)
+        self.launch_ex = _LAUNCH_EX(self._launch_ex)
+
+    def _args(self, params: int) -> list:
+        slots = (ctypes.c_void_p * len(self.arg_types)).from_address(params)
+        out = []
+        for t, address in zip(self.arg_types, slots):
+            code = _CODES[t]
+            out.append(struct.unpack(code, ctypes.string_at(address, struct.calcsize(code)))[0])
+        return out
+
+    def _result(self) -> int:
+        return self.results.pop(0) if self.results else 0
+
+    def _launch(self, function, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        self.calls.append({"function": function, "grid": (gx, gy, gz), "block": (bx, by, bz),
+                           "smem": smem, "stream": stream or 0, "args": self._args(params),
+                           "attrs": ()})  # fmt: skip
+        return self._result()
+
+    def _launch_ex(self, config, function, params, extra):
+        c = _Config.from_address(config)
+        attrs = tuple(sorted((c.attrs[i].id, c.attrs[i].value) for i in range(c.num_attrs)))
+        self.calls.append({"function": function, "grid": tuple(c.grid), "block": tuple(c.block),
+                           "smem": c.shared_mem, "stream": c.stream or 0,
+                           "args": self._args(params), "attrs": attrs})  # fmt: skip
+        return self._result()
+
+
+TYPES = ("ptr", "i32", "i64", "ptr", "f32", "bool", "f64", "ptr", "u64")
+STREAM = 0x7000
+
+
+def _kernel(driver: _FakeDriver, streams: list[int] | None = None) -> LoadedKernel:
+    """A LoadedKernel as load_kernel makes it, minus the module: its launch paths are real."""
+    kernel = LoadedKernel.__new__(LoadedKernel)
+    kernel.name = "fake_kernel"
+    kernel.device_index = 0
+    kernel._function = launch_module.driver.CUfunction(0x1234)
+    kernel._handle = 0x1234
+    kernel._context = None
+    kernel._context_handle = 0
+    kernel._check_context = False
+    kernel._driver = driver
+    current = streams if streams is not None else [STREAM]
+    kernel._current_stream = lambda index: current[0]
+    kernel._configs = {}
+    kernel._max_dynamic_smem = 48 * 1024
+    return kernel
+
+
+def _env() -> list:
+    return [torch.randn(4), torch.randn(8, dtype=torch.float64), torch.zeros(3, dtype=torch.int32),
+            2.5, -7]  # fmt: skip
+
+
+TEMPLATE = (None, 11, -(2**40), None, None, True, 0.25, None, 2**63 + 5)
+POINTERS = ((0, 1), (3, 0), (7, 2))  # (argument position, env index)
+VALUES = ((4, 3),)
+
+
+def _want(env: list) -> list:
+    return [env[1].data_ptr(), 11, -(2**40), env[0].data_ptr(), 2.5, True, 0.25,
+            env[2].data_ptr(), 2**63 + 5]  # fmt: skip
+
+
+def test_unbound_launch_passes_every_argument_and_the_stream():
+    driver = _FakeDriver(TYPES)
+    env = _env()
+    _kernel(driver).launch((3, 2, 1), (128, 1, 1), TYPES, _want(env), 256)
+    (call,) = driver.calls
+    assert call == {"function": 0x1234, "grid": (3, 2, 1), "block": (128, 1, 1), "smem": 256,
+                    "stream": STREAM, "args": _want(env), "attrs": ()}  # fmt: skip
+
+
+def test_bound_launch_packs_constants_once_and_fills_pointers_each_call():
+    driver = _FakeDriver(TYPES)
+    kernel = _kernel(driver)
+    bound = kernel.bind((5, 1, 1), (64, 2, 1), TYPES, TEMPLATE, POINTERS, VALUES, 1024)
+    assert isinstance(bound, BoundLaunch)
+    for _ in range(3):  # fresh tensors each call: the pointers follow them
+        env = _env()
+        bound(env)
+        call = driver.calls[-1]
+        assert call["args"] == _want(env)
+        assert (call["grid"], call["block"], call["smem"]) == ((5, 1, 1), (64, 2, 1), 1024)
+        assert call["stream"] == STREAM and call["attrs"] == ()
+    assert len(driver.calls) == 3
+
+
+def test_bound_launch_follows_the_current_stream():
+    driver = _FakeDriver(TYPES)
+    streams = [STREAM]
+    bound = _kernel(driver, streams).bind((1, 1, 1), (32, 1, 1), TYPES, TEMPLATE, POINTERS,
+                                          VALUES)  # fmt: skip
+    env = _env()
+    for stream in (STREAM, 0x9000, 0x9000, 0, STREAM):
+        streams[0] = stream
+        bound(env)
+        assert driver.calls[-1]["stream"] == stream
+
+
+def test_bound_cooperative_and_dependent_launches_carry_their_attributes():
+    driver = _FakeDriver(TYPES)
+    kernel = _kernel(driver)
+    ids = launch_module.driver.CUlaunchAttributeID
+    coop = int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+    dep = int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    for cooperative, dependent, attrs in ((True, False, ((coop, 1),)),
+                                          (False, True, ((dep, 1),)),
+                                          (True, True, tuple(sorted(((coop, 1), (dep, 1))))),
+                                          (False, False, ())):  # fmt: skip
+        env = _env()
+        kernel.bind((2, 1, 1), (32, 1, 1), TYPES, TEMPLATE, POINTERS, VALUES,
+                    cooperative=cooperative, dependent=dependent)(env)  # fmt: skip
+        assert driver.calls[-1]["attrs"] == attrs and driver.calls[-1]["args"] == _want(env)
+        # the unbound route of the same launch says the same
+        kernel.launch((2, 1, 1), (32, 1, 1), TYPES, _want(env), cooperative=cooperative,
+                      dependent=dependent)  # fmt: skip
+        assert driver.calls[-1]["attrs"] == attrs and driver.calls[-1]["args"] == _want(env)
+
+
+def test_kernels_with_none_or_one_variable_argument_bind():
+    types = ("i32", "f32")
+    driver = _FakeDriver(types)
+    _kernel(driver).bind((1, 1, 1), (1, 1, 1), types, (3, 0.5), (), ())([])
+    assert driver.calls[-1]["args"] == [3, 0.5]
+    _kernel(driver).bind((1, 1, 1), (1, 1, 1), types, (3, None), (), ((1, 0),))([-1.5])
+    assert driver.calls[-1]["args"] == [3, -1.5]
+    types = ("i32", "ptr")
+    driver = _FakeDriver(types)
+    env = [torch.randn(3)]
+    _kernel(driver).bind((1, 1, 1), (1, 1, 1), types, (3, None), ((1, 0),), ())(env)
+    assert driver.calls[-1]["args"] == [3, env[0].data_ptr()]
+
+
+def test_a_failed_launch_raises_naming_the_kernel_and_the_result():
+    driver = _FakeDriver(TYPES)
+    kernel = _kernel(driver)
+    bound = kernel.bind((1, 1, 1), (32, 1, 1), TYPES, TEMPLATE, POINTERS, VALUES)
+    invalid_value = int(launch_module.driver.CUresult.CUDA_ERROR_INVALID_VALUE)
+    driver.results = [invalid_value]
+    with pytest.raises(LaunchError, match="fake_kernel.*CUDA_ERROR_INVALID_VALUE") as info:
+        bound(_env())
+    assert info.value.result_name == "CUDA_ERROR_INVALID_VALUE"
+    driver.results = [invalid_value]
+    with pytest.raises(LaunchError, match="fake_kernel.*CUDA_ERROR_INVALID_VALUE"):
+        kernel.launch((1, 1, 1), (32, 1, 1), TYPES, _want(_env()))
+
+
+def test_arguments_that_do_not_fit_raise_naming_the_kernel():
+    driver = _FakeDriver(TYPES)
+    kernel = _kernel(driver)
+    with pytest.raises(LaunchError, match="fake_kernel"):  # a constant: at bind time
+        kernel.bind((1, 1, 1), (1, 1, 1), TYPES, (None, 2**40, *TEMPLATE[2:]), POINTERS, VALUES)
+    bound = kernel.bind((1, 1, 1), (1, 1, 1), TYPES, TEMPLATE, POINTERS, VALUES)
+    env = _env()
+    env[3] = "not a float"
+    with pytest.raises(LaunchError, match="fake_kernel"):  # a value read each call
+        bound(env)
+    assert not driver.calls
+
+
+def test_another_thread_replays_a_bound_launch_through_the_unbound_route():
+    """The packed buffers are the binding thread's (Note [Bound launches])."""
+    driver = _FakeDriver(TYPES)
+    bound = _kernel(driver).bind((1, 1, 1), (32, 1, 1), TYPES, TEMPLATE, POINTERS, VALUES)
+    envs = [_env() for _ in range(4)]
+    seen = []
+
+    def work(env):
+        bound(env)
+        seen.append(driver.calls[-1]["args"] == _want(env))
+
+    threads = [threading.Thread(target=work, args=(env,)) for env in envs]
+    for t in threads:
+        t.start()
+        t.join()
+    assert seen == [True] * 4
