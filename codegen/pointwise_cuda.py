@@ -22,7 +22,7 @@ from .resize_cuda import (
     scatter_store,
     vector_load,
 )
-from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, to_memory
+from .stmt_cuda import render_stmt, scalar_arg_types, scalar_params, stored_form
 
 KERNEL_NAME = "fc_pointwise"
 # 256 threads: add of a column bf16 4096x4096 2333 -> 2425 GB/s against 128 on the H100
@@ -239,8 +239,10 @@ def _slot_body(program: PointwiseProgram, variant: PointwiseVariant, half: int) 
     for stmt in program.stmts:
         text = _render_stmt(program, variant, stmt, half)
         lines.append(inner + text.replace("\n", "\n" + inner))
+    dtypes = {s.var: s.dtype for s in program.stmts}
     for i, st in enumerate(program.stores):
-        value = to_memory(st.var, st.dtype)
+        # a float cast down to the stored dtype is stored from the float: rounded once
+        value = stored_form(program, dtypes, st.var, st.dtype)
         if variant.store_modes[i] == "vec":
             lines.append(f"{inner}o{i}_v[j] = {value};")
         elif variant.store_modes[i] in ("scatter", "atomic"):
@@ -272,6 +274,8 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt, hal
             if seen != "load":
                 return f"a{seen[0]}_v[uu * 2 + {seen[1]}][j]"
         if mode in ("vec", "vgather"):
+            if MEMORY_TYPE[program.accesses[i].dtype] == "fc_bf16" and variant.vec % 2 == 0:
+                return f"fc_bf16_at(a{i}_v[u], j)"  # a float through its 32-bit word
             return f"a{i}_v[u][j]"
         if mode == "bcast":
             return f"a{i}_b[u]"

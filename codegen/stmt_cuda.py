@@ -6,6 +6,7 @@ rounds through storage, and stores convert back.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from fusion_cache.frontend.dtypes import COMPLEX, DataType, real_part
 
@@ -36,6 +37,17 @@ def widen(raw: str, dtype: DataType) -> str:
 def to_memory(var: str, dtype: DataType) -> str:
     narrow = NARROW_FLOAT.get(MEMORY_TYPE[dtype])
     return f"{narrow}({var})" if narrow else var
+
+
+def stored_form(program: Any, dtypes: dict, var: str, dtype: DataType) -> str:
+    """The memory form of `var`. A float value cast down to the stored 16-bit dtype is stored
+    from the float: rounding once more would give the same bits after two more conversions."""
+    st = next(s for s in program.stmts if s.var == var)
+    if st.op == "cast" and st.dtype is dtype and MEMORY_TYPE[dtype] in ("fc_half", "fc_bf16"):
+        (src,) = st.operands
+        if REGISTER_TYPE[dtypes[src]] == "float":
+            return to_memory(src, dtype)
+    return to_memory(var, dtype)
 
 
 def render_stmt(stmt, dtypes: dict[str, DataType], load: Callable[[int], str]) -> str:

@@ -439,8 +439,11 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     # flight (gelu bf16 16384x8192 2730 -> 2875 GB/s on the H100); cheap bodies do not gain,
     # nor grids under four blocks an SM that way (gelu bf16 1024x1024: 554 GB/s with two, 637
     # with one; benchmarks/results/sweep-pure_small.json)
+    # with values broadcast along the rows (cross-entropy backward's log-sum-exp, label and
+    # gradient a row) one vector a thread ran faster: bf16 8192x50304 2933 -> 3001 GB/s
+    # (benchmarks/sweeps/ce.json, H100 2026-11-26)
     heavy = vec >= 8 and any(s.op in TRANSCENDENTAL for s in program.stmts) and (
-        numel >= block * vec * 2 * 4 * profile.sm_count)
+        numel >= block * vec * 2 * 4 * profile.sm_count) and "bcast" not in modes[:n_acc]
     # a row gather waits on its index's load: two vectors a thread, both gathers issued before
     # either is used (Note [Gathers ahead]): an embedding of 8192 tokens x 768 bf16 1593 ->
     # 1729 GB/s on the H100 (sweep of resize_perf.json, 2026-11-26); same size rule as above

@@ -155,6 +155,11 @@ template <typename T, int N> struct alignas(sizeof(T) * N) fc_vec {
   T& operator[](int i) { return v[i]; }
   const T& operator[](int i) const { return v[i]; }
 };
+template <int N> inline float fc_bf16_at(const fc_vec<fc_bf16, N>& v, int j) {
+  unsigned w;
+  memcpy(&w, &v.v[j & ~1], 4);
+  return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+}
 inline void fc_check_align(const void* p, size_t a) {
   if (((uintptr_t)p) % a) throw std::runtime_error("misaligned vector access");
 }

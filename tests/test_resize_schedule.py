@@ -8,12 +8,14 @@ bounds, negative indices and non-contiguous inputs."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
 from host_kernels import HAVE_GXX, run_plan_on_host
 from resize_patterns import PATTERNS, define
 
+from benchmarks.resize_cases import RESIZE
 from fusion_cache import DataType, FusionDefinition
 from fusion_cache.frontend.dtypes import from_torch
 from fusion_cache.runtime.executor import executor_for
@@ -99,6 +101,88 @@ def test_embedding_reads_rows_with_vector_loads():
     launches(fd, pattern.make(torch.bfloat16, "meta", (50304, 768, 8, 1024)))
     desc = executor_for(fd).last_plan.spec.description
     assert "loads=bcast,vgather" in desc and "vec=8" in desc, desc
+
+
+# ---- cross-entropy: Note [Online row softmax] -----------------------------------------------
+
+
+def _body(source: str) -> str:
+    """A kernel's source past its prelude."""
+    return source.split("// ---- end prelude ----", 1)[1]
+
+
+def _ce(dtype, n: int, v: int):
+    pattern = PATTERNS["ce_fwd"]
+    with FusionDefinition() as fd:
+        RESIZE["ce_fwd"][0](fd, dtype, (n, v))
+    return fd, pattern
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("v", [37, 1000, 4099])
+@pytest.mark.parametrize("cached", [True, False], ids=["registers", "reread"])
+def test_cross_entropy_flushed_softmax_terms_on_the_host(dtype, v, cached):
+    """The sum's exps are flushed below 2^-126 and read x*log2(e) - m*log2(e) (Note [Flushed
+    softmax terms]), from registers or from memory, on rows of one block (host runs have no
+    clusters): odd rows, half a row -inf (a masked vocabulary), a label on a masked value
+    (an infinite loss)."""
+    from schedulers.tuning import overriding
+
+    n = 5
+    fd, pattern = _ce(dtype, n, v)
+    torch.manual_seed(v)
+    logits, labels = pattern.make(dtype, "cpu", (n, v))
+    logits[0, : v // 2] = float("-inf")
+    labels[1] = 0
+    logits[1, 0] = float("-inf")
+    ran: list = []
+    with overriding({"inner.cluster": 1, "inner.cache": cached}):
+        got = run_plan_on_host(fd, [logits, labels], ran)
+    assert [k.name for k in ran] == ["fc_inner_reduction"]
+    desc = executor_for(fd).last_plan.spec.description
+    assert ("uncached" in desc) != cached, desc
+    body = _body(ran[0].source)
+    assert body.count("fc_exp2_flushed(fmaf(") == 1 and "exp2f(" not in body, body
+    for g, w in zip(got, pattern.reference(logits, labels)):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_cross_entropy_forward_for_h100_is_one_clustered_kernel():
+    """At the benchmark's size ([8192, 50304] bf16) the rows split over clusters of 4 blocks
+    whose threads keep 64 values each, a block a row."""
+    fd, pattern = _ce(torch.bfloat16, 8192, 50304)
+    (kernel,) = launches(fd, pattern.make(torch.bfloat16, "meta", (8192, 50304)))
+    desc = executor_for(fd).last_plan.spec.description
+    assert "clusters of 4" in desc and "iters 8" in desc and "224x1 threads" in desc, desc
+    assert kernel.grid[0] == 8192 * 4
+    body = _body(kernel.source)
+    assert body.count("fc_cluster_reduce") == 2 and "fc_bf16_at(a2_c[it], j)" in body, body
+
+
+def test_softmax_output_keeps_exact_exps():
+    """Softmax carries its exps from the sum's pass to its output's: those keep exp2f."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        m = fd.ops.broadcast_in_dim(fd.ops.max(xf, [1]), [64, 4096], [0])
+        e = fd.ops.exp(fd.ops.sub(xf, m))
+        s = fd.ops.broadcast_in_dim(fd.ops.sum(e, [1]), [64, 4096], [0])
+        fd.add_output(fd.ops.cast(fd.ops.div(e, s), DataType.BFloat16))
+    (kernel,) = launches(fd, [torch.empty(64, 4096, dtype=torch.bfloat16, device="meta")])
+    body = _body(kernel.source)
+    assert "exp2f(" in body and "fc_exp2_flushed" not in body, body
+
+
+def test_cross_entropy_backward_is_one_kernel_storing_each_value_rounded_once():
+    """The gradient cast down to bf16 is stored from its float, not rounded a second time."""
+    with FusionDefinition() as fd:
+        RESIZE["ce_bwd"][0](fd, torch.bfloat16, (8192, 50304))
+    inputs = RESIZE["ce_bwd"][2]((8192, 50304), torch.bfloat16, "meta")
+    (kernel,) = launches(fd, inputs)
+    assert kernel.name == "fc_pointwise"
+    (stored,) = re.findall(r"o0_v\[j\] = fc_to_bf16\((v\d+)\);", kernel.source)
+    assert f"fc_to_float(fc_to_bf16({stored}))" in kernel.source
 
 
 # ---- every op, every dtype -------------------------------------------------------------------

@@ -256,6 +256,15 @@ template <int N, typename T> FC_DEVICE fc_vec<T, N> fc_load_vec_ro(const T* p) {
   }
 }
 
+// Element j of a bf16 vector as a float, read from the 32-bit word holding it: the high half
+// is the word masked, the low one the word shifted (one instruction each, where extracting
+// the 16-bit field first took two for every high half).
+template <int N> FC_DEVICE float fc_bf16_at(const fc_vec<fc_bf16, N>& v, int j) {
+  static_assert(N % 2 == 0, "whole 32-bit words");
+  const unsigned w = reinterpret_cast<const unsigned*>(v.v)[j >> 1];
+  return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+
 template <int N, typename T> FC_DEVICE void fc_store_vec(T* p, const fc_vec<T, N>& v) {
   *reinterpret_cast<fc_vec<T, N>*>(p) = v;
 }

@@ -64,6 +64,30 @@ FC_DEVICE double fc_frac(double x) { return x - trunc(x); }
 FC_DEVICE float fc_nextafter(float x, float y) { return nextafterf(x, y); }
 FC_DEVICE double fc_nextafter(double x, double y) { return nextafter(x, y); }
 
+// ---- exp of a softmax sum's terms ---------------------------------------------------------
+// Note [Flushed softmax terms]: the terms exp(x - max) of a softmax's sum (the row kernel's
+// pass for it; codegen/reduction/row_kernel.py), where the row's max contributes exactly 1,
+// so a term under 2^-126 cannot change the sum's float. exp2f keeps such results as
+// subnormals with a compare and two predicated multiplies around MUFU.EX2, which also kept
+// NVCC from predicating the accumulation (a branch a value); the .ftz form is that MUFU.EX2
+// alone, the same bits for every other result. Its argument is x*log2(e) - m*log2(e), one
+// fma (within an ulp or two of the exponent (x - m)*log2(e) gives, as Triton's and quack's
+// kernels compute it). With the bf16 reads of fc_bf16_at (core.cuh), cross-entropy's row
+// kernel (bf16 8192x50304, clusters of 8) took 640 instructions a thread and row instead of
+// 896, and ran 2420 GB/s instead of 1924 on the H100 (before the fma; the kernel is bound by
+// instruction issue, not memory: benchmarks/sweeps/ce.json). Terms carried to a later pass
+// (softmax's output) keep exp2f and their subnormals.
+FC_DEVICE float fc_exp2_flushed(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  const float y = exp2f(x);
+  return y < 1.17549435e-38f ? 0.0f : y;
+#endif
+}
+
 // ---- min / max / clamp ---------------------------------------------------------------------
 // torch.maximum / minimum / clamp propagate NaN; fmaxf would drop it.
 

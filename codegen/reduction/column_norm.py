@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fusion_cache.frontend.dtypes import DataType
-
 from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert
 from ..kernel_ir import ReductionProgram, needed
 from ..prelude import prelude_source
-from ..stmt_cuda import render_stmt, scalar_arg_types
+from ..stmt_cuda import render_stmt, scalar_arg_types, stored_form
 from .common import (
     accumulate_stmt,
     accumulator_type,
@@ -24,7 +22,7 @@ from .common import (
     render_row_division,
     row_divisions,
     row_level_stmts,
-    stored_form,
+    softmax_reductions,
 )
 from .outer_kernel import _fold_columns, _fold_smem
 from .variants import ColumnNormVariant, OuterVariant
@@ -37,26 +35,6 @@ def column_norm_arg_types(program: ReductionProgram, v: ColumnNormVariant) -> tu
     per = ("ptr",) + (idx,) * (v.i_rank + 1)
     count = len(program.accesses) + len(program.stores)
     return per * count + (idx,) * (v.i_rank + 1) + scalar_arg_types(program)
-
-
-def online_softmax(program: ReductionProgram) -> tuple | None:
-    """(max, sum) when the program's only reductions are softmax's: a float max of x in
-    stage 1 and the sum of exp(x - max) in stage 2 (Note [Online column softmax])."""
-    reds = program.reductions
-    if len(reds) != 2 or [(r.op, r.stage) for r in reds] != [("max", 1), ("sum", 2)]:
-        return None
-    r1, r2 = reds
-    if any(accumulator_type(r) != "float" for r in reds):
-        return None
-    by_var = {st.var: st for st in program.stmts}
-    e = by_var.get(r2.input)
-    if e is None or e.op != "exp" or e.compute is not DataType.Float:
-        return None
-    d = by_var.get(e.operands[0])
-    if d is None or d.op != "sub" or d.compute is not DataType.Float or (
-            tuple(d.operands) != (r1.input, r1.var)):  # fmt: skip
-        return None
-    return r1, r2
 
 
 def render_column_norm(program: ReductionProgram, v: ColumnNormVariant) -> str:
@@ -110,7 +88,7 @@ class _ColumnNorm:
             if v.push and v.cluster > 1:  # every peer's mbarriers exist; the loads overlapped that
                 L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
         self.column_stage(0)
-        online = online_softmax(program) if v.online and v.cluster > 1 else None
+        online = softmax_reductions(program) if v.online and v.cluster > 1 else None
         for stage in range(1, program.stages + 1):
             if online and stage == 1:
                 self.online_stages(*online)

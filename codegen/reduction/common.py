@@ -2,9 +2,11 @@
 types, kernel parameters, offsets along the reduced dims, and row-level statements."""
 from __future__ import annotations
 
+from fusion_cache.frontend.dtypes import DataType
+
 from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert
 from ..kernel_ir import ReductionProgram
-from ..stmt_cuda import decl, render_stmt, scalar_params, to_memory
+from ..stmt_cuda import decl, render_stmt, scalar_params
 
 _IDENTITY = {"sum": "fc_op_sum", "prod": "fc_op_prod", "max": "fc_op_max", "min": "fc_op_min"}
 
@@ -82,17 +84,6 @@ def render_row_division(st, dtypes: dict) -> str:
     return decl(REGISTER_TYPE[st.dtype], st.var, expr)
 
 
-def stored_form(program: ReductionProgram, dtypes: dict, var: str, dtype) -> str:
-    """The memory form of `var`. A float value cast down to the stored 16-bit dtype is stored
-    from the float: rounding once more would give the same bits after two more conversions."""
-    st = next(s for s in program.stmts if s.var == var)
-    if st.op == "cast" and st.dtype is dtype and MEMORY_TYPE[dtype] in ("fc_half", "fc_bf16"):
-        (src,) = st.operands
-        if REGISTER_TYPE[dtypes[src]] == "float":
-            return to_memory(src, dtype)
-    return to_memory(var, dtype)
-
-
 def acc_type(dtype) -> str:
     """The register type column partials are summed in."""
     return "double" if REGISTER_TYPE[dtype] == "double" else "float"
@@ -129,3 +120,24 @@ def k_offset(name: str, k: str, k2: bool, unit: bool = False) -> str:
 def ident(ctype: str) -> str:
     """A C type as part of an identifier."""
     return "".join(ch if ch.isalnum() else "_" for ch in ctype)
+
+
+def softmax_reductions(program: ReductionProgram) -> tuple | None:
+    """(max, sum) when the program's only reductions are softmax's: a float max of x in
+    stage 1 and the sum of exp(x - max) in stage 2 (Note [Online column softmax], Note
+    [Flushed softmax terms])."""
+    reds = program.reductions
+    if len(reds) != 2 or [(r.op, r.stage) for r in reds] != [("max", 1), ("sum", 2)]:
+        return None
+    r1, r2 = reds
+    if any(accumulator_type(r) != "float" for r in reds):
+        return None
+    by_var = {st.var: st for st in program.stmts}
+    e = by_var.get(r2.input)
+    if e is None or e.op != "exp" or e.compute is not DataType.Float:
+        return None
+    d = by_var.get(e.operands[0])
+    if d is None or d.op != "sub" or d.compute is not DataType.Float or (
+            tuple(d.operands) != (r1.input, r1.var)):  # fmt: skip
+        return None
+    return r1, r2

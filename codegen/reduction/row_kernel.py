@@ -20,7 +20,7 @@ from ..cuda_ops import (
 from ..kernel_ir import ReductionProgram, needed
 from ..prelude import prelude_source
 from ..resize_cuda import resize_arg_types, resize_params, resize_stmt
-from ..stmt_cuda import render_stmt, scalar_arg_types, to_memory
+from ..stmt_cuda import render_stmt, scalar_arg_types, stored_form, to_memory
 from .cluster_exchange import ClusterExchange
 from .column_finish import ColumnPartials
 from .common import (
@@ -36,7 +36,7 @@ from .common import (
     render_row_division,
     row_divisions,
     row_level_stmts,
-    stored_form,
+    softmax_reductions,
 )
 from .row_loads import RowLoads
 from .variants import InnerVariant
@@ -93,6 +93,8 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         self.divisions = row_divisions(program)
         self.deferred: tuple | None = None  # Note [Deferred row end]: (ctype, op, group)
         self.early = early_stores(program, v)
+        self.softmax = softmax_reductions(program)  # (max, sum of exp(x - max)) or None
+        self.flushed: set[str] = set()  # exps rendered flushed (Note [Flushed softmax terms])
 
     def render(self) -> str:
         program, v, L = self.program, self.v, self.L
@@ -190,6 +192,11 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
             out.append(f"const idx_t {pre}{p}{i}_row = {' + '.join(terms)};")
         return out
 
+    def flushed_subs(self) -> set[str]:
+        """The x - m operands of the exps rendered flushed: each exp reads x and m instead."""
+        by_var = {st.var: st for st in self.program.stmts}
+        return {by_var[e].operands[0] for e in self.flushed}
+
     def coord(self, per_element: bool):
         """Coordinates of windows and positions: row dims c{d}, the reduced one (kb + j)."""
 
@@ -202,11 +209,18 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         return coord
 
     def stmt(self, st, load, per_element: bool) -> str:
-        """One statement; windows, positions and index checks too."""
+        """One statement; windows, positions and index checks too ("" for the x - m that a
+        flushed exp reads as x*log2(e) - m*log2(e))."""
+        if self.flushed and st.op == "sub" and st.var in self.flushed_subs():
+            return ""
         if self.rv is not None:
             text = resize_stmt(self.rv, st, self.coord(per_element), self.program.checks)
             if text is not None:
                 return text
+        if st.var in self.flushed:  # Note [Flushed softmax terms]: exp2 of x*log2(e) - m*log2(e)
+            x, m = self.softmax[0].input, self.softmax[0].var
+            return (f"const float {st.var} = fc_exp2_flushed(fmaf({x}, 1.4426950408889634f, "
+                    f"{m} * -1.4426950408889634f));")  # fmt: skip
         return render_stmt(st, self.dtypes, load)
 
     def element_pass(self, targets: list[str], body_end: list[str], carry: Sequence[str] = (),
@@ -240,8 +254,10 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
         for var in reads:
             L.append(f"        const {REGISTER_TYPE[dtypes[var]]} {var} = {var}_c[it][j];")
         for st in stmts:
-            L.append("        " + (render_row_division(st, dtypes) if st.var in self.divisions
-                                   else self.stmt(st, self.elem_load, True)))  # fmt: skip
+            line = (render_row_division(st, dtypes) if st.var in self.divisions
+                    else self.stmt(st, self.elem_load, True))  # fmt: skip
+            if line:
+                L.append("        " + line)
         for var in carry:
             L.append(f"        {var}_c[it][j] = {var};")
         L.extend("        " + line for line in body_end)
@@ -330,11 +346,18 @@ class RowKernel(RowLoads, ClusterExchange, ColumnPartials):
                     continue
                 body.append(" " + accumulate_stmt(r, r.input, dtypes))
             targets, body = [r.input for r in reds], ["if (ok) {", *body, "}"]
-            if stage == 1 and self.early:  # Note [Stores in the first pass]
-                store_body, decls, stores = self.store_lines(self.early)
-                targets += [s.var for _, s in self.early]
+            early = self.early if stage == 1 else ()
+            if early:  # Note [Stores in the first pass]
+                store_body, decls, stores = self.store_lines(early)
+                targets += [s.var for _, s in early]
                 body, pre, post = body + store_body, pre + decls, post + stores
-            self.element_pass(targets, body, self.carry_for(reds), pre, post)
+            carry = self.carry_for(reds)
+            # Note [Flushed softmax terms] (prelude/math.cuh): a softmax sum's exps, unless
+            # carried to a later pass or read by a store of this pass (outputs keep subnormals)
+            sums = [r.input for r in reds if self.softmax and r is self.softmax[1]]
+            self.flushed = set() if early else {x for x in sums if x not in carry}
+            self.element_pass(targets, body, carry, pre, post)
+            self.flushed = set()
             if two_pass:
                 body = []
                 for r in two_pass:

@@ -73,6 +73,15 @@ class RowLoads:
         return f"(row_ok ? a{i}[a{i}_row] : {zero(mt)})"
 
     def elem_load(self, i: int) -> str:
+        """Element j of access i in a pass: a bf16 one read from a vector as a float through its
+        32-bit word (fc_bf16_at), which widening leaves as it is."""
+        text = self.elem_load_raw(i)
+        if (MEMORY_TYPE[self.program.accesses[i].dtype] == "fc_bf16" and self.v.vec % 2 == 0
+                and self.v.modes[i] != "gather" and text.endswith("[j]")):  # fmt: skip
+            return f"fc_bf16_at({text[:-3]}, j)"
+        return text
+
+    def elem_load_raw(self, i: int) -> str:
         v = self.v
         if v.modes[i] == "gather":  # element by element: by index or in a window along K
             rv, mt = self.rv, MEMORY_TYPE[self.program.accesses[i].dtype]

@@ -100,11 +100,13 @@ def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int) -> tuple[int,
     """(groups, wave): the blocks (clusters) a launch gets, each taking every so many row
     groups, and the resident wave they were fitted to (0: none)."""
     p = rs.p
-    profile, accumulate, pure, rows, sm = p.profile, p.accumulate, p.pure, p.rows, p.sm
+    profile, accumulate, rows, sm = p.profile, p.accumulate, p.rows, p.sm
     pipeline, cluster, tx, ty = v.pipeline, v.cluster, v.tx, v.ty
     # pure reductions: a block a row group (sum f32 262144x256 2610 -> 2705 GB/s); kernels
-    # with outputs along the row keep the capped grid, which did as well or better
-    waves = 0 if pure else 32
+    # with outputs along the row keep the capped grid, which did as well or better. So do
+    # row-level outputs of several stages: cross-entropy bf16 8192x50304 2913 -> 2992 GB/s
+    # (benchmarks/sweeps/ce.json, H100)
+    waves = 0 if all(p.program.store_rowlevel) else 32
     if pipeline:  # blocks that stay resident and loop: as many as shared memory holds
         waves = max(1, min(profile.smem_per_sm // (stage_bytes + profile.smem_reserved_per_block),
                            profile.max_threads_per_sm // (tx * ty)))  # fmt: skip
