@@ -197,24 +197,29 @@ def _propose(gm: GraphModule, support: FusionSupport) -> list[Partition]:
     proposed = partitioner.propose_partitions()
     partitioner.remove_bookend_non_compute_ops(proposed)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    return [c for part in proposed for piece in _cut_after_attention(part, order)
+    return [c for part in proposed for piece in _cut_after_library_ops(part, order)
             for c in _connected_parts(piece)]  # fmt: skip
 
 
-def _is_attention(node: Node) -> bool:
-    return node.op == "call_function" and "scaled_dot_product" in base_name(node)
+# the ops a region piece ends with (Note [Region cuts])
+_CUT_AFTER = ("scaled_dot_product", "convolution")
 
 
-def _cut_after_attention(part: Partition, order: dict[Node, int]) -> list[Partition]:
-    """Note [Region cuts at attention]: with GEMMs and attention lowered, a partition holds a
-    whole transformer stack, and the segmenter's search grows faster than the region. So a
-    partition is cut after each attention op (forward or backward): each layer's piece is
-    then the same definition, so the layers share one fusion id, one segmentation and its
-    kernels, and no region grows with depth. An attention op is a segment of its own in any
-    case (Note [ATen segments]): the cut fuses nothing less, and costs one region call a
-    layer. A piece is a run of the partition's nodes in graph order, so no cycle can form
-    between pieces (an edge never runs from a later piece to an earlier one); an item of a
-    tuple stays with the op that made the tuple."""
+def _ends_piece(node: Node) -> bool:
+    return node.op == "call_function" and any(op in base_name(node) for op in _CUT_AFTER)
+
+
+def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Partition]:
+    """Note [Region cuts]: with GEMMs, attention and convolutions lowered, a partition holds
+    a whole transformer stack or a whole ResNet, and the segmenter's search grows faster than
+    the region (a tiny ResNet-18's forward and backward as two regions: 55 s of segmentation
+    search, profiled, on this CPU). So a partition is cut after each attention op and each
+    convolution (forward or backward): a layer's pieces are then the same definitions, so the
+    layers share fusion ids, segmentations and kernels, and no region grows with depth. Such
+    an op is a segment of its own in any case (Note [ATen segments]): the cut fuses nothing
+    less, and costs one region call a piece. A piece is a run of the partition's nodes in
+    graph order, so no cycle can form between pieces (an edge never runs from a later piece
+    to an earlier one); an item of a tuple stays with the op that made the tuple."""
     nodes = sorted(part.nodes, key=order.__getitem__)
     pieces: list[list[Node]] = [[]]
     piece_of: dict[Node, int] = {}
@@ -225,7 +230,7 @@ def _cut_after_attention(part: Partition, order: dict[Node, int]) -> list[Partit
             continue
         if cut and pieces[-1]:
             pieces.append([])
-        cut = _is_attention(n)
+        cut = _ends_piece(n)
         pieces[-1].append(n)
         piece_of[n] = len(pieces) - 1
     return [Partition(nodes=p) for p in pieces if p] if len(pieces) > 1 else [part]

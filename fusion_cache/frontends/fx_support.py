@@ -134,6 +134,7 @@ _NEEDS = {
     "_scaled_dot_product_cudnn_attention_backward": ("sdpa_cudnn_bwd",),
     "_scaled_dot_product_efficient_attention": ("sdpa_efficient_fwd",),
     "_scaled_dot_product_efficient_attention_backward": ("sdpa_efficient_bwd",),
+    "convolution": ("convolution",), "convolution_backward": ("convolution_backward",),
 }  # fmt: skip
 
 
@@ -193,6 +194,12 @@ def _probe(op: str) -> bool:
         elif op in ("sdpa_efficient_fwd", "sdpa_efficient_bwd"):
             q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
             y = fd.ops.sdpa_efficient_fwd(q, q, q, None, 0.0, True, None)[0]
+        elif op in ("convolution", "convolution_backward"):
+            img = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
+            if op == "convolution":
+                y = fd.ops.convolution(img, img, None, 1, 1)
+            else:
+                y = fd.ops.convolution_backward(img, img, img, 1, 1)[0]
         else:
             raise ValueError(f"gpu_schedules: no probe for {op!r}")
         fd.add_output(y)
