@@ -31,6 +31,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
+from fusion_cache.runtime.compile_ahead import compile_regions
 
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
 from .fx_region import RegionCall, build_region, spec_of
@@ -55,7 +56,9 @@ class GraphReport:
     eager_reasons: dict[str, str] = field(default_factory=dict)  # node name -> why
     fused_ops: dict[str, int] = field(default_factory=dict)  # aten op -> how many were fused
     eager_ops: dict[str, dict[str, int]] = field(default_factory=dict)  # op -> why -> count
-    fuse_s: float = 0.0  # partitioning and lowering this graph
+    fuse_s: float = 0.0  # partitioning and lowering this graph, planning ahead included
+    planned_ahead: int = 0  # regions planned at lowering, kernels compiled in the pool
+    ahead_s: float = 0.0  # of fuse_s: planning them (the compiles run on)
     regions_list: list = field(default_factory=list, repr=False)  # its RegionCalls
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,7 +69,7 @@ class GraphReport:
             "fusion_ids": list(self.fusion_ids), "eager_reasons": dict(self.eager_reasons),
             "fused_ops": dict(self.fused_ops),
             "eager_ops": {op: dict(why) for op, why in self.eager_ops.items()},
-            "fuse_s": self.fuse_s,
+            "fuse_s": self.fuse_s, "planned_ahead": self.planned_ahead, "ahead_s": self.ahead_s,
             # first calls: recording the launch sequences (planning, compiling or loading)
             "record_s": sum(r.record_s for r in self.regions_list),
         }  # fmt: skip
@@ -152,9 +155,10 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
 
     if kept:
         fuse_by_partitions(gm, [dict.fromkeys(p.nodes) for p in kept], prefix=_PREFIX)
+    ahead: list[tuple[Any, list]] = []  # (definition, example inputs) of each region
     for i, part in enumerate(kept):
         name = f"{_PREFIX}{i}"
-        region = _lower_region(gm, name)
+        region = _lower_region(gm, name, ahead)
         ops = [n for n in part.nodes if not is_getitem(n)]
         if isinstance(region, str):  # lowering failed: the submodule runs the ops in eager
             for n in ops:
@@ -168,6 +172,9 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
             report.fused_ops[base_name(n)] = report.fused_ops.get(base_name(n), 0) + 1
         report.fusion_ids.append(region.fusion_id)
     gm.recompile()
+    ahead_start = time.perf_counter()
+    report.planned_ahead = compile_regions(ahead)  # Note [Compiles ahead]
+    report.ahead_s = time.perf_counter() - ahead_start
 
     for node, why in labels.items():
         if node.op == "call_function" and not is_getitem(node):
@@ -294,8 +301,9 @@ def _call_region(gm: GraphModule, name: str, region: RegionCall) -> None:
     gm.delete_submodule(name)
 
 
-def _lower_region(gm: GraphModule, name: str) -> RegionCall | str:
-    """The RegionCall for submodule `name`, or why its definition could not be built."""
+def _lower_region(gm: GraphModule, name: str, ahead: list) -> RegionCall | str:
+    """The RegionCall for submodule `name`, or why its definition could not be built; its
+    definition and example inputs go to `ahead` (Note [Compiles ahead])."""
     sub = getattr(gm, name)
     call = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == name)
     vals = [a.meta.get("val") if isinstance(a, Node) else a for a in call.args]
@@ -314,6 +322,7 @@ def _lower_region(gm: GraphModule, name: str) -> RegionCall | str:
         return f"{type(err).__name__}: {err}"
     if not fd.output_records():
         return "every output is a constant: nothing to run"
+    ahead.append((fd, vals))
     return RegionCall(name, sub, fd, specs, constants)
 
 
