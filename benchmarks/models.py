@@ -291,6 +291,10 @@ def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
         # the step itself
         "fuse_s": sum(r["fuse_s"] for r in reports),
         "record_s": sum(r["record_s"] for r in reports),
+        # regions whose first call's strides were not the traced ones (defined again)
+        "redefined": sum(r.get("redefined", 0) for r in reports),
+        "planned_ahead": sum(r.get("planned_ahead", 0) for r in reports),
+        "ahead_s": sum(r.get("ahead_s", 0.0) for r in reports),
         "regions": sum(r["regions"] for r in reports),
         "ops_fused": sum(r["ops_fused"] for r in reports),
         "ops_eager": sum(r["ops_eager"] for r in reports),

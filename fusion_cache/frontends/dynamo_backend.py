@@ -72,6 +72,7 @@ class GraphReport:
             "fuse_s": self.fuse_s, "planned_ahead": self.planned_ahead, "ahead_s": self.ahead_s,
             # first calls: recording the launch sequences (planning, compiling or loading)
             "record_s": sum(r.record_s for r in self.regions_list),
+            "redefined": sum(r.redefined for r in self.regions_list),
         }  # fmt: skip
 
 

@@ -143,8 +143,34 @@ def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> Cons
             raise LoweringError(f"region output {out} lowered to {value!r}, not a fusion value")
         if value.index in inputs:
             value = fd.ops.set(value)  # an input passed through: the output gets its own copy
-        fd.add_output(value)
+        fd.add_output(value, stride_order=_view_layout(out))
     return tuple(constants)
+
+
+_TRANSPOSES = frozenset({"t", "transpose", "permute"})
+
+
+def _view_layout(node: Any) -> list[int] | None:
+    """The stride order torch gives a transposed view the region returns (a weight's t() the
+    backward saves), where it is dense: the output is written in that layout, so the region
+    that reads it sees the strides it was traced with and keeps its definition (and the
+    kernels planned ahead for it, Note [Compiles ahead]) rather than being defined again."""
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    if not isinstance(val, torch.Tensor) or val.dim() < 2 or op_name(node).split("::")[-1] \
+            not in _TRANSPOSES:  # fmt: skip
+        return None
+    if val.is_contiguous():
+        return None
+    by_stride = sorted(range(val.dim()), key=lambda d: (val.stride(d), -d))
+    dense = 1
+    for d in by_stride:  # inner to outer: each stride is what the dims inside it fill
+        if val.shape[d] != 1 and val.stride(d) != dense:
+            return None  # a view into a larger tensor (a split's piece): row-major as before
+        dense *= val.shape[d]
+    order = [0] * val.dim()
+    for rank, d in enumerate(by_stride):
+        order[d] = rank
+    return order
 
 
 def _with_constants(outs: list, constants: Constants) -> list:
@@ -184,6 +210,9 @@ class RegionCall:
         self._sequences: dict[tuple, tuple[Guard, LaunchSequence, Constants]] = {}
         self._last: tuple[Guard, LaunchSequence, Constants] | None = None
         self.record_s = 0.0  # spent recording sequences (planning, compiling, loading)
+        # definitions built again for strides (or sizes) other than the traced ones: a region
+        # planned ahead for the traced ones (Note [Compiles ahead]) is planned again
+        self.redefined = 0
 
     def __call__(self, *args: Any) -> Any:
         last = self._last
@@ -214,6 +243,7 @@ class RegionCall:
         found = self._definitions.get(key)
         if found is None:  # strides (or sizes) differ from the traced ones: define again
             found = self._definitions[key] = build_region(self.region_graph, key)
+            self.redefined += 1
         return found
 
     @property
