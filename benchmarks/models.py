@@ -321,7 +321,7 @@ def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
     cmd += ["--tiny"] if args.tiny else []
     cmd += ["--stub"] if args.stub else []
-    cmd += ["--profile-first", str(profile.resolve())] if profile is not None else []
+    cmd += ["--profile-stem", str(profile.resolve())] if profile is not None else []
     env = dict(os.environ, FUSION_CACHE_DIR=store)
     env.pop("FUSION_CACHE_DB_URL", None)
     root = str(Path(__file__).resolve().parents[1])
@@ -346,8 +346,10 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
     for contender in args.contenders:
         print(f"{case.name}: {contender} ...", flush=True)
         try:
+            profile = (args.profile_first / f"profile-cold-{case.name}"
+                       if args.profile_first and contender == "fusion_cache" else None)
             out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
-                                                         args.stub)  # fmt: skip
+                                                         args.stub, profile)  # fmt: skip
         except Exception as err:  # one failing contender does not lose the others' figures
             out["contenders"][contender] = {"error": f"{type(err).__name__}: {err}"[:3000]}
     if "fusion_cache" in args.contenders and not args.no_warm:
@@ -494,11 +496,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the warm-store process with its first step under "
                              "cProfile: OUT/profile-warm-<model>.prof and .txt")  # fmt: skip
     parser.add_argument("--warm-child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--profile-first", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-first", type=Path, default=None,
+                        help="a folder: fusion_cache's cold first step runs under cProfile "
+                             "(profile-cold-<model>.prof/.txt; its figures are slowed by it)")
+    parser.add_argument("--profile-stem", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.warm_child:
         return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub,
-                          args.profile_first)  # fmt: skip
+                          args.profile_stem)  # fmt: skip
     if args.stub and args.device != "cpu":
         parser.error("--stub runs on the CPU (--device cpu)")
     args.contenders = [c for c in args.contenders.split(",") if c]

@@ -34,7 +34,7 @@ from fusion_cache.frontend.options import dump_enabled
 from fusion_cache.runtime.compile_ahead import compile_regions
 
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
-from .fx_region import RegionCall, build_region, spec_of
+from .fx_region import RegionCall, build_region, dense_order, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
 
@@ -159,7 +159,7 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     ahead: list[tuple[Any, list]] = []  # (definition, example inputs) of each region
     for i, part in enumerate(kept):
         name = f"{_PREFIX}{i}"
-        region = _lower_region(gm, name, ahead)
+        region = _lower_region(gm, name, ahead, kind)
         ops = [n for n in part.nodes if not is_getitem(n)]
         if isinstance(region, str):  # lowering failed: the submodule runs the ops in eager
             for n in ops:
@@ -302,7 +302,8 @@ def _call_region(gm: GraphModule, name: str, region: RegionCall) -> None:
     gm.delete_submodule(name)
 
 
-def _lower_region(gm: GraphModule, name: str, ahead: list) -> RegionCall | str:
+def _lower_region(gm: GraphModule, name: str, ahead: list, kind: str = "forward",
+                  ) -> RegionCall | str:  # fmt: skip
     """The RegionCall for submodule `name`, or why its definition could not be built; its
     definition and example inputs go to `ahead` (Note [Compiles ahead])."""
     sub = getattr(gm, name)
@@ -323,8 +324,29 @@ def _lower_region(gm: GraphModule, name: str, ahead: list) -> RegionCall | str:
         return f"{type(err).__name__}: {err}"
     if not fd.output_records():
         return "every output is a constant: nothing to run"
-    ahead.append((fd, vals))
-    return RegionCall(name, sub, fd, specs, constants)
+    region = RegionCall(name, sub, fd, specs, constants)
+    saved = _saved_as_copies(call, vals) if kind == "backward" else None
+    if saved is not None:  # plan ahead what the first call will get, defined now
+        try:
+            ahead.append((region.definition_for(saved, counted=False)[0], saved))
+        except Exception:  # noqa: BLE001 - the first call defines it again, and says why
+            pass
+    else:
+        ahead.append((fd, vals))
+    return region
+
+
+def _saved_as_copies(call: Node, vals: list) -> list | None:
+    """A backward region's inputs as its first call gets them, where they differ from the
+    traced ones: a tensor the forward saved that was traced as a view into a larger buffer
+    (a split's q, k, v) reaches the backward as a forward region's output, which a region
+    writes row-major. None where nothing differs."""
+    out, changed = list(vals), False
+    for i, (arg, val) in enumerate(zip(call.args, vals)):
+        if isinstance(arg, Node) and arg.op == "placeholder" and isinstance(val, torch.Tensor) \
+                and val.dim() > 1 and dense_order(val) is None:  # fmt: skip
+            out[i], changed = val.new_empty(val.shape), True
+    return out if changed else None
 
 
 # ---- FUSION_CACHE_DUMP=graph ----------------------------------------------------------------

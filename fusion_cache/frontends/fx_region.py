@@ -159,15 +159,19 @@ def _view_layout(node: Any) -> list[int] | None:
     if not isinstance(val, torch.Tensor) or val.dim() < 2 or op_name(node).split("::")[-1] \
             not in _TRANSPOSES:  # fmt: skip
         return None
-    if val.is_contiguous():
-        return None
-    by_stride = sorted(range(val.dim()), key=lambda d: (val.stride(d), -d))
+    return None if val.is_contiguous() else dense_order(val)
+
+
+def dense_order(t: torch.Tensor) -> list[int] | None:
+    """The stride order (Note [Output layouts]) of a tensor whose elements fill its storage
+    span in some order of its dims; None for a view into a larger buffer (a split's piece)."""
+    by_stride = sorted(range(t.dim()), key=lambda d: (t.stride(d), -d))
     dense = 1
     for d in by_stride:  # inner to outer: each stride is what the dims inside it fill
-        if val.shape[d] != 1 and val.stride(d) != dense:
-            return None  # a view into a larger tensor (a split's piece): row-major as before
-        dense *= val.shape[d]
-    order = [0] * val.dim()
+        if t.shape[d] != 1 and t.stride(d) != dense:
+            return None
+        dense *= t.shape[d]
+    order = [0] * t.dim()
     for rank, d in enumerate(by_stride):
         order[d] = rank
     return order
@@ -238,12 +242,14 @@ class RegionCall:
             self.record_s += time.perf_counter() - start
         return _with_constants(outs, entry[2]) if entry[2] else outs
 
-    def definition_for(self, args: Sequence[Any]) -> tuple[FusionDefinition, Constants]:
+    def definition_for(self, args: Sequence[Any], counted: bool = True,
+                       ) -> tuple[FusionDefinition, Constants]:  # fmt: skip
+        """`counted`: a first call's (redefined counts it), not one defined ahead."""
         key = tuple(spec_of(a) for a in args)
         found = self._definitions.get(key)
         if found is None:  # strides (or sizes) differ from the traced ones: define again
             found = self._definitions[key] = build_region(self.region_graph, key)
-            self.redefined += 1
+            self.redefined += counted
         return found
 
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 from typing import Any
 
 import torch
@@ -27,6 +28,13 @@ VIEW_OPS = frozenset(
 # random or stateful: never fused
 _RANDOM = frozenset("native_dropout dropout bernoulli rand_like randn_like".split())
 _BATCH_NORM_STATS = ("_native_batch_norm_legit_no_training", "native_batch_norm")
+
+
+def eager_ops() -> frozenset[str]:
+    """FUSION_CACHE_EAGER_OPS: aten ops (comma list, "convolution,convolution_backward") left
+    to eager whatever their lowering, to compare a model's steps with and without them."""
+    return frozenset(n.strip() for n in os.environ.get("FUSION_CACHE_EAGER_OPS", "").split(",")
+                     if n.strip())  # fmt: skip
 
 
 def op_name(node: Node) -> str:
@@ -62,6 +70,8 @@ def reject_reason(node: Node) -> str | None:
         return f"not an aten op ({getattr(node.target, '__name__', node.target)})"
     if name.split("::")[-1] in _RANDOM:
         return "random op"
+    if name.split("::")[-1] in eager_ops():
+        return "left to eager by FUSION_CACHE_EAGER_OPS"
     if not has_lowering(name):
         return f"no lowering for {name}"
     return _check_values(node) or _check_op(node) or _check_needs(node)
