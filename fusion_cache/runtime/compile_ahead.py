@@ -12,6 +12,10 @@ segmentation skips the search) and `cubin_for` takes each kernel from its pendin
 waiting for it where it is not done yet. A worker runs the store's own `compile_once`, so the
 kernel is stored, and compiled once across processes, as any other.
 
+H100 (Llama-style, same run): cold first step 6.16 s against 9.26 s without, its region calls
+0.34 s against 6.46 s. What remains is the planning itself, now at lowering (the segmenter's
+search: 3.1 s for the Llama-style model's 6 distinct regions, 3.3 s for ResNet-18's 30).
+
 A region whose plan the store already holds for these inputs (a warm store, or a region
 that repeats another's definition) is not planned ahead: its kernels are found in the store
 at its first call, and planning it twice would only cost host time. Failures ahead of time
