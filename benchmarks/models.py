@@ -432,8 +432,8 @@ def render_markdown(data: dict[str, Any]) -> str:
               "and garbage-collection ms (all should be 0 but gc), Python launches a step "
               "(0 once CUDA graphs replay)", "",
               "| model | run | first step s | of which lowering s / first region calls s | "
-              "dynamo s | step ms | warm/cold first | kernels as cold | misses | compiles | ref runs | "
-              "recompiles | gc ms | launches/step | free GiB at start |",
+              "dynamo s | step ms | warm/cold first | kernels as cold | misses | compiles | "
+              "ref runs | recompiles | gc ms | launches/step | free GiB at start |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in data["models"]:
         rows = m["contenders"]
