@@ -159,12 +159,12 @@ def stub_launches(target: str = "h100", log: list | None = None) -> Iterator[lis
     """Within it, CPU inputs take the GPU path: plans are made for `target` (kernels compiled
     through the store as on a GPU machine), launched by StubKernels (into `log` when given),
     and outputs are allocated on the CPU."""
-    from fusion_cache.runtime import execute, executor, sequence
+    from fusion_cache.runtime import compile_ahead, execute, executor, sequence
     from schedulers.device import resolve_target
 
     profile = resolve_target(target)
     saved = (executor.FusionExecutor.plan, execute._on_gpu, sequence._on_gpu,
-             executor.LaunchPlan.barrier)
+             executor.LaunchPlan.barrier, compile_ahead.profile_for)
 
     def plan(self, values, key, device=None):
         found = self.plans.get(key)
@@ -191,11 +191,12 @@ def stub_launches(target: str = "h100", log: list | None = None) -> Iterator[lis
     executor.FusionExecutor.plan = plan
     execute._on_gpu = sequence._on_gpu = on_gpu
     executor.LaunchPlan.barrier = barrier
+    compile_ahead.profile_for = lambda values: profile if on_gpu(values) else None
     try:
         yield log
     finally:
         (executor.FusionExecutor.plan, execute._on_gpu, sequence._on_gpu,
-         executor.LaunchPlan.barrier) = saved  # fmt: skip
+         executor.LaunchPlan.barrier, compile_ahead.profile_for) = saved  # fmt: skip
 
 
 def count_python_calls(fn: Callable[[], Any]) -> int:

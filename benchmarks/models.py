@@ -9,8 +9,9 @@ included, on an empty fusion store and empty inductor caches), the loss of every
 its largest difference from eager's. For fusion_cache also: the first step of a new process
 on the warm store and that process's steady step (`--warm-child`, run as a subprocess), the
 regions and the ops fused and left to eager with their reasons, kernels compiled and loaded,
-plan misses and reference-evaluator runs (zero on a GPU). `fusion_cache_graphs` (opt-in, in
---contenders) is fusion_cache with CUDA graphs (mode="reduce-overhead").
+plan misses and reference-evaluator runs (zero on a GPU). `fusion_cache_graphs` and
+`inductor_graphs` (opt-in, in --contenders) are fusion_cache and inductor with CUDA graphs
+(mode="reduce-overhead").
 
 `--stub` (with --device cpu) is a model of the GPU path's host side on a machine without
 one: fusion_cache plans every region for the h100 profile (NVRTC compiles here, through
@@ -45,7 +46,7 @@ from benchmarks.model_defs import ModelCase, model_cases
 
 RESULTS_DIR = Path(__file__).parent / "results"
 CONTENDERS = ("eager", "inductor", "fusion_cache")
-OPTIONAL = ("fusion_cache_graphs",)
+OPTIONAL = ("fusion_cache_graphs", "inductor_graphs")
 MEDIAN_FROM = 4  # steps 5.. (0-based 4..): the median skips compiles and warm-up
 
 
@@ -69,12 +70,19 @@ def initial_model(case: ModelCase, device: str) -> torch.nn.Module:
 
 def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase, batches: list,
           device: str, after_step: Callable[[], None] | None = None,
-          ) -> tuple[list[float], list[float]]:  # fmt: skip
-    """Loss and seconds of each step; `after_step()` runs after each, outside the timing."""
+          profile: Path | None = None) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Loss and seconds of each step; `after_step()` runs after each, outside the timing.
+    `profile`: the first step runs under cProfile, its stats written there (.prof, and the
+    heaviest functions by cumulative time as .txt)."""
+    import cProfile
+
     opt = torch.optim.SGD(params, lr=case.lr, momentum=0.9)
     losses, times = [], []
-    for batch in batches:
+    for i, batch in enumerate(batches):
+        profiler = cProfile.Profile() if profile is not None and i == 0 else None
         sync(device)
+        if profiler is not None:
+            profiler.enable()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device, dtype=case.autocast or torch.bfloat16,
@@ -84,10 +92,32 @@ def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase, ba
         opt.step()
         sync(device)
         times.append(time.perf_counter() - start)
+        if profiler is not None:
+            profiler.disable()
+            write_profile(profiler, profile)
         losses.append(float(loss.detach()))
         if after_step is not None:
             after_step()
     return losses, times
+
+
+def write_profile(profiler: Any, path: Path) -> None:
+    import io
+    import pstats
+
+    profiler.dump_stats(str(path.with_suffix(".prof")))
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(80)
+    path.with_suffix(".txt").write_text(text.getvalue())
+
+
+def tracing_times() -> dict[str, float]:
+    """Seconds torch spent compiling by phase since the last reset (dynamo's tracing with
+    the backend call inside it, the backend, the lazy backward compile, ...)."""
+    from torch._dynamo.utils import compile_times
+
+    names, values = compile_times(repr="csv", aggregate=True)
+    return {n: float(v) for n, v in zip(names, values)}
 
 
 def compiled(contender: str, model: torch.nn.Module) -> Callable:
@@ -98,6 +128,8 @@ def compiled(contender: str, model: torch.nn.Module) -> Callable:
         return model
     if contender == "inductor":
         return torch.compile(model)
+    if contender == "inductor_graphs":  # beside fusion_cache_graphs: both replay CUDA graphs
+        return torch.compile(model, mode="reduce-overhead")
     from fusion_cache.frontends import register_backend
 
     register_backend()
@@ -174,14 +206,16 @@ def free_gib(device: str) -> float | None:
 
 
 def run_contender(contender: str, case: ModelCase, steps: int, device: str,
-                  stub: bool = False) -> dict[str, Any]:  # fmt: skip
+                  stub: bool = False, profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
     if stub and contender.startswith("fusion_cache"):
         from benchmarks.host_region import stub_launches
 
         with stub_launches():
-            row = run_contender(contender, case, steps, device)
+            row = run_contender(contender, case, steps, device, profile=profile)
         row["fallbacks"] = reference_plans()
         return row
+    from torch._dynamo.utils import compilation_time_metrics
+
     from fusion_cache.frontends import dynamo_backend
 
     release_memory(device)
@@ -191,18 +225,20 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     dynamo_backend.reset_reports()
     before = fusion_counters()
     fn = compiled(contender, model)
+    compilation_time_metrics.clear()
     watch = StepWatch()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # recompile notes and the like: the results say it
-            losses, times = train(fn, list(model.parameters()), case, batches, device, watch)
+            losses, times = train(fn, list(model.parameters()), case, batches, device, watch,
+                                  profile)  # fmt: skip
     finally:
         watch.close()
     after = fusion_counters()
     row: dict[str, Any] = {
         "losses": losses, "step_s": times, "first_step_s": times[0],
         "median_ms": statistics.median(times[MEDIAN_FROM:] or times) * 1e3,
-        "free_gib_at_start": free,
+        "free_gib_at_start": free, "tracing_s": tracing_times(),
     }  # fmt: skip
     row["per_step"] = {k: [r[k] for r in watch.rows] for k in watch.rows[0]} if watch.rows else {}
     if contender.startswith("fusion_cache"):
@@ -255,6 +291,10 @@ def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
         # the step itself
         "fuse_s": sum(r["fuse_s"] for r in reports),
         "record_s": sum(r["record_s"] for r in reports),
+        # regions whose first call's strides were not the traced ones (defined again)
+        "redefined": sum(r.get("redefined", 0) for r in reports),
+        "planned_ahead": sum(r.get("planned_ahead", 0) for r in reports),
+        "ahead_s": sum(r.get("ahead_s", 0.0) for r in reports),
         "regions": sum(r["regions"] for r in reports),
         "ops_fused": sum(r["ops_fused"] for r in reports),
         "ops_eager": sum(r["ops_eager"] for r in reports),
@@ -266,19 +306,22 @@ def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
 # ---- the warm child ---------------------------------------------------------------------------
 
 
-def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool) -> int:
+def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool,
+               profile: Path | None = None) -> int:  # fmt: skip
     """In a new process on the store FUSION_CACHE_DIR names: one fusion_cache run, as JSON."""
     case = next(c for c in model_cases(tiny) if c.name == name)
-    row = run_contender("fusion_cache", case, steps, device, stub)
+    row = run_contender("fusion_cache", case, steps, device, stub, profile)
     print("WARM-RESULT " + json.dumps(row))
     return 0
 
 
-def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str) -> dict[str, Any]:
+def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
+                   profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
     cmd = [sys.executable, "-m", "benchmarks.models", "--warm-child", case.name,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
     cmd += ["--tiny"] if args.tiny else []
     cmd += ["--stub"] if args.stub else []
+    cmd += ["--profile-stem", str(profile.resolve())] if profile is not None else []
     env = dict(os.environ, FUSION_CACHE_DIR=store)
     env.pop("FUSION_CACHE_DB_URL", None)
     root = str(Path(__file__).resolve().parents[1])
@@ -303,8 +346,10 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
     for contender in args.contenders:
         print(f"{case.name}: {contender} ...", flush=True)
         try:
+            profile = (args.profile_first / f"profile-cold-{case.name}"
+                       if args.profile_first and contender == "fusion_cache" else None)
             out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
-                                                         args.stub)  # fmt: skip
+                                                         args.stub, profile)  # fmt: skip
         except Exception as err:  # one failing contender does not lose the others' figures
             out["contenders"][contender] = {"error": f"{type(err).__name__}: {err}"[:3000]}
     if "fusion_cache" in args.contenders and not args.no_warm:
@@ -312,6 +357,11 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
         if not args.warm_beside_cache:
             release_memory(args.device)
         out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store)
+        if args.profile_warm:  # a third process, so that cProfile slows no figure above
+            print(f"{case.name}: fusion_cache, profiled first step on the warm store ...",
+                  flush=True)  # fmt: skip
+            prof = run_warm_child(case, args, store, args.out / f"profile-warm-{case.name}")
+            out["warm_profiled_first_step_s"] = prof.get("first_step_s")
     eager = out["contenders"].get("eager", {}).get("losses")
     for row in out["contenders"].values():
         if eager and "losses" in row:
@@ -376,13 +426,15 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {row.get('max_loss_diff', 0):.2e} | {row.get('regions', '-')} | {fused} "
                 f"| {kernels} | {c.get('reference_runs', '-') if c else '-'} |")
     lines += ["", "## Restarts and steady steps", "",
+              "dynamo s: torch's tracing of the first step's graphs, the forward's AOT autograd "
+              "and lowering inside it (the backward's is compiled later, in the step); "
               "steps 2+ of each run: plan misses, compiles, reference runs, dynamo recompiles "
               "and garbage-collection ms (all should be 0 but gc), Python launches a step "
               "(0 once CUDA graphs replay)", "",
               "| model | run | first step s | of which lowering s / first region calls s | "
-              "step ms | warm/cold first | kernels as cold | misses | compiles | ref runs | "
-              "recompiles | gc ms | launches/step | free GiB at start |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "dynamo s | step ms | warm/cold first | kernels as cold | misses | compiles | "
+              "ref runs | recompiles | gc ms | launches/step | free GiB at start |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in data["models"]:
         rows = m["contenders"]
         cold = rows.get("fusion_cache", {})
@@ -398,7 +450,9 @@ def render_markdown(data: dict[str, Any]) -> str:
                 else 0  # fmt: skip
             lines.append(
                 f"| {m['model']} | {name} | {_s(row['first_step_s'])} "
-                f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} | {_ms(row['median_ms'])} "
+                f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} "
+                f"| {_s(row.get('tracing_s', {}).get('_compile.compile_inner'))} "
+                f"| {_ms(row['median_ms'])} "
                 f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
                 f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
                 f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} "
@@ -438,10 +492,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--caches", type=Path, default=None,
                         help="where the fresh stores and compiler caches go (default: a temp dir)")
+    parser.add_argument("--profile-warm", action="store_true",
+                        help="also run the warm-store process with its first step under "
+                             "cProfile: OUT/profile-warm-<model>.prof and .txt")  # fmt: skip
     parser.add_argument("--warm-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-first", type=Path, default=None,
+                        help="a folder: fusion_cache's cold first step runs under cProfile "
+                             "(profile-cold-<model>.prof/.txt; its figures are slowed by it)")
+    parser.add_argument("--profile-stem", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.warm_child:
-        return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub)
+        return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub,
+                          args.profile_stem)  # fmt: skip
     if args.stub and args.device != "cpu":
         parser.error("--stub runs on the CPU (--device cpu)")
     args.contenders = [c for c in args.contenders.split(",") if c]

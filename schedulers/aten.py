@@ -1,5 +1,5 @@
-"""The ATen scheduler: a fusion of one op a library does best (GEMM, attention, sort, scan)
-runs as that op's torch call.
+"""The ATen scheduler: a fusion of one op a library does best (GEMM, attention, convolution,
+sort, scan) runs as that op's torch call.
 
 Note [ATen segments]: nvFuser runs its matmuls and attention through ATen (its expression
 evaluator scheduler) inside a segmented fusion, and generates the kernels around them; so do
@@ -35,6 +35,7 @@ TORCH_CALLS = {
     "sdpa_efficient_bwd": "aten._scaled_dot_product_efficient_attention_backward",
     "grouped_mm": "torch._grouped_mm", "scaled_mm": "torch._scaled_mm",
     "cumsum": "torch.cumsum", "argsort": "torch.argsort", "topk": "torch.topk",
+    "convolution": "aten.convolution", "convolution_backward": "aten.convolution_backward",
 }  # fmt: skip
 ATEN_OPS = frozenset(TORCH_CALLS)
 # ops torch runs as views (no copy) on the way into the ATen op's operands

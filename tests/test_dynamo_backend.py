@@ -199,7 +199,7 @@ def test_a_region_longer_than_1024_records_lowers():
 
 @pytest.mark.skipif(not HAS_ATEN, reason="attention lowers through the fusion's ATen ops")
 def test_regions_end_after_attention_and_layers_share_a_fusion():
-    """Note [Region cuts at attention]: each layer's piece between two attention ops is one
+    """Note [Region cuts]: each layer's piece between two attention ops is one
     region, the same definition for every middle layer."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -229,7 +229,9 @@ def test_conv_batch_norm_relu_eval():
         got = torch.compile(model, backend="fusion_cache")(x)
         torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
     report = dynamo_backend.last_report()
-    assert report["regions"] == 1  # batch norm (eval) + relu; the convolutions stay eager
+    # batch norm (eval) + relu + the second convolution; the first convolution, alone in its
+    # piece (Note [Region cuts]), stays eager
+    assert report["regions"] == 1 and report["fused_ops"].get("convolution") == 1, report
 
 
 def test_training_mode_dropout_stays_eager():

@@ -209,7 +209,7 @@ def test_library_lowering_matches_eager(name):
     reports = _check(fn, shapes, fwd_ops, bwd_ops, dtype=dtype, **tol)
     forward = next(r for r in reports if r["graph"] == "forward")
     # one region holds the GEMMs and the work around them; attention ends its region (Note
-    # [Region cuts at attention] in dynamo_backend.py): what follows it is a second one
+    # [Region cuts] in dynamo_backend.py): what follows it is a second one
     assert forward["regions"] == (2 if name == "attention" else 1), forward
 
 
@@ -267,7 +267,7 @@ def test_cudnn_attention_and_its_backward_lower_as_aten_segments():
 
     gm, report = _regions_of(forward, (q, k, v))
     assert report["fused_ops"].get("_scaled_dot_product_cudnn_attention") == 1, report
-    # the scaling after attention is a region of its own (Note [Region cuts at attention])
+    # the scaling after attention is a region of its own (Note [Region cuts])
     assert report["regions"] == 2 and not report["eager_ops"], report
     out, lse, seed, offset = gm(q, k, v)
     want_out, want_lse = _causal_reference(q * 2, k, v, scale)
@@ -378,3 +378,88 @@ def test_embedding_and_its_backward(padding_idx, dtype):
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
     _check(fn, [(5, 3), (2, 4, 3)], {"embedding"}, {"embedding_dense_backward"}, dtype=dtype,
            **tol)  # fmt: skip
+
+
+# ---- convolution and its backward as ATen segments ------------------------------------------
+
+# name -> (module, input shape): groups, stride, padding, dilation, bias, transposed
+CONVS = {
+    "conv2d_bias": (lambda: torch.nn.Conv2d(4, 6, 3, padding=1), (2, 4, 7, 7)),
+    "conv2d_stride_dilation_groups": (
+        lambda: torch.nn.Conv2d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2, bias=False),
+        (2, 4, 9, 8)),
+    "conv1d_depthwise": (lambda: torch.nn.Conv1d(3, 6, 5, padding=2, groups=3), (2, 3, 11)),
+    "conv_transpose2d": (
+        lambda: torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1,
+                                         groups=2), (2, 4, 5, 6)),
+    "conv3d": (lambda: torch.nn.Conv3d(2, 3, (2, 3, 3), stride=(1, 2, 1)), (1, 2, 4, 6, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_convolution_and_its_backward_lower_into_regions(name):
+    """A convolution between pointwise work: the region holds the work before it and the
+    convolution (Note [Region cuts]), the backward region convolution_backward with the
+    gradient's pointwise work; outputs and every gradient (input, weight, bias) as eager's."""
+    make, shape = CONVS[name]
+    torch.manual_seed(0)
+    conv = make().double()
+
+    def fn(x, w, *bias):
+        y = torch.ops.aten.convolution(torch.tanh(x * 2), w, bias[0] if bias else None,
+                                       conv.stride, conv.padding, conv.dilation,
+                                       conv.transposed, conv.output_padding, conv.groups)
+        return torch.sigmoid(y) * 3
+
+    shapes = [shape, tuple(conv.weight.shape)] + ([tuple(conv.bias.shape)] if conv.bias
+                                                   is not None else [])  # fmt: skip
+    _check(fn, shapes, {"convolution", "tanh"}, {"convolution_backward", "tanh_backward"})
+
+
+def test_convolution_backward_without_the_input_gradient():
+    """A first layer's backward asks for no input gradient (output_mask [False, True,
+    True]): the region returns the weight's and bias's, eager gets None for the input's."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    w = torch.randn(5, 3, 3, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    w2, b2 = (t.detach().clone().requires_grad_() for t in (w, b))
+
+    def fn(x, w, b):
+        return torch.relu(F.conv2d(x, w * 2, b, padding=1)).sum()
+
+    torch.compile(fn, backend="fusion_cache")(x, w, b).backward()
+    fn(x, w2, b2).backward()
+    torch.testing.assert_close(w.grad, w2.grad)
+    torch.testing.assert_close(b.grad, b2.grad)
+    backward = next(r for r in dynamo_backend.reports() if r["graph"] == "backward")
+    assert "convolution_backward" in backward["fused_ops"], backward
+
+
+def test_convolution_segments_are_aten_calls():
+    """precompile (h100) of a region's definition: the convolutions and convolution_backward
+    are ATen segments, the batch norm and activations around them generated kernels."""
+    from fusion_cache import FusionDefinition
+    from fusion_cache.runtime.executor import executor_for
+
+    def meta(*shape):
+        return torch.empty(shape, device="meta")
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=True)
+        w = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=True)
+        go = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=True)
+        h = fd.ops.relu(fd.ops.mul(x, 2.0))
+        y = fd.ops.convolution(h, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        fd.add_output(fd.ops.sum(y, [0, 2, 3]))
+        gx, gw, gb = fd.ops.convolution_backward(fd.ops.mul(go, 0.5), h, w, [1, 1], [1, 1],
+                                                 [1, 1], False, [0, 0], 1, [True, True, True])
+        fd.add_output(fd.ops.mul(gx, x))
+        fd.add_output(gw)
+        fd.add_output(gb)
+    fd.precompile([meta(8, 16, 32, 32), meta(32, 16, 3, 3), meta(8, 32, 32, 32)], target="h100")
+    plan = executor_for(fd).last_plan
+    kinds = [s.scheduler for s in plan.segments]
+    assert kinds.count("aten") == 2 and "aten:convolution[" in plan.description, plan.description
+    assert "aten:convolution_backward[" in plan.description, plan.description
+    assert all(k is not None for k in kinds), kinds

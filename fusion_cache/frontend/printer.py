@@ -51,6 +51,9 @@ def format_record(r: Record) -> str | None:
         return f"{lhs} = {_call('fd.define_vector', (r.kw('elements'),), (('dtype', r.kw('dtype')),))}"
     if r.kind == "op":
         lhs += ", _" * _UNUSED_RESULTS.get(r.name, 0)
+        if r.kw("output_mask") is not None:  # convolution_backward: None where not asked
+            names = iter(str(o) for o in r.outputs)
+            lhs = ", ".join(next(names) if m else "_" for m in r.kw("output_mask"))
         call = _call("fd.ops." + r.name, r.args, r.kwargs)
         if r.name in LIST_RESULTS:  # returns a list, even of one or none
             return f"{lhs}, = {call}" if len(r.outputs) == 1 else (f"{lhs} = {call}" if lhs else call)

@@ -34,6 +34,8 @@ def replay_records(fd: FusionDefinition, records: Sequence[Record],
             made = _call(fd, r, args, kwargs)
         if r.outputs:
             made = made if isinstance(made, (tuple, list)) else (made,)
+            if len(made) > len(r.outputs):  # the Nones of results not recorded (scaled_mm's)
+                made = [h for h in made if h is not None]
             handles.update((ref.index, h) for ref, h in zip(r.outputs, made))
 
 

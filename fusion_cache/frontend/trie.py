@@ -141,8 +141,9 @@ class FusionCache:
             if counted and len(self._user_ids) >= self.max_fusions:
                 self._count_user(-1)  # raises
             if node.fusion_id is None:
+                text = records_to_json(records)
                 fid = self.store.fusion_id_for(
-                    definition_key(records), records_to_json(records), python_text()
+                    hashlib.sha256(text.encode()).hexdigest(), text, python_text()
                 )
                 node.records = records
                 node.fusion_id = fid

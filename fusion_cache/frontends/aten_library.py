@@ -2,7 +2,8 @@
 segments] in schedulers/aten.py): mm, addmm, bmm and linear onto fd.ops.matmul/linear,
 flash attention and its backward onto fd.ops.sdpfa_fwd/sdpfa_bwd, cuDNN's onto
 fd.ops.sdpa_cudnn_fwd/sdpa_cudnn_bwd, memory-efficient attention's onto
-fd.ops.sdpa_efficient_fwd/sdpa_efficient_bwd. Inside a region they
+fd.ops.sdpa_efficient_fwd/sdpa_efficient_bwd, convolution and its backward onto
+fd.ops.convolution/convolution_backward. Inside a region they
 become segments of their own, so the casts, bias adds and activations around them fuse
 into the generated kernels before and after, in the same region call.
 
@@ -199,3 +200,38 @@ def _efficient_attention_backward(ctx: LoweringContext, a: Args) -> Any:
     grads = _op(ctx, "sdpa_efficient_bwd")(grad, q, k, v, bias, out, lse, seed, offset, p,
                                            causal, scale)  # fmt: skip
     return (*grads, None)
+
+
+# ---- convolution ----------------------------------------------------------------------------
+
+
+def _conv_layout(a: Args, what: str) -> dict[str, Any]:
+    names = ("stride", "padding", "dilation", "transposed", "output_padding", "groups")
+    layout = {name: a.get(name) for name in names}
+    flat = [v for value in layout.values() for v in (value if isinstance(value, (list, tuple))
+                                                     else (value,))]  # fmt: skip
+    if any(is_handle(v) for v in flat):
+        raise UnsupportedOpError(f"{what} whose stride, padding or groups are known only at run "
+                                 "time")  # fmt: skip
+    return layout
+
+
+@lowers("convolution")
+def _convolution(ctx: LoweringContext, a: Args) -> Any:
+    return _op(ctx, "convolution")(a[0], a[1], a.get("bias"), **_conv_layout(a, "convolution"))
+
+
+@lowers("convolution_backward")
+def _convolution_backward(ctx: LoweringContext, a: Args) -> Any:
+    """(grad_input, grad_weight, grad_bias), None where output_mask does not ask; the bias's
+    size is the output's channel count, as bias_sizes says for a layer with a bias."""
+    grad, x, w = a[0], a[1], a[2]
+    mask = tuple(bool(m) for m in a.get("output_mask", (True, True, True)))
+    sizes = a.get("bias_sizes")
+    if mask[2] and sizes is not None:
+        channels = ctx.known_extent(grad, 1)
+        if len(sizes) != 1 or is_handle(sizes[0]) or channels not in (None, sizes[0]):
+            raise UnsupportedOpError(f"convolution backward with bias_sizes {list(sizes)} "
+                                     f"for {channels} output channels")  # fmt: skip
+    layout = _conv_layout(a, "convolution backward")
+    return _op(ctx, "convolution_backward")(grad, x, w, **layout, output_mask=mask)

@@ -31,9 +31,10 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
+from fusion_cache.runtime.compile_ahead import compile_regions
 
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
-from .fx_region import RegionCall, build_region, spec_of
+from .fx_region import RegionCall, build_region, dense_order, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
 
@@ -55,7 +56,9 @@ class GraphReport:
     eager_reasons: dict[str, str] = field(default_factory=dict)  # node name -> why
     fused_ops: dict[str, int] = field(default_factory=dict)  # aten op -> how many were fused
     eager_ops: dict[str, dict[str, int]] = field(default_factory=dict)  # op -> why -> count
-    fuse_s: float = 0.0  # partitioning and lowering this graph
+    fuse_s: float = 0.0  # partitioning and lowering this graph, planning ahead included
+    planned_ahead: int = 0  # regions planned at lowering, kernels compiled in the pool
+    ahead_s: float = 0.0  # of fuse_s: planning them (the compiles run on)
     regions_list: list = field(default_factory=list, repr=False)  # its RegionCalls
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,9 +69,10 @@ class GraphReport:
             "fusion_ids": list(self.fusion_ids), "eager_reasons": dict(self.eager_reasons),
             "fused_ops": dict(self.fused_ops),
             "eager_ops": {op: dict(why) for op, why in self.eager_ops.items()},
-            "fuse_s": self.fuse_s,
+            "fuse_s": self.fuse_s, "planned_ahead": self.planned_ahead, "ahead_s": self.ahead_s,
             # first calls: recording the launch sequences (planning, compiling or loading)
             "record_s": sum(r.record_s for r in self.regions_list),
+            "redefined": sum(r.redefined for r in self.regions_list),
         }  # fmt: skip
 
 
@@ -152,9 +156,10 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
 
     if kept:
         fuse_by_partitions(gm, [dict.fromkeys(p.nodes) for p in kept], prefix=_PREFIX)
+    ahead: list[tuple[Any, list]] = []  # (definition, example inputs) of each region
     for i, part in enumerate(kept):
         name = f"{_PREFIX}{i}"
-        region = _lower_region(gm, name)
+        region = _lower_region(gm, name, ahead, kind)
         ops = [n for n in part.nodes if not is_getitem(n)]
         if isinstance(region, str):  # lowering failed: the submodule runs the ops in eager
             for n in ops:
@@ -168,6 +173,9 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
             report.fused_ops[base_name(n)] = report.fused_ops.get(base_name(n), 0) + 1
         report.fusion_ids.append(region.fusion_id)
     gm.recompile()
+    ahead_start = time.perf_counter()
+    report.planned_ahead = compile_regions(ahead)  # Note [Compiles ahead]
+    report.ahead_s = time.perf_counter() - ahead_start
 
     for node, why in labels.items():
         if node.op == "call_function" and not is_getitem(node):
@@ -197,24 +205,29 @@ def _propose(gm: GraphModule, support: FusionSupport) -> list[Partition]:
     proposed = partitioner.propose_partitions()
     partitioner.remove_bookend_non_compute_ops(proposed)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    return [c for part in proposed for piece in _cut_after_attention(part, order)
+    return [c for part in proposed for piece in _cut_after_library_ops(part, order)
             for c in _connected_parts(piece)]  # fmt: skip
 
 
-def _is_attention(node: Node) -> bool:
-    return node.op == "call_function" and "scaled_dot_product" in base_name(node)
+# the ops a region piece ends with (Note [Region cuts])
+_CUT_AFTER = ("scaled_dot_product", "convolution")
 
 
-def _cut_after_attention(part: Partition, order: dict[Node, int]) -> list[Partition]:
-    """Note [Region cuts at attention]: with GEMMs and attention lowered, a partition holds a
-    whole transformer stack, and the segmenter's search grows faster than the region. So a
-    partition is cut after each attention op (forward or backward): each layer's piece is
-    then the same definition, so the layers share one fusion id, one segmentation and its
-    kernels, and no region grows with depth. An attention op is a segment of its own in any
-    case (Note [ATen segments]): the cut fuses nothing less, and costs one region call a
-    layer. A piece is a run of the partition's nodes in graph order, so no cycle can form
-    between pieces (an edge never runs from a later piece to an earlier one); an item of a
-    tuple stays with the op that made the tuple."""
+def _ends_piece(node: Node) -> bool:
+    return node.op == "call_function" and any(op in base_name(node) for op in _CUT_AFTER)
+
+
+def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Partition]:
+    """Note [Region cuts]: with GEMMs, attention and convolutions lowered, a partition holds
+    a whole transformer stack or a whole ResNet, and the segmenter's search grows faster than
+    the region (a tiny ResNet-18's forward and backward as two regions: 55 s of segmentation
+    search, profiled, on this CPU). So a partition is cut after each attention op and each
+    convolution (forward or backward): a layer's pieces are then the same definitions, so the
+    layers share fusion ids, segmentations and kernels, and no region grows with depth. Such
+    an op is a segment of its own in any case (Note [ATen segments]): the cut fuses nothing
+    less, and costs one region call a piece. A piece is a run of the partition's nodes in
+    graph order, so no cycle can form between pieces (an edge never runs from a later piece
+    to an earlier one); an item of a tuple stays with the op that made the tuple."""
     nodes = sorted(part.nodes, key=order.__getitem__)
     pieces: list[list[Node]] = [[]]
     piece_of: dict[Node, int] = {}
@@ -225,7 +238,7 @@ def _cut_after_attention(part: Partition, order: dict[Node, int]) -> list[Partit
             continue
         if cut and pieces[-1]:
             pieces.append([])
-        cut = _is_attention(n)
+        cut = _ends_piece(n)
         pieces[-1].append(n)
         piece_of[n] = len(pieces) - 1
     return [Partition(nodes=p) for p in pieces if p] if len(pieces) > 1 else [part]
@@ -289,8 +302,10 @@ def _call_region(gm: GraphModule, name: str, region: RegionCall) -> None:
     gm.delete_submodule(name)
 
 
-def _lower_region(gm: GraphModule, name: str) -> RegionCall | str:
-    """The RegionCall for submodule `name`, or why its definition could not be built."""
+def _lower_region(gm: GraphModule, name: str, ahead: list, kind: str = "forward",
+                  ) -> RegionCall | str:  # fmt: skip
+    """The RegionCall for submodule `name`, or why its definition could not be built; its
+    definition and example inputs go to `ahead` (Note [Compiles ahead])."""
     sub = getattr(gm, name)
     call = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == name)
     vals = [a.meta.get("val") if isinstance(a, Node) else a for a in call.args]
@@ -309,7 +324,29 @@ def _lower_region(gm: GraphModule, name: str) -> RegionCall | str:
         return f"{type(err).__name__}: {err}"
     if not fd.output_records():
         return "every output is a constant: nothing to run"
-    return RegionCall(name, sub, fd, specs, constants)
+    region = RegionCall(name, sub, fd, specs, constants)
+    saved = _saved_as_copies(call, vals) if kind == "backward" else None
+    if saved is not None:  # plan ahead what the first call will get, defined now
+        try:
+            ahead.append((region.definition_for(saved, counted=False)[0], saved))
+        except Exception:  # noqa: BLE001 - the first call defines it again, and says why
+            pass
+    else:
+        ahead.append((fd, vals))
+    return region
+
+
+def _saved_as_copies(call: Node, vals: list) -> list | None:
+    """A backward region's inputs as its first call gets them, where they differ from the
+    traced ones: a tensor the forward saved that was traced as a view into a larger buffer
+    (a split's q, k, v) reaches the backward as a forward region's output, which a region
+    writes row-major. None where nothing differs."""
+    out, changed = list(vals), False
+    for i, (arg, val) in enumerate(zip(call.args, vals)):
+        if isinstance(arg, Node) and arg.op == "placeholder" and isinstance(val, torch.Tensor) \
+                and val.dim() > 1 and dense_order(val) is None:  # fmt: skip
+            out[i], changed = val.new_empty(val.shape), True
+    return out if changed else None
 
 
 # ---- FUSION_CACHE_DUMP=graph ----------------------------------------------------------------

@@ -226,7 +226,7 @@ def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> Cons
         if value.index in inputs:
             value = fd.ops.set(value)  # an input passed through: the output gets its own copy
         returned.setdefault(value.index, len(returned))
-        fd.add_output(value)
+        fd.add_output(value, stride_order=_view_layout(out))
     n_real = len(returned)
     for k, base, steps in derived:
         if base in placeholders:
@@ -240,6 +240,36 @@ def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> Cons
     result = Constants(sorted(constants, key=lambda c: c[0]))
     result.hidden = len(returned) - n_real
     return result
+
+
+_TRANSPOSES = frozenset({"t", "transpose", "permute"})
+
+
+def _view_layout(node: Any) -> list[int] | None:
+    """The stride order torch gives a transposed view the region returns (a weight's t() the
+    backward saves), where it is dense: the output is written in that layout, so the region
+    that reads it sees the strides it was traced with and keeps its definition (and the
+    kernels planned ahead for it, Note [Compiles ahead]) rather than being defined again."""
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    if not isinstance(val, torch.Tensor) or val.dim() < 2 or op_name(node).split("::")[-1] \
+            not in _TRANSPOSES:  # fmt: skip
+        return None
+    return None if val.is_contiguous() else dense_order(val)
+
+
+def dense_order(t: torch.Tensor) -> list[int] | None:
+    """The stride order (Note [Output layouts]) of a tensor whose elements fill its storage
+    span in some order of its dims; None for a view into a larger buffer (a split's piece)."""
+    by_stride = sorted(range(t.dim()), key=lambda d: (t.stride(d), -d))
+    dense = 1
+    for d in by_stride:  # inner to outer: each stride is what the dims inside it fill
+        if t.shape[d] != 1 and t.stride(d) != dense:
+            return None
+        dense *= t.shape[d]
+    order = [0] * t.dim()
+    for rank, d in enumerate(by_stride):
+        order[d] = rank
+    return order
 
 
 def _is_fusion_tensor(value: Any, inputs: set) -> bool:
@@ -288,6 +318,9 @@ class RegionCall:
         self._sequences: dict[tuple, tuple[Guard, LaunchSequence, Constants]] = {}
         self._last: tuple[Guard, LaunchSequence, Constants] | None = None
         self.record_s = 0.0  # spent recording sequences (planning, compiling, loading)
+        # definitions built again for strides (or sizes) other than the traced ones: a region
+        # planned ahead for the traced ones (Note [Compiles ahead]) is planned again
+        self.redefined = 0
 
     def __call__(self, *args: Any) -> Any:
         last = self._last
@@ -313,11 +346,14 @@ class RegionCall:
             self.record_s += time.perf_counter() - start
         return _with_constants(outs, entry[2], args) if entry[2] else outs
 
-    def definition_for(self, args: Sequence[Any]) -> tuple[FusionDefinition, Constants]:
+    def definition_for(self, args: Sequence[Any], counted: bool = True,
+                       ) -> tuple[FusionDefinition, Constants]:  # fmt: skip
+        """`counted`: a first call's (redefined counts it), not one defined ahead."""
         key = tuple(spec_of(a) for a in args)
         found = self._definitions.get(key)
         if found is None:  # strides (or sizes) differ from the traced ones: define again
             found = self._definitions[key] = build_region(self.region_graph, key)
+            self.redefined += counted
         return found
 
     @property

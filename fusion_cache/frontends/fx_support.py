@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 from typing import Any
 
 import torch
@@ -27,6 +28,13 @@ VIEW_OPS = frozenset(
 # random or stateful: never fused
 _RANDOM = frozenset("native_dropout dropout bernoulli rand_like randn_like".split())
 _BATCH_NORM_STATS = ("_native_batch_norm_legit_no_training", "native_batch_norm")
+
+
+def eager_ops() -> frozenset[str]:
+    """FUSION_CACHE_EAGER_OPS: aten ops (comma list, "convolution,convolution_backward") left
+    to eager whatever their lowering, to compare a model's steps with and without them."""
+    return frozenset(n.strip() for n in os.environ.get("FUSION_CACHE_EAGER_OPS", "").split(",")
+                     if n.strip())  # fmt: skip
 
 
 def op_name(node: Node) -> str:
@@ -62,6 +70,8 @@ def reject_reason(node: Node) -> str | None:
         return f"not an aten op ({getattr(node.target, '__name__', node.target)})"
     if name.split("::")[-1] in _RANDOM:
         return "random op"
+    if name.split("::")[-1] in eager_ops():
+        return "left to eager by FUSION_CACHE_EAGER_OPS"
     if not has_lowering(name):
         return f"no lowering for {name}"
     return _check_values(node) or _check_op(node) or _check_needs(node)
@@ -134,6 +144,7 @@ _NEEDS = {
     "_scaled_dot_product_cudnn_attention_backward": ("sdpa_cudnn_bwd",),
     "_scaled_dot_product_efficient_attention": ("sdpa_efficient_fwd",),
     "_scaled_dot_product_efficient_attention_backward": ("sdpa_efficient_bwd",),
+    "convolution": ("convolution",), "convolution_backward": ("convolution_backward",),
 }  # fmt: skip
 
 
@@ -193,6 +204,12 @@ def _probe(op: str) -> bool:
         elif op in ("sdpa_efficient_fwd", "sdpa_efficient_bwd"):
             q = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.BFloat16)
             y = fd.ops.sdpa_efficient_fwd(q, q, q, None, 0.0, True, None)[0]
+        elif op in ("convolution", "convolution_backward"):
+            img = fd.define_tensor(shape=[-1, -1, -1, -1], dtype=DataType.Float)
+            if op == "convolution":
+                y = fd.ops.convolution(img, img, None, 1, 1)
+            else:
+                y = fd.ops.convolution_backward(img, img, img, 1, 1)[0]
         else:
             raise ValueError(f"gpu_schedules: no probe for {op!r}")
         fd.add_output(y)

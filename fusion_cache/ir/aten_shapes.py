@@ -106,10 +106,25 @@ def _topk(r: Record, get) -> list[Shape]:
     return [shape, shape]
 
 
+def _convolution(r: Record, get) -> list[Shape]:
+    from fusion_cache.frontend.ops.convolution import check_conv_operands, conv_output_shape
+
+    x, w = tuple(get(r.args[0])), tuple(get(r.args[1]))
+    kw = dict(r.kwargs)
+    check_conv_operands("convolution", x, w, kw)
+    return [conv_output_shape(x, w, kw)]
+
+
+def _convolution_backward(r: Record, get) -> list[Shape]:
+    go, x, w = (tuple(get(a)) for a in r.args)
+    grads = (x, w, (go[1],))
+    return [g for g, m in zip(grads, r.kw("output_mask")) if m]
+
+
 ATEN_SHAPES: dict[str, ShapeRule] = {
     "matmul": _matmul, "bmm": _bmm, "linear": _linear, "sdpfa_fwd": _sdpfa_fwd,
     "sdpfa_bwd": _sdpfa_bwd, "sdpa_cudnn_fwd": _sdpa_cudnn_fwd, "sdpa_cudnn_bwd": _sdpfa_bwd,
     "sdpa_efficient_fwd": _sdpa_efficient_fwd, "sdpa_efficient_bwd": _sdpfa_bwd,
     "grouped_mm": _grouped_mm, "scaled_mm": _scaled_mm, "cumsum": _same, "argsort": _same,
-    "topk": _topk,
+    "topk": _topk, "convolution": _convolution, "convolution_backward": _convolution_backward,
 }  # fmt: skip

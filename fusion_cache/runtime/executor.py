@@ -225,7 +225,7 @@ class FusionExecutor:
         or None (none stored, another segmenter's, or not well-formed)."""
         try:
             store = FusionCache.get().store
-            text = store.get_plan(self.fid, _signature(values), f"sm_{profile.arch}")
+            text = store.get_plan(self.fid, plan_signature(values), f"sm_{profile.arch}")
             found = json.loads(text) if text else None
             if not isinstance(found, dict) or found.get("segmenter") != segmenter_version():
                 return None
@@ -240,7 +240,7 @@ class FusionExecutor:
 
     def record(self, values: Sequence[Any], profile: Any, plan: dict) -> None:
         """Keep a plan's summary in the store under these inputs' signature and target."""
-        FusionCache.get().store.put_plan(self.fid, _signature(values), f"sm_{profile.arch}",
+        FusionCache.get().store.put_plan(self.fid, plan_signature(values), f"sm_{profile.arch}",
                                          json.dumps(plan))  # fmt: skip
 
     def plan(self, values: Sequence[Any], key: tuple) -> Any:
@@ -424,8 +424,13 @@ def _fallback(fd: FusionDefinition, ex: FusionExecutor, values: Sequence[Any], w
     return run_reference(fd, values, device)
 
 
-def _signature(values: Sequence[Any]) -> str:
-    return json.dumps([repr(k) for k in input_key(values)])
+def plan_signature(values: Sequence[Any]) -> str:
+    """The stored plans' key of these inputs: the plan key less the tensors' device index. A
+    plan is the same on every GPU of one arch (the arch is keyed beside it), and a region
+    planned ahead on meta stand-ins (Note [Compiles ahead]) stores the segmentation its
+    first call on the GPU then finds."""
+    return json.dumps([repr(k[:-1] if isinstance(v, torch.Tensor) else k)
+                       for v, k in zip(values, input_key(values))])  # fmt: skip
 
 
 def segmenter_version() -> str:

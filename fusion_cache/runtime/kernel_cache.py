@@ -27,10 +27,18 @@ class KernelRef:
         return {"key": self.key, "name": self.name, "arch": self.arch}
 
 
+_compiled_lock = threading.Lock()
+
+
 def cubin_for(source: str, name: str, arch: int, *, fusion_id: int | None, scheduler: str,
               params_json: str) -> tuple[bytes, KernelRef]:  # fmt: skip
-    """The cubin for `source`, from the store or compiled (once across processes)."""
+    """The cubin for `source`, from the store or compiled (once across processes). Note
+    [Compiles ahead]: a kernel compiled ahead is taken from its pending compile; while
+    deferring, the kernel goes to the pool (which finds it in the store or compiles it)
+    and the cubin returned is empty (a plan made ahead loads nothing)."""
     from fusion_cache.store import KernelMeta
+
+    from . import compile_ahead
 
     options = tuple(default_options(arch))
     key = kernel_key(source, options, arch)
@@ -40,13 +48,20 @@ def cubin_for(source: str, name: str, arch: int, *, fusion_id: int | None, sched
         start = time.perf_counter()
         cubin = compile_cubin(source, arch, options=options)
         ms = (time.perf_counter() - start) * 1e3
-        cache._count("kernels_compiled")
+        with _compiled_lock:  # pool threads compile side by side (Note [Compiles ahead])
+            cache._count("kernels_compiled")
         major, minor = nvrtc_version()
         meta = KernelMeta(name, arch, f"{major}.{minor}", options, source, scheduler,
                           params_json, ms)  # fmt: skip
         return cubin, meta
 
-    cubin, compiled = cache.store.compile_once(key, compile_fn)
+    if compile_ahead.deferring():
+        if fusion_id is not None:
+            cache.store.link_kernel(fusion_id, key)
+        compile_ahead.submit(key, lambda: cache.store.compile_once(key, compile_fn))
+        return b"", KernelRef(key, name, arch, False, source)
+    ahead = compile_ahead.take(key) if compile_ahead.pending() else None
+    cubin, compiled = ahead or cache.store.compile_once(key, compile_fn)
     if not compiled:
         cache._count("kernels_loaded")
     if fusion_id is not None:

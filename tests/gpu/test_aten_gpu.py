@@ -236,3 +236,38 @@ def test_views_on_aten_results_against_eager(name):
         want = list(want) if isinstance(want, tuple) else [want]
         for got, w in zip(outs, want, strict=True):
             torch.testing.assert_close(got, w, **BF16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_convolution_forward_backward_against_eager(dtype, channels_last):
+    """A convolution with batch norm's pointwise work before it, and its backward, as ATen
+    segments: the same numbers as torch's own calls (cuDNN on both sides), grouped, strided."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = rand(8, 16, 32, 32, dtype=dtype, gen=gen).contiguous(memory_format=fmt)
+    w = rand(32, 8, 3, 3, dtype=dtype, scale=0.1, gen=gen).contiguous(memory_format=fmt)
+    b = rand(32, dtype=dtype, gen=gen)
+    layout = ([2, 2], [1, 1], [1, 1], False, [0, 0], 2)
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor(sizes=list(x.shape), strides=list(x.stride()),
+                              dtype=from_torch(dtype))  # fmt: skip
+        tw = fd.define_tensor(sizes=list(w.shape), strides=list(w.stride()),
+                              dtype=from_torch(dtype))  # fmt: skip
+        tb = tensor(fd, b)
+        h = fd.ops.cast(fd.ops.relu(fd.ops.mul(fd.ops.cast(tx, DataType.Float), 2.0)),
+                        from_torch(dtype))  # fmt: skip
+        y = fd.ops.convolution(h, tw, tb, *layout)
+        gx, gw, gb = fd.ops.convolution_backward(y, h, tw, *layout, [True, True, True])
+        for t in (y, gx, gw, gb):
+            fd.add_output(t)
+    fd.execute([x, w, b])
+    before = stats()
+    y, gx, gw, gb = fd.execute([x, w, b])
+    assert delta(before, "aten_runs", "reference_runs") == (2, 0)
+    h = torch.relu(x.float() * 2).to(dtype)
+    want = torch.ops.aten.convolution(h, w, b, *layout)
+    grads = torch.ops.aten.convolution_backward(want, h, w, [32], *layout, [True, True, True])
+    tol = BF16 if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
+    for got, ref in zip((y, gx, gw, gb), (want, *grads)):
+        torch.testing.assert_close(got, ref, **tol)

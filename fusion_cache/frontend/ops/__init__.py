@@ -7,6 +7,7 @@ elementwise ops' semantics, shared with the interpreter and codegen.
 from __future__ import annotations
 
 from .aten import AtenOps
+from .convolution import ConvolutionOps
 from .creation import CreationOps
 from .elementwise import ElementwiseOps
 from .indexing import IndexingOps
@@ -19,7 +20,7 @@ from .shape import ShapeOps
 
 
 class Operators(ElementwiseOps, ReductionOps, NormalizationOps, ShapeOps, ResizeOps, CreationOps,
-                MaskOps, AtenOps, RandomOps, IndexingOps):
+                MaskOps, AtenOps, ConvolutionOps, RandomOps, IndexingOps):
     """`fd.ops` of one FusionDefinition."""
 
 

@@ -218,3 +218,24 @@ def _topk(run: Interpreter, r: Record) -> list:
     values, indices = torch.topk(x, k, dim=r.kw("dim"), largest=r.kw("largest"),
                                  sorted=r.kw("sorted"))  # fmt: skip
     return [values, indices]
+
+
+def _conv_layout(r: Record) -> tuple:
+    return tuple(r.kw(name) for name in ("stride", "padding", "dilation", "transposed",
+                                         "output_padding", "groups"))  # fmt: skip
+
+
+@rule("convolution")
+def _convolution(run: Interpreter, r: Record) -> list:
+    x, w, bias = (run.get(a) for a in r.args)
+    return [torch.ops.aten.convolution(x, w, bias, *_conv_layout(r))]
+
+
+@rule("convolution_backward")
+def _convolution_backward(run: Interpreter, r: Record) -> list:
+    """The gradients output_mask asks for, in order (torch's None for the others dropped);
+    the bias's size is grad_output's channel count."""
+    go, x, w = (run.get(a) for a in r.args)
+    mask = list(r.kw("output_mask"))
+    grads = torch.ops.aten.convolution_backward(go, x, w, [go.shape[1]], *_conv_layout(r), mask)
+    return [g for g, m in zip(grads, mask) if m]

@@ -1,0 +1,76 @@
+"""Note [Compiles ahead]: the backend plans each region when it lowers a graph and hands the
+kernels to a thread pool; the region's first call takes them instead of compiling. Run on
+the CPU with stub launches (benchmarks/host_region.py): plans for the h100 profile, NVRTC
+compiling here."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from benchmarks.host_region import stub_launches
+from fusion_cache import FusionCache
+from fusion_cache.frontends import dynamo_backend
+from fusion_cache.runtime import compile_ahead
+
+
+def _block(x, w, b, r):
+    h = F.gelu(x * 2 + r, approximate="tanh")
+    return F.layer_norm(h, [h.shape[-1]], w, b) * 3, h.sum(0)
+
+
+def _inputs():
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(s, generator=gen) for s in ((64, 256), (256,), (256,), (64, 256))]
+
+
+def _compiled(count):
+    return FusionCache.get().stats().get(count, 0)
+
+
+def _lower_and_run(inputs):
+    with stub_launches():
+        gm = make_fx(_block, tracing_mode="fake")(*inputs)
+        report = dynamo_backend.fuse_graph(gm, "forward")
+        queued = compile_ahead.pending()
+        before = _compiled("kernels_compiled")
+        gm(*inputs)
+    return report, queued, before
+
+
+def test_a_regions_kernels_compile_in_the_pool_and_its_first_call_takes_them():
+    report, queued, _ = _lower_and_run(_inputs())
+    assert report["regions"] == 1 and report["planned_ahead"] == 1, report
+    assert queued >= 1
+    assert compile_ahead.pending() == 0  # every one taken by the first call
+    # compiled once each: by the pool, none again at the first call
+    compiled = _compiled("kernels_compiled")
+    assert compiled == queued, (compiled, queued)
+
+
+def test_a_warm_store_plans_nothing_ahead():
+    _lower_and_run(_inputs())
+    compiled = _compiled("kernels_compiled")
+    FusionCache.reset()  # a new process on the same store
+    report, queued, _ = _lower_and_run(_inputs())
+    assert report["planned_ahead"] == 0 and queued == 0
+    assert _compiled("kernels_compiled") == 0 and _compiled("kernels_loaded") == compiled
+
+
+def test_turned_off_the_first_call_compiles(monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_COMPILE_AHEAD", "0")
+    report, queued, before = _lower_and_run(_inputs())
+    assert report["planned_ahead"] == 0 and queued == 0 and before == 0
+    assert _compiled("kernels_compiled") >= 1
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+def test_stand_ins_keep_sizes_strides_and_offsets(offset):
+    base = torch.randn(40)
+    view = base.as_strided((4, 3), (1, 8), offset)
+    meta = compile_ahead.stand_in(view)
+    assert meta.is_meta and meta.shape == view.shape and meta.stride() == view.stride()
+    assert meta.storage_offset() == offset and meta.dtype == view.dtype
+    scalar = compile_ahead.stand_in(torch.tensor(2.0))
+    assert scalar.device.type == "cpu" and scalar.dim() == 0
