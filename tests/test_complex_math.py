@@ -42,8 +42,10 @@ def inputs(op: str, td: torch.dtype, seed: int) -> torch.Tensor:
     emax = 88.7 if td == torch.complex64 else 709.7
     if op in ("log", "sqrt"):
         x = spread(td, 1003, (-wide, wide), (-wide, wide), seed)
-        near_one = torch.polar(1 + torch.randn(200, dtype=torch.float64) * 1e-3,
-                               torch.rand(200, dtype=torch.float64) * 6.28 - 3.14).to(td)
+        gen = torch.Generator().manual_seed(seed + 1)
+        near_one = torch.polar(1 + torch.randn(200, generator=gen, dtype=torch.float64) * 1e-3,
+                               torch.rand(200, generator=gen, dtype=torch.float64) * 6.28 - 3.14
+                               ).to(td)  # fmt: skip
         special = [0j, complex(-0.0, 0), complex(-4, 0), complex(-4, -0.0), 1e-30 + 1e-30j,
                    3e37 - 3e37j, complex(-2e36, 1e36), complex(0, math.inf), 3e38 + 3e38j,
                    complex(-3e38, 1e38)]  # fmt: skip
@@ -56,8 +58,9 @@ def inputs(op: str, td: torch.dtype, seed: int) -> torch.Tensor:
         near_one = torch.empty(0, dtype=td)
         special = [0j, 2 + 0j, complex(-3, -0.0), complex(emax + 0.5, 2.0),
                    complex(-(emax + 0.5), 0.7), complex(0.7, emax + 0.5), complex(1e-30, -1e-30)]
-    special = [z for z in special if op != "sigmoid" or abs(z.real) < 80]
-    return torch.cat([x, near_one, torch.tensor(special, dtype=td)])
+    x = torch.cat([x, near_one, torch.tensor(special, dtype=td)])
+    # sigmoid past exp's overflow is torch's 1 / (1 + inf + i*inf) = nan in complex64 too
+    return x[x.real.abs() < 80] if op == "sigmoid" else x
 
 
 def assert_near(got: torch.Tensor, want: torch.Tensor, td: torch.dtype) -> None:
@@ -87,7 +90,7 @@ def test_complex_math_is_one_pointwise_kernel(op, td, monkeypatch):
 @pytest.mark.parametrize("op", sorted(COMPLEX_MATH))
 def test_complex_math_matches_torch_on_the_host(op, td, monkeypatch):
     monkeypatch.setenv("FUSION_CACHE_DISABLE_FALLBACK", "1")
-    x = inputs(op, td, seed=hash(op) % 1000)
+    x = inputs(op, td, seed=sum(map(ord, op)))
     (got,) = run_plan_on_host(define(op, td), [x])
     # torch on the CPU in double precision, rounded: the exact answer for complex64 cases
     want = getattr(torch, op)(x.to(torch.complex128)).to(td)
