@@ -41,10 +41,14 @@ ELEMENT_BYTES = {
 NARROW_FLOAT = {"fc_half": "fc_to_half", "fc_bf16": "fc_to_bf16", "fc_e4m3": "fc_to_e4m3",
                 "fc_e5m2": "fc_to_e5m2", "fc_e8m0": "fc_to_e8m0"}  # fmt: skip
 
+# the complex math of prelude/complex.cuh (Note [Complex math]): op -> its function there
+COMPLEX_MATH = {"exp": "fc_exp", "log": "fc_log", "sqrt": "fc_sqrt", "sin": "fc_sin",
+                "cos": "fc_cos", "tan": "fc_tan", "sinh": "fc_sinh", "cosh": "fc_cosh",
+                "tanh": "fc_tanh", "sigmoid": "fc_sigmoid"}  # fmt: skip
 # complex ops a kernel computes; the rest of the table refuses complex operands
 COMPLEX_OPS = frozenset({"add", "sub", "mul", "div", "truediv", "neg", "abs", "real", "imag",
                          "conj", "where", "eq", "ne", "set", "segment_set", "reciprocal",
-                         "isnan", "isinf", "isfinite", "add_alpha", "sub_alpha"})
+                         "isnan", "isinf", "isfinite", "add_alpha", "sub_alpha", *COMPLEX_MATH})
 # complex ops whose result is not of their complex compute type
 COMPLEX_TO_REAL = frozenset({"abs", "real", "imag"})
 COMPLEX_TO_BOOL = frozenset({"eq", "ne", "isnan", "isinf", "isfinite"})
@@ -238,6 +242,8 @@ def _complex_op(name: str, args: list[str], compute: DataType) -> str:
     a = args[0]
     b = args[1] if len(args) > 1 else ""
     part = REGISTER_TYPE[real_part(compute)]
+    if name in COMPLEX_MATH:
+        return f"{COMPLEX_MATH[name]}({a})"
     table = {
         "add": lambda: f"({a} + {b})", "sub": lambda: f"({a} - {b})",
         "mul": lambda: f"({a} * {b})", "div": lambda: f"({a} / {b})",

@@ -4,7 +4,7 @@ the core prelude, one thread after another, on the plan's real arguments.
 Without a GPU this checks what NVRTC cannot: that a plan's offsets, windows, gathers and
 vector modes and the kernel's index arithmetic compute the right values. Only kernels that
 need no barrier or shared memory run this way (pointwise, scatter): threads run in turn. The
-prelude's math (math.cuh) and index checks (index.cuh) are the real files; core.cuh is
+prelude's math (math.cuh, complex.cuh) and index checks (index.cuh) are the real files; core.cuh is
 replaced below (its loads and 16-bit conversions are PTX). Tests skip where there is no g++.
 """
 from __future__ import annotations
@@ -261,6 +261,8 @@ def _library(source: str) -> tuple[Any, str, list[str]]:
     parts = [HOST_CORE, LOCKSTEP if lockstep else "", (PRELUDE_DIR / "math.cuh").read_text()]
     if "fusion-cache prelude: core, math, reduce" in source:
         parts.append((PRELUDE_DIR / "reduce.cuh").read_text())
+    if "// fusion-cache prelude: complex." in source:
+        parts.append((PRELUDE_DIR / "complex.cuh").read_text())
     body = "\n".join(parts + [(PRELUDE_DIR / "index.cuh").read_text(), _strip_prelude(source)])
     call = f"{name}({', '.join(names)});"
     head = (f'\nextern "C" int fc_host_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by_, '

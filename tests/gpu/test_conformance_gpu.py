@@ -162,7 +162,7 @@ def test_disable_fallback_option_raises_where_the_reference_would_run(monkeypatc
     x = torch.randn(8, device="cuda", dtype=torch.complex64)
     with FusionDefinition() as fd:
         t0 = fd.from_pytorch(x)
-        fd.add_output(fd.ops.exp(t0))  # complex exp: no kernel computes it (docs/api.md)
+        fd.add_output(fd.ops.asin(t0))  # complex asin: no kernel computes it (README.md)
     with pytest.warns(UserWarning, match="reference evaluator"):
         fd.execute([x])
     with pytest.raises(Exception, match="fallback is disabled"):
