@@ -26,85 +26,12 @@ pool's size (default: the CPUs this process may use, at most 32).
 """
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-_pending: dict[str, Future] = {}  # kernel key -> its compile: (cubin, compiled here)
-_pending_lock = threading.Lock()
-_state = threading.local()  # .deferring: cubin_for submits instead of compiling
-
-
-def enabled() -> bool:
-    return os.environ.get("FUSION_CACHE_COMPILE_AHEAD", "1").strip().lower() not in (
-        "0", "false", "off", "no")  # fmt: skip
-
-
-def threads() -> int:
-    named = os.environ.get("FUSION_CACHE_COMPILE_THREADS", "").strip()
-    if named.isdigit() and int(named) > 0:
-        return int(named)
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    return max(1, min(32, cpus))
-
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(threads(), thread_name_prefix="fusion-cache-compile")
-        return _pool
-
-
-def deferring() -> bool:
-    return getattr(_state, "deferring", False)
-
-
-@contextmanager
-def deferred() -> Iterator[None]:
-    """Within it (this thread), kernels the store lacks are compiled by the pool."""
-    before = deferring()
-    _state.deferring = True
-    try:
-        yield
-    finally:
-        _state.deferring = before
-
-
-def submit(key: str, compile_once: Callable[[], tuple[bytes, bool]]) -> None:
-    """Compile kernel `key` in the pool (once: a key already pending is left to its compile)."""
-    with _pending_lock:
-        if key not in _pending:
-            _pending[key] = _executor().submit(compile_once)
-
-
-def take(key: str) -> tuple[bytes, bool] | None:
-    """The pending compile of `key`, waited for: (cubin, compiled by the pool); None where
-    none is pending or it failed (the caller compiles in place and sees the error)."""
-    with _pending_lock:
-        future = _pending.pop(key, None)
-    if future is None:
-        return None
-    try:
-        return future.result()
-    except Exception:
-        return None
-
-
-def pending() -> int:
-    with _pending_lock:
-        return len(_pending)
-
+from .pending_compiles import deferred, enabled, pending  # noqa: F401 (pending: for callers)
 
 # ---- regions ------------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from codegen.nvrtc import compile_cubin, default_options, nvrtc_version
 from fusion_cache.frontend.trie import FusionCache
 from fusion_cache.store.keys import kernel_key
 
+from . import pending_compiles
+
 
 @dataclass(frozen=True)
 class KernelRef:
@@ -38,8 +40,6 @@ def cubin_for(source: str, name: str, arch: int, *, fusion_id: int | None, sched
     and the cubin returned is empty (a plan made ahead loads nothing)."""
     from fusion_cache.store import KernelMeta
 
-    from . import compile_ahead
-
     options = tuple(default_options(arch))
     key = kernel_key(source, options, arch)
     cache = FusionCache.get()
@@ -55,12 +55,12 @@ def cubin_for(source: str, name: str, arch: int, *, fusion_id: int | None, sched
                           params_json, ms)  # fmt: skip
         return cubin, meta
 
-    if compile_ahead.deferring():
+    if pending_compiles.deferring():
         if fusion_id is not None:
             cache.store.link_kernel(fusion_id, key)
-        compile_ahead.submit(key, lambda: cache.store.compile_once(key, compile_fn))
+        pending_compiles.submit(key, lambda: cache.store.compile_once(key, compile_fn))
         return b"", KernelRef(key, name, arch, False, source)
-    ahead = compile_ahead.take(key) if compile_ahead.pending() else None
+    ahead = pending_compiles.take(key) if pending_compiles.pending() else None
     cubin, compiled = ahead or cache.store.compile_once(key, compile_fn)
     if not compiled:
         cache._count("kernels_loaded")
