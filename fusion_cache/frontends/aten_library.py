@@ -96,16 +96,24 @@ def _flash_attention(ctx: LoweringContext, a: Args) -> Any:
     """(output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, rng_state, unused,
     debug_attn_mask): the dense form has no cumulative sequences (None), static lengths,
     and an empty debug mask."""
+    out, lse, seed, offset, max_q, max_k = _dense_attention(ctx, a, "flash attention",
+                                                            "sdpfa_fwd")  # fmt: skip
+    empty = ctx.ops.full([0], 0.0, a[0].dtype)
+    return out, lse, None, None, max_q, max_k, seed, offset, empty
+
+
+def _dense_attention(ctx: LoweringContext, a: Args, what: str, op: str) -> tuple:
+    """A dense attention forward's (output, logsumexp, seed, offset, max_q, max_k) through
+    fd op `op`: no debug mask, sequence lengths known when the region is lowered."""
     q, k, v = a[0], a[1], a[2]
-    p, causal, scale = _attention_flags(a, "flash attention")
+    p, causal, scale = _attention_flags(a, what)
     if a.get("return_debug_mask", False):
-        raise UnsupportedOpError("flash attention returning its debug mask")
-    out, lse, seed, offset = _op(ctx, "sdpfa_fwd")(q, k, v, p, causal, scale)
+        raise UnsupportedOpError(f"{what} returning its debug mask")
+    out, lse, seed, offset = _op(ctx, op)(q, k, v, p, causal, scale)
     max_q, max_k = ctx.known_extent(q, 2), ctx.known_extent(k, 2)
     if max_q is None or max_k is None:
-        raise UnsupportedOpError("flash attention over sequence lengths known only at run time")
-    empty = ctx.ops.full([0], 0.0, q.dtype)
-    return out, lse, None, None, max_q, max_k, seed, offset, empty
+        raise UnsupportedOpError(f"{what} over sequence lengths known only at run time")
+    return out, lse, seed, offset, max_q, max_k
 
 
 @lowers("_scaled_dot_product_flash_attention_backward")
@@ -150,15 +158,9 @@ def _cudnn_attention(ctx: LoweringContext, a: Args) -> Any:
     """(output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset,
     debug_attn_mask): the dense form has no cumulative sequences and no debug mask (None,
     as torch's own kernel returns them), static lengths."""
-    q, k, v = a[0], a[1], a[2]
     _no_bias(a, "cuDNN attention")
-    p, causal, scale = _attention_flags(a, "cuDNN attention")
-    if a.get("return_debug_mask", False):
-        raise UnsupportedOpError("cuDNN attention returning its debug mask")
-    out, lse, seed, offset = _op(ctx, "sdpa_cudnn_fwd")(q, k, v, p, causal, scale)
-    max_q, max_k = ctx.known_extent(q, 2), ctx.known_extent(k, 2)
-    if max_q is None or max_k is None:
-        raise UnsupportedOpError("cuDNN attention over sequence lengths known only at run time")
+    out, lse, seed, offset, max_q, max_k = _dense_attention(ctx, a, "cuDNN attention",
+                                                            "sdpa_cudnn_fwd")  # fmt: skip
     return out, lse, None, None, max_q, max_k, seed, offset, None
 
 
