@@ -20,8 +20,6 @@ import pstats
 import sys
 import warnings
 
-import torch
-
 from benchmarks import models
 from benchmarks.model_defs import model_cases
 

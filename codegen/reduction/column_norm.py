@@ -289,7 +289,7 @@ class _ColumnNorm:
         tiles in flight]) push the partials with st.async to every peer, counted on the
         peer's mbarrier: a cluster barrier's release would wait for the previous tile's
         stores, still in flight."""
-        v, L = self.v, self.L
+        L = self.L
         pushed = self.pushed
         site = self.sites
         self.sites += 1
@@ -346,7 +346,7 @@ class _ColumnNorm:
         sum of s_b * exp(m_b - M), a block whose rows are all -inf (or absent) adding 0.
         The second cluster barrier waited for every block's first fold: one less a column
         tile, where each blocks all of its SM's loads behind it."""
-        L, v = self.L, self.v
+        L = self.L
         ctype = accumulator_type(r1)
         for r in (r1, r2):
             L.append(f"  {ctype} {r.var}_c[FC_VEC];")

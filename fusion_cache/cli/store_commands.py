@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
