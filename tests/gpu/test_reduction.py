@@ -261,10 +261,16 @@ REDUCTION_KNOBS = [{"inner.pipeline": True}, {"inner.cache": False}, {"inner.clu
 def test_tuning_knobs_keep_results(pattern, shape, dtype, knobs, gen):
     # every choice a sweep can make (Note [Tuning knobs]), the pipelined and clustered
     # kernels included, computes the same function as the default
-    from schedulers.tuning import overriding
-
     build, ref = {"sum_outer": reduce_op("sum", [0]), "var_mean": var_mean([-1]),
                   "softmax": softmax(), "layer_norm": layer_norm()}[pattern]  # fmt: skip
+    _check_under_knobs(pattern, build, ref, shape, dtype, knobs, gen)
+
+
+def _check_under_knobs(pattern, build, ref, shape, dtype, knobs, gen):
+    """Run `pattern`'s fusion on fresh rows of `shape` with its plans made afresh under
+    `knobs`, and check every output against the float64 reference; returns the fusion."""
+    from schedulers.tuning import overriding
+
     fd = define(build, dtype, 2)
     rows, n = shape
     x = 3 + rand((rows, n), dtype, gen)
@@ -276,6 +282,7 @@ def test_tuning_knobs_keep_results(pattern, shape, dtype, knobs, gen):
     for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
         err = (g.double() - w).abs().max().item()
         assert err <= TOL[dtype] * w.abs().max().item(), (pattern, knobs, err)
+    return fd
 
 
 def test_clusters_the_driver_cannot_place_are_planned_again_within_8(gen, monkeypatch):
@@ -313,22 +320,10 @@ def test_clusters_the_driver_cannot_place_are_planned_again_within_8(gen, monkey
 @pytest.mark.parametrize("pattern", ["softmax", "layer_norm", "var_mean"])
 def test_short_rows_several_rows_a_thread(pattern, shape, dtype, knobs, gen):
     # Note [Rows a thread]: row counts that leave a block's last row groups partly empty
-    from schedulers.tuning import overriding
-
     build, ref = {"var_mean": var_mean([-1]), "softmax": softmax(),
                   "layer_norm": layer_norm()}[pattern]  # fmt: skip
-    fd = define(build, dtype, 2)
-    rows, n = shape
-    x = 3 + rand((rows, n), dtype, gen)
-    inputs = [x, rand((n,), dtype, gen), rand((n,), dtype, gen)] if pattern == "layer_norm" else [x]
-    executor_for(fd).plans.clear()
-    with overriding(knobs):
-        got = fd.execute(inputs)
+    fd = _check_under_knobs(pattern, build, ref, shape, dtype, knobs, gen)
     assert "rows a thread" in executor_for(fd).last_plan.spec.description
-    want = ref(*[t.double() for t in inputs])
-    for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
-        err = (g.double() - w).abs().max().item()
-        assert err <= TOL[dtype] * w.abs().max().item(), (pattern, knobs, err)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
