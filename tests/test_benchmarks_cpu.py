@@ -366,3 +366,17 @@ def test_softmax_target_shows_its_bound_at_the_copy_ceiling():
     s = report.summarize({"families": {"normalization": {"cases": cases}}})
     assert abs(s["softmax_at_ceiling"] - math.sqrt(3000 / 2900 * 3000 / 1000)) < 1e-9
     assert "1.762x with every case at the copy ceiling" in "\n".join(report.targets_table(s))
+
+
+def test_step_kernels_groups_kernels_by_family_and_sums_a_step():
+    from benchmarks.step_kernels import group_of, render
+
+    assert group_of("sm90_xmma_gemm_bf16bf16_bf16f32") == "gemm"
+    assert group_of("pytorch_flash::flash_fwd_kernel") == "attention"
+    assert group_of("fc_pointwise_3f2a") == "ours"
+    assert group_of("triton_per_fused_add_0") == "triton"
+    assert group_of("void at::native::vectorized_elementwise_kernel") == "aten-other"
+    per_kernel = {"fc_a": [300.0, 2], "triton_b": [100.0, 2]}
+    text = render("gpt2", "fusion_cache", per_kernel, [0.004, 0.005, 0.006], steps=2, top=5)
+    assert "step wall 5.00 ms, kernel time 0.200 ms, kernels 2 per step" in text
+    assert "ours 0.150 ms (1)" in text and "triton 0.050 ms (1)" in text
