@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import os
 import threading
 import time
@@ -33,6 +34,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from fusion_cache.frontend.options import dump_enabled
 from fusion_cache.runtime.compile_ahead import compile_regions
 
+from .aten_library import conv_layout_knob
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
 from .fx_region import RegionCall, build_region, dense_order, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
@@ -225,23 +227,59 @@ def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Part
     convolution (forward or backward): a layer's pieces are then the same definitions, so the
     layers share fusion ids, segmentations and kernels, and no region grows with depth. Such
     an op is a segment of its own in any case (Note [ATen segments]): the cut fuses nothing
-    less, and costs one region call a piece. A piece is a run of the partition's nodes in
-    graph order, so no cycle can form between pieces (an edge never runs from a later piece
-    to an earlier one); an item of a tuple stays with the op that made the tuple."""
+    less, and costs one region call a piece.
+
+    A node with a path to a cut goes as late as its consumers allow: its piece is the earliest
+    of its consumers' (one earlier for a node that ends a piece), counted back from the
+    partition's end; a node without (a weight's gradient, the loss after the last convolution)
+    goes as early as its producers allow. Along every edge the piece number never falls, so pieces
+    form no cycle (the partition is convex: no path leaves it and comes back). As late as possible, a residual block's last batch norm
+    joins the add that reads it, where a run of nodes in graph order left it alone between its
+    convolution and the shortcut's (ResNet-18: three batch norms and three convolutions in
+    regions of one op, which stay eager). An item of a tuple stays with the op that made it."""
     nodes = sorted(part.nodes, key=order.__getitem__)
-    pieces: list[list[Node]] = [[]]
-    piece_of: dict[Node, int] = {}
-    cut = False
-    for n in nodes:
-        if is_getitem(n) and n.args[0] in piece_of:
-            pieces[piece_of[n.args[0]]].append(n)
+    if not any(_ends_piece(n) for n in nodes):
+        return [part]
+    members = set(nodes)
+
+    def item(n: Node) -> bool:
+        return is_getitem(n) and n.args[0] in members
+
+    def consumers(n: Node) -> list[Node]:
+        out = []
+        for u in n.users:
+            if u in members:
+                out.extend(consumers(u) if item(u) else (u,))
+        return out
+
+    # the nodes with a path to a cut: placed as late as their consumers allow
+    reaches = {n: False for n in nodes}
+    piece: dict[Node, float] = {}
+    for n in reversed(nodes):  # consumers come later in graph order
+        if item(n):
             continue
-        if cut and pieces[-1]:
-            pieces.append([])
-        cut = _ends_piece(n)
-        pieces[-1].append(n)
-        piece_of[n] = len(pieces) - 1
-    return [Partition(nodes=p) for p in pieces if p] if len(pieces) > 1 else [part]
+        later = [piece[c] for c in consumers(n) if reaches[c]]
+        reaches[n] = _ends_piece(n) or bool(later)
+        if reaches[n]:
+            piece[n] = min(later, default=0) - _ends_piece(n)
+    # the rest (a weight's gradient, the loss after the last convolution): as early as their
+    # producers allow; those without producers in the partition, at their earliest consumer
+    for n in nodes:
+        if item(n):
+            piece[n] = piece[n.args[0]]
+        elif not reaches[n]:
+            feeds = [m.args[0] if item(m) else m for m in n.all_input_nodes if m in members]
+            piece[n] = max((piece[m] + _ends_piece(m) for m in feeds), default=-math.inf)
+    for n in reversed(nodes):
+        if piece[n] == -math.inf:
+            piece[n] = min((piece[c] for c in consumers(n)), default=0)
+    for n in nodes:
+        if item(n):
+            piece[n] = piece[n.args[0]]
+    runs: dict[int, list[Node]] = {}
+    for n in nodes:
+        runs.setdefault(piece[n], []).append(n)
+    return [Partition(nodes=runs[k]) for k in sorted(runs)]
 
 
 def _connected_parts(part: Partition) -> list[Partition]:
@@ -279,7 +317,7 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
             why = "only views: eager views cost no copy"
         elif all(base_name(n) in _CASTS for n in compute):
             why = "only casts: eager's copy kernel does the same in one launch"
-        elif len(compute) < least:
+        elif len(compute) < least and not _converts_layout(compute):
             why = (f"region of {len(compute)} op (FUSION_CACHE_SINGLE_NODE=1 fuses single "
                    "ops)")  # fmt: skip
         else:
@@ -288,6 +326,14 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
         for n in part.nodes:
             labels[n] = why
     return kept
+
+
+def _converts_layout(ops: list[Node]) -> bool:
+    """A convolution alone is worth a region where convolutions run channels-last (Note
+    [Channels-last convolutions]): it takes the model's input or a shortcut's activation in
+    that layout once, where eager's call would convert around it."""
+    return len(ops) == 1 and base_name(ops[0]) in ("convolution", "convolution_backward") \
+        and conv_layout_knob() == "channels_last"
 
 
 def _call_region(gm: GraphModule, name: str, region: RegionCall) -> None:

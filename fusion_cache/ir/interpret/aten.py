@@ -12,6 +12,7 @@ from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.ops.aten import efficient_lse_length
 from fusion_cache.frontend.records import Record
 
+from ..output_layout import channels_last_format
 from .core import Interpreter, rule
 
 
@@ -225,10 +226,18 @@ def _conv_layout(r: Record) -> tuple:
                                          "output_padding", "groups"))  # fmt: skip
 
 
+def _activation(r: Record, t: torch.Tensor) -> torch.Tensor:
+    """An activation as the call takes it: channels-last where the record asks (Note
+    [Channels-last convolutions]; a no-op for a tensor already so), else as it comes."""
+    if not r.kw("channels_last", False):
+        return t
+    return t.contiguous(memory_format=channels_last_format(t.dim()))
+
+
 @rule("convolution")
 def _convolution(run: Interpreter, r: Record) -> list:
     x, w, bias = (run.get(a) for a in r.args)
-    return [torch.ops.aten.convolution(x, w, bias, *_conv_layout(r))]
+    return [torch.ops.aten.convolution(_activation(r, x), w, bias, *_conv_layout(r))]
 
 
 @rule("convolution_backward")
@@ -236,6 +245,7 @@ def _convolution_backward(run: Interpreter, r: Record) -> list:
     """The gradients output_mask asks for, in order (torch's None for the others dropped);
     the bias's size is grad_output's channel count."""
     go, x, w = (run.get(a) for a in r.args)
+    go, x = _activation(r, go), _activation(r, x)
     mask = list(r.kw("output_mask"))
     grads = torch.ops.aten.convolution_backward(go, x, w, [go.shape[1]], *_conv_layout(r), mask)
     return [g for g, m in zip(grads, mask) if m]
