@@ -32,6 +32,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
+from fusion_cache.ir.output_layout import channels_last_order, strides_for
 from fusion_cache.runtime.compile_ahead import compile_regions
 
 from .aten_library import conv_layout_knob
@@ -123,6 +124,9 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
+        # Note [Buffer updates in place] (aten_ops.py): copy_ of batch norm's running
+        # statistics stays in the graph, and the regions write them in place
+        keep_inference_input_mutations=True,
     )
     return backend(gm, example_inputs)
 
@@ -207,8 +211,24 @@ def _propose(gm: GraphModule, support: FusionSupport) -> list[Partition]:
     proposed = partitioner.propose_partitions()
     partitioner.remove_bookend_non_compute_ops(proposed)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    return [c for part in proposed for piece in _cut_after_library_ops(part, order)
-            for c in _connected_parts(piece)]  # fmt: skip
+    pieces = [c for part in proposed for piece in _cut_after_library_ops(part, order)
+              for c in _connected_parts(piece)]  # fmt: skip
+    return [_without_early_writes(p, support) for p in pieces]
+
+
+def _without_early_writes(part: Partition, support: FusionSupport) -> Partition:
+    """Note [Buffer updates in place]: the graph's copy_ into an input comes after every read
+    of the input; in a region it happens when the region runs. So a copy_ stays in its region
+    only where every other reader of its input is in that region too (batch norm reads its
+    running statistics in the region that updates them); otherwise it stays eager, last."""
+    nodes = set(part.nodes)
+    early = [n for n in nodes if base_name(n) == "copy_"
+             and any(u is not n and u not in nodes for u in n.args[0].users)]  # fmt: skip
+    if not early:
+        return part
+    for n in early:
+        support.reasons[n] = "copy_ into an input another region or eager op reads"
+    return Partition(nodes=[n for n in part.nodes if n not in early])
 
 
 # the ops a region piece ends with (Note [Region cuts])
@@ -315,6 +335,10 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
             continue
         if not compute:
             why = "only views: eager views cost no copy"
+        elif not _read_outside(part):
+            # only in-place writes (a counter's copy_): torch 2.11's fuse_by_partitions finds
+            # no output to place the region's call after ("last_output_node is None")
+            why = "no result read outside the region (in-place writes only)"
         elif all(base_name(n) in _CASTS for n in compute):
             why = "only casts: eager's copy kernel does the same in one launch"
         elif len(compute) < least and not _converts_layout(compute):
@@ -326,6 +350,12 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
         for n in part.nodes:
             labels[n] = why
     return kept
+
+
+def _read_outside(part: Partition) -> bool:
+    """Whether any result of the partition is read by a node outside it (or returned)."""
+    nodes = set(part.nodes)
+    return any(u not in nodes for n in nodes for u in n.users)
 
 
 def _converts_layout(ops: list[Node]) -> bool:
@@ -371,7 +401,7 @@ def _lower_region(gm: GraphModule, name: str, ahead: list, kind: str = "forward"
     if not fd.output_records():
         return "every output is a constant: nothing to run"
     region = RegionCall(name, sub, fd, specs, constants)
-    saved = _saved_as_copies(call, vals) if kind == "backward" else None
+    saved = _first_call_inputs(call, vals, kind)
     if saved is not None:  # plan ahead what the first call will get, defined now
         try:
             ahead.append((region.definition_for(saved, counted=False)[0], saved))
@@ -382,17 +412,34 @@ def _lower_region(gm: GraphModule, name: str, ahead: list, kind: str = "forward"
     return region
 
 
-def _saved_as_copies(call: Node, vals: list) -> list | None:
-    """A backward region's inputs as its first call gets them, where they differ from the
-    traced ones: a tensor the forward saved that was traced as a view into a larger buffer
-    (a split's q, k, v) reaches the backward as a forward region's output, which a region
-    writes row-major. None where nothing differs."""
+def _first_call_inputs(call: Node, vals: list, kind: str) -> list | None:
+    """A region's inputs as its first call gets them, where they differ from the traced ones;
+    None where nothing differs.
+    - A tensor the forward saved that was traced as a view into a larger buffer (a split's
+      q, k, v) reaches the backward as a forward region's output, which a region writes
+      row-major.
+    - Around channels-last convolutions (Note [Channels-last convolutions]) a 4-D or 5-D
+      activation comes channels-last: one a region or a convolution made, or in the backward
+      one the forward saved (not a forward input, primals_*, such as a weight)."""
     out, changed = list(vals), False
+    channels_last = conv_layout_knob() == "channels_last"
     for i, (arg, val) in enumerate(zip(call.args, vals)):
-        if isinstance(arg, Node) and arg.op == "placeholder" and isinstance(val, torch.Tensor) \
-                and val.dim() > 1 and dense_order(val) is None:  # fmt: skip
+        if not (isinstance(arg, Node) and isinstance(val, torch.Tensor)):
+            continue
+        if kind == "backward" and arg.op == "placeholder" and val.dim() > 1 \
+                and dense_order(val) is None:  # fmt: skip
             out[i], changed = val.new_empty(val.shape), True
+        elif channels_last and val.dim() in (4, 5) and _activation_at_run(arg, kind):
+            strides = strides_for(val.shape, channels_last_order(val.dim()))
+            if list(val.stride()) != strides:
+                out[i], changed = val.new_empty_strided(val.shape, strides), True
     return out if changed else None
+
+
+def _activation_at_run(arg: Node, kind: str) -> bool:
+    if arg.op != "placeholder":
+        return True
+    return kind == "backward" and not arg.name.startswith(("primals", "tangents"))
 
 
 # ---- FUSION_CACHE_DUMP=graph ----------------------------------------------------------------
