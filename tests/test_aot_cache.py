@@ -164,3 +164,43 @@ def test_a_new_process_on_the_warm_store_compiles_nothing(monkeypatch):
     assert warm["counters"]["kernels_loaded"] > 0
     assert warm["kernels"] == cold["kernels"]
     assert warm["fused_ops"] == cold["fused_ops"] and warm["regions"] == cold["regions"]
+
+
+_CHILD = """
+import sys, json, torch
+from fusion_cache.frontends import register_backend
+from fusion_cache.frontends.aot_cache import cache_counters
+if sys.argv[1] == "registered":  # as in a process that compiled with inductor before
+    from torch._inductor.codegen.common import init_backend_registration
+    init_backend_registration()
+register_backend()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.GELU())
+torch.compile(model, backend="fusion_cache")(torch.randn(8, 16)).sum().backward()
+print("CHILD " + json.dumps({"aot": cache_counters(), "codegen": any(
+    m.startswith("torch._inductor.codegen.") and "scheduling" in m for m in sys.modules)}))
+"""
+
+
+def _child(mode: str) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", _CHILD, mode], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=600)  # fmt: skip
+    line = next((x for x in done.stdout.splitlines() if x.startswith("CHILD ")), None)
+    assert done.returncode == 0 and line, done.stderr[-3000:]
+    return json.loads(line[len("CHILD "):])
+
+
+def test_the_key_needs_no_code_generator_and_is_the_same_in_every_process():
+    """Note [AOT cache key without code generators]: a process using only this backend
+    does not import inductor's scheduling modules for the key, and a process that registered
+    them (one that used inductor too) computes the same key."""
+    cold = _child("plain")
+    assert cold["aot"]["saved"] == 1 and not cold["codegen"], cold
+    warm = _child("registered")
+    assert warm["aot"]["hit"] == 1 and warm["aot"]["miss"] == 0, warm

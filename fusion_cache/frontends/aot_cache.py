@@ -162,8 +162,47 @@ def cache_settings() -> Iterator[None]:
     tag = f"{tag}+{TAG}" if tag else TAG
     with functorch_config.patch(bundled_autograd_cache=True,
                                 force_non_lazy_backward_lowering=True), \
-            compiler_config.patch(cache_key_tag=tag):  # fmt: skip
+            compiler_config.patch(cache_key_tag=tag), _without_inductor_backends():  # fmt: skip
         yield
+
+
+# what torch's key reads of inductor's code generators (torch._inductor.codecache)
+_BACKEND_NAMES = ("init_backend_registration", "custom_backend_passes",
+                  "custom_backend_codegen_configs")  # fmt: skip
+
+
+@contextlib.contextmanager
+def _without_inductor_backends() -> Iterator[None]:
+    """Note [AOT cache key without code generators]: torch's key (FxGraphHashDetails) first
+    registers inductor's code generators for every device, to hash the custom passes and
+    configurations of each: an import of inductor's scheduling modules that a process using
+    only this backend never needed (1.5 s on this CPU, a fifth of a warm first step). Their
+    passes never run on this backend's graphs, so the key leaves them out: the registration
+    is skipped and both tables read empty, whatever another compile registered, so the key
+    is the same in every process. Dynamo compiles one frame at a time (its compile lock),
+    so no other key is computed meanwhile. Where this torch has other names, nothing is
+    patched and the key is torch's own."""
+    try:
+        from torch._inductor import codecache
+    except ImportError:
+        yield
+        return
+    saved = {name: getattr(codecache, name, None) for name in _BACKEND_NAMES}
+    if any(value is None for value in saved.values()):
+        yield
+        return
+    codecache.init_backend_registration = _registered_none
+    codecache.custom_backend_passes = {}
+    codecache.custom_backend_codegen_configs = {}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(codecache, name, value)
+
+
+def _registered_none() -> None:
+    return None
 
 
 def cache_counters() -> dict[str, int]:
