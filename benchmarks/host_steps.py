@@ -42,8 +42,10 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def issue_us(fn: Callable[[], Any], device: str, reps: int, rounds: int) -> float:
-    """Host time of one `fn()`: `reps` calls after a synchronize, median of `rounds`."""
+def issue_us(fn: Callable[[], Any], device: str, reps: int, rounds: int,
+             wait: bool = False) -> float:  # fmt: skip
+    """Host time of one `fn()`: `reps` calls after a synchronize, median of `rounds`;
+    `wait`: synchronized after the calls too (the GPU's time where it is the longer)."""
     fn()
     times = []
     for _ in range(rounds):
@@ -51,6 +53,8 @@ def issue_us(fn: Callable[[], Any], device: str, reps: int, rounds: int) -> floa
         start = time.perf_counter()
         for _ in range(reps):
             fn()
+        if wait:
+            _sync(device)
         times.append((time.perf_counter() - start) / reps * 1e6)
     _sync(device)
     return statistics.median(times)
@@ -104,13 +108,27 @@ def _aten_name(step: Any) -> str:
 
 def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) -> dict[str, Any]:
     """One region call's steps timed alone (see the module's doc)."""
+    from fusion_cache.frontends.fx_region import _with_constants
     from fusion_cache.runtime.plans import input_key
     from fusion_cache.runtime.sequence import KernelStep
 
     guard, seq, constants = region._sequences[input_key(args)]
-    row: dict[str, Any] = {"region": region.__name__, "fusion": region.fusion_id,
-                           "steps": [], "call_us": issue_us(lambda: region(*args), device, reps,
-                                                            rounds)}  # fmt: skip
+
+    def timed(fn: Callable[[], Any], wait: bool = False) -> float:
+        return issue_us(fn, device, reps, rounds, wait)
+
+    row: dict[str, Any] = {"region": region.__name__, "fusion": region.fusion_id, "steps": [],
+                           "call_us": timed(lambda: region(*args)),
+                           "waited_us": timed(lambda: region(*args), wait=True),
+                           "guard_us": timed(lambda: guard.matches(args)),
+                           "sequence_us": timed(lambda: seq.run(args))}  # fmt: skip
+    outs = seq.run(args)
+    row["constants_us"] = timed(lambda: _with_constants(outs, constants, args)) if constants \
+        else 0.0  # fmt: skip
+    outs.clear()
+    kept = [*args, *seq.pad]  # every step in order, nothing dropped
+    row["in_order_us"] = timed(lambda: [run(kept) for run, _ in seq._runs])
+    kept.clear()
     env = [*args, *seq.pad]
     for step, drop in zip(seq.steps, seq.drops):
         kind = _kind(step)
@@ -190,8 +208,10 @@ def summarize(calls: list[dict[str, Any]]) -> dict[str, Any]:
                 o["us"] += s["us"]
                 o["bare_us"] += s["bare_us"]
     wrappers = sum(c["call_us"] - c["steps_us"] for c in calls)
+    parts = {k: sum(c.get(k, 0.0) for c in calls) for k in (
+        "waited_us", "guard_us", "sequence_us", "constants_us", "in_order_us", "steps_us")}
     return {"regions_us": sum(c["call_us"] for c in calls), "wrappers_us": wrappers,
-            "kinds": kinds, "aten_ops": ops}  # fmt: skip
+            "parts": parts, "kinds": kinds, "aten_ops": ops}  # fmt: skip
 
 
 def render(result: dict[str, Any]) -> str:
@@ -199,6 +219,9 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"{result['model']}: step {result['step_ms']:.2f} ms; {result['region_calls']} "
              f"region calls issue {s['regions_us'] / 1e3:.2f} ms, of which wrappers "
              f"(guard, constants, outputs) {s['wrappers_us'] / 1e3:.2f} ms"]  # fmt: skip
+    p = s["parts"]
+    lines.append("  regions, ms: " + ", ".join(f"{k.removesuffix('_us')} {v / 1e3:.2f}"
+                                                for k, v in p.items()))  # fmt: skip
     for kind, k in s["kinds"].items():
         extra = f", {k['launches']:.0f} launches" if k["launches"] else ""
         lines.append(f"  {kind:<8} x{k['n']:<4.0f} ours {k['us'] / 1e3:6.2f} ms  bare "
