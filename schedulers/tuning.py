@@ -99,9 +99,9 @@ KNOBS: dict[str, str] = {
     "transpose.stages": "tiles of staged inputs a transpose block keeps in shared memory, the "
                         "next ones in flight (cp.async)",
     "transpose.vec": "most elements a transpose thread moves as one access (V; blocks of V x V)",
-    "transpose.tiles_each": "tiles a transpose block takes (0: one resident wave of blocks, "
-                            "16-bit values' default; -1: as few blocks of the wave as take the "
-                            "same rounds; 1: 32-bit values' default)",
+    "transpose.tiles_each": "tiles a transpose block takes (1, the default: a block a tile; "
+                            "0: one resident wave of blocks looping over them; -1: as few "
+                            "blocks of the wave as take the same rounds)",
     "transpose.blocks_per_sm": "most transpose blocks an SM (the wave: SMs times this)",
     "transpose.min_side": "fewest elements along either tile dim for a transpose to be tiled",
 }
