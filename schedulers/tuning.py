@@ -79,6 +79,7 @@ KNOBS: dict[str, str] = {
     "split.max_rows": "rows under which long pure reductions are split over the GPU",
     "colnorm.values": "registers of values a thread of a column norm keeps (16-bit values two "
                       "to a register; Note [Column norms])",
+    "colnorm.vec": "columns a thread of a column norm takes, one vector load a row",
     "colnorm.tx": "column threads of a column norm block (VEC columns each)",
     "colnorm.ty": "thread rows of a column norm block",
     "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",

@@ -487,6 +487,20 @@ def test_column_norm_defaults_loop_over_tiles_in_f32_and_push_in_bf16(dtype, kin
     assert kind in spec.description
 
 
+@pytest.mark.parametrize("knobs", [{}, {"colnorm.vec": 4}, {"colnorm.vec": 4, "colnorm.cluster": 16,
+                                                           "colnorm.ty": 32}], ids=str)  # fmt: skip
+def test_bf16_column_norm_reads_values_through_their_words(knobs):
+    """A bf16 row kept in registers is read a float at a time from its 32-bit words
+    (fc_bf16_at), in every pass; colnorm.vec narrows the vectors."""
+    fd = define(softmax(dim=1)[0], BF16, 3)
+    x = rand((3, 1000, 136), BF16, 28)
+    with overriding(knobs):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(BF16)], kernel="fc_column_norm")
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert body.count("fc_bf16_at(x0[it], j)") == 3 and "fc_to_float(x0" not in body
+    assert f"#define FC_VEC {knobs.get('colnorm.vec', 8)}" in body
+
+
 def test_column_norm_partials_pushed_through_mbarriers():
     """Note [Column exchange] under colnorm.push: one tile a cluster, partials sent with
     st.async to every peer; softmax and a standardization compile and replay."""

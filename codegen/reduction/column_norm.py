@@ -205,7 +205,13 @@ class _ColumnNorm:
         L.append("  }")
 
     def elem_load(self, i: int) -> str:
-        return f"x{i}[it]" if self.v.modes[i] == "bcast" else f"x{i}[it][j]"
+        """Element j of row it of access i; a bf16 one as a float read through its 32-bit
+        word (fc_bf16_at)."""
+        if self.v.modes[i] == "bcast":
+            return f"x{i}[it]"
+        if MEMORY_TYPE[self.program.accesses[i].dtype] == "fc_bf16" and self.v.vec % 2 == 0:
+            return f"fc_bf16_at(x{i}[it], j)"
+        return f"x{i}[it][j]"
 
     def col_load(self, i: int) -> str:
         return f"a{i}[col[{i}] + j * a{i}{self.inner}]"

@@ -58,7 +58,7 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     moving += [s.dtype for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
     widest = max(ELEMENT_BYTES[d] for d in moving)
     n_inner = p.i_sizes[-1]
-    vec = max(1, 16 // widest)
+    vec = knob("colnorm.vec", max(1, 16 // widest))
     while vec > 1 and n_inner % vec:
         vec //= 2
     modes = []
