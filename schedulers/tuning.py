@@ -80,6 +80,8 @@ KNOBS: dict[str, str] = {
     "colnorm.values": "registers of values a thread of a column norm keeps (16-bit values two "
                       "to a register; Note [Column norms])",
     "colnorm.vec": "columns a thread of a column norm takes, one vector load a row",
+    "colnorm.reuse_exp": "softmax's output takes exp(x - M) as the sum pass's exp(x - m_b), kept "
+                         "in registers, times exp(m_b - M) (Note [Online column softmax])",
     "colnorm.tx": "column threads of a column norm block (VEC columns each)",
     "colnorm.ty": "thread rows of a column norm block",
     "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",

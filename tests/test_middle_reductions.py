@@ -501,6 +501,21 @@ def test_bf16_column_norm_reads_values_through_their_words(knobs):
     assert f"#define FC_VEC {knobs.get('colnorm.vec', 8)}" in body
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_softmax_column_norm_keeps_its_exps_under_the_knob(dtype):
+    """Note [Online column softmax] under colnorm.reuse_exp: the output pass takes exp(x - M)
+    as the sum pass's exp(x - m_b) times the column's exp(m_b - M), one exp an element in
+    all, a block of -inf rows giving 0."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((3, 4096, 64), dtype, 29)
+    with overriding({"colnorm.reuse_exp": True}):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert "exps kept" in spec.description
+    body = spec.kernels[0].source.split("end prelude")[1]
+    out_pass = body.split("_b_f[j] = exp2f(")[1]
+    assert "exp2f(" not in out_pass and re.search(r"v\d+_e\[it\]\[j\] \* v\d+_b_f\[j\]", out_pass)
+
+
 def test_column_norm_partials_pushed_through_mbarriers():
     """Note [Column exchange] under colnorm.push: one tile a cluster, partials sent with
     st.async to every peer; softmax and a standardization compile and replay."""

@@ -112,7 +112,7 @@ def column_norm(p: Problem) -> LaunchSpec | str:
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
                                 min_blocks, bool(knob("colnorm.online", True)),
-                                persistent, push)  # fmt: skip
+                                persistent, push, bool(knob("colnorm.reuse_exp", False)))  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
