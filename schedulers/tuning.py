@@ -79,6 +79,9 @@ KNOBS: dict[str, str] = {
     "split.max_rows": "rows under which long pure reductions are split over the GPU",
     "colnorm.values": "registers of values a thread of a column norm keeps (16-bit values two "
                       "to a register; Note [Column norms])",
+    "colnorm.vec": "columns a thread of a column norm takes, one vector load a row",
+    "colnorm.reuse_exp": "softmax's output takes exp(x - M) as the sum pass's exp(x - m_b), kept "
+                         "in registers, times exp(m_b - M) (Note [Online column softmax])",
     "colnorm.tx": "column threads of a column norm block (VEC columns each)",
     "colnorm.ty": "thread rows of a column norm block",
     "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",
@@ -99,9 +102,9 @@ KNOBS: dict[str, str] = {
     "transpose.stages": "tiles of staged inputs a transpose block keeps in shared memory, the "
                         "next ones in flight (cp.async)",
     "transpose.vec": "most elements a transpose thread moves as one access (V; blocks of V x V)",
-    "transpose.tiles_each": "tiles a transpose block takes (0: one resident wave of blocks, "
-                            "16-bit values' default; -1: as few blocks of the wave as take the "
-                            "same rounds; 1: 32-bit values' default)",
+    "transpose.tiles_each": "tiles a transpose block takes (1, the default: a block a tile; "
+                            "0: one resident wave of blocks looping over them; -1: as few "
+                            "blocks of the wave as take the same rounds)",
     "transpose.blocks_per_sm": "most transpose blocks an SM (the wave: SMs times this)",
     "transpose.min_side": "fewest elements along either tile dim for a transpose to be tiled",
 }

@@ -58,7 +58,7 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     moving += [s.dtype for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
     widest = max(ELEMENT_BYTES[d] for d in moving)
     n_inner = p.i_sizes[-1]
-    vec = max(1, 16 // widest)
+    vec = knob("colnorm.vec", max(1, 16 // widest))
     while vec > 1 and n_inner % vec:
         vec //= 2
     modes = []
@@ -112,7 +112,7 @@ def column_norm(p: Problem) -> LaunchSpec | str:
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
                                 min_blocks, bool(knob("colnorm.online", True)),
-                                persistent, push)  # fmt: skip
+                                persistent, push, bool(knob("colnorm.reuse_exp", False)))  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
