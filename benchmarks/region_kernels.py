@@ -28,14 +28,15 @@ class RegionPlan:
     graph: str
     name: str
     fusion_id: int
-    segments: list[tuple[str, int, str]] = field(default_factory=list)  # scheduler, kernels, plan
+    # (scheduler, kernels, plan, the op names of its definition) of each segment
+    segments: list[tuple[str, int, str, frozenset[str]]] = field(default_factory=list)
 
     @property
     def kernels(self) -> int:
-        return sum(k for _, k, _ in self.segments)
+        return sum(s[1] for s in self.segments)
 
     def count(self, scheduler: str) -> int:
-        return sum(1 for s, _, _ in self.segments if s == scheduler)
+        return sum(1 for s in self.segments if s[0] == scheduler)
 
 
 def _meta(spec: Any) -> Any:
@@ -46,23 +47,27 @@ def _meta(spec: Any) -> Any:
     return torch.empty_strided(spec.sizes, spec.strides, dtype=spec.dtype, device="meta")
 
 
-def _plan_of(fd: Any, inputs: list, target: str) -> list[tuple[str, int, str]]:
+def _ops(fd: Any) -> frozenset[str]:
+    return frozenset(r.name for r in fd._records if r.kind == "op")
+
+
+def _plan_of(fd: Any, inputs: list, target: str) -> list[tuple[str, int, str, frozenset[str]]]:
     from fusion_cache.runtime.executor import executor_for
     from fusion_cache.runtime.plans import LaunchPlan
 
     fd.precompile(inputs, target=target)
     plan = executor_for(fd).last_plan
     if isinstance(plan, LaunchPlan):
-        return [(plan.spec.scheduler, len(plan.spec.kernels), plan.spec.description)]
+        return [(plan.spec.scheduler, len(plan.spec.kernels), plan.spec.description, _ops(fd))]
     if not hasattr(plan, "segments"):  # one ATen call
-        return [("aten", 0, getattr(getattr(plan, "spec", None), "description", ""))]
+        return [("aten", 0, getattr(getattr(plan, "spec", None), "description", ""), _ops(fd))]
     out = []
     for seg in plan.segments:
         sub = executor_for(seg.definition).last_plan
         spec = getattr(sub, "spec", None)
         kernels = len(spec.kernels) if isinstance(sub, LaunchPlan) else 0
         out.append((seg.scheduler or "reference", kernels,
-                    spec.description if spec is not None else ""))  # fmt: skip
+                    spec.description if spec is not None else "", _ops(seg.definition)))
     return out
 
 
@@ -101,9 +106,9 @@ def summary(plans: list[RegionPlan]) -> Counter:
     for p in plans:
         total["regions"] += 1
         total["kernels"] += p.kernels
-        for s, _, _ in p.segments:
+        for s in p.segments:
             total["segments"] += 1
-            total[s] += 1
+            total[s[0]] += 1
     return total
 
 
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{p.kernels:>3} kernels, {p.count('aten'):>2} aten, "
                   f"{len(p.segments):>3} segments")  # fmt: skip
             if args.verbose:
-                for s, k, desc in p.segments:
+                for s, k, desc, _ in p.segments:
                     print(f"      {s:<14} {k} {desc[:150]}")
         print(f"{name}: {dict(summary(plans))}")
     return 0
