@@ -25,6 +25,8 @@ KNOBS: dict[str, str] = {
                       "in each half, reading rotate-half partners once (Note [Paired halves])",
     "pointwise.blocks_per_sm": "most blocks of the pointwise kernel an SM, its threads looping "
                                "over the rest (0: a thread a vector group)",
+    "pointwise.rows": "rows of the outermost dim a pointwise thread takes, loading inputs dead "
+                      "along it once for all (Note [Broadcast rows]; 1: none)",
     "pointwise.vec": "elements a pointwise thread takes along the innermost dim (0: 16 bytes "
                      "of the widest dtype read or written along it)",
     "inner.threads": "threads a block of the inner reduction kernel",
@@ -55,6 +57,13 @@ KNOBS: dict[str, str] = {
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "inner.rng_lanes": "random numbers drawn by lane where every vector starts a Philox group "
                        "(Note [Philox lanes]; False: the group compared each element)",
+    "rows.chain": "an embedding's gradient as row chains: tokens pushed on their row's list, "
+                  "each output row adding its list's values (Note [Row chains]; False: claims, "
+                  "atomic adds of shared rows and a rows kernel, Note [Row sums])",
+    "rows.units": "(row, column vector) units a thread of the row chains' rows kernel takes, "
+                  "their loads issued together (Note [Row chains])",
+    "rows.early": "the row-sums kernels let the next, launched dependent, be placed at once "
+                  "(griddepcontrol.launch_dependents at their start)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",
