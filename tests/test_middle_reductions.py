@@ -516,6 +516,19 @@ def test_softmax_column_norm_keeps_its_exps_under_the_knob(dtype):
     assert "exp2f(" not in out_pass and re.search(r"v\d+_e\[it\]\[j\] \* v\d+_b_f\[j\]", out_pass)
 
 
+@pytest.mark.parametrize("dtype, blocks", [(BF16, 3), (F32, 0)])
+def test_16bit_column_norms_of_256_threads_ask_for_three_blocks_an_sm(dtype, blocks):
+    """16-bit rows in blocks of 256 threads: __launch_bounds__ minimum 3 (80 registers, three
+    blocks an SM instead of two); 32-bit ones loop over tiles and leave it unset."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
+    spec = executor_for(fd).last_plan.spec
+    kernel = spec.kernels[0]
+    assert kernel.block == (8, 32, 1) and column_norm_rows(spec) == (32, 8, 16)
+    bounds = "__launch_bounds__(256, 3)" if blocks else "__launch_bounds__(256)"
+    assert bounds in kernel.source and (f"{blocks} blocks/SM" in spec.description) == bool(blocks)
+
+
 def test_column_norm_partials_pushed_through_mbarriers():
     """Note [Column exchange] under colnorm.push: one tile a cluster, partials sent with
     st.async to every peer; softmax and a standardization compile and replay."""
