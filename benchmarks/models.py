@@ -144,6 +144,12 @@ def fusion_counters() -> dict[str, int]:
     return dict(FusionCache.get().stats())
 
 
+def aot_counters() -> dict[str, int]:
+    from fusion_cache.frontends.aot_cache import cache_counters
+
+    return cache_counters()
+
+
 # per step: what a steady step should not do (compile, plan, fall back, recompile), and
 # what it does from Python (launches; none once CUDA graphs replay)
 STEP_COUNTERS = ("kernel_launches", "plan_cache_misses", "kernels_compiled", "kernels_loaded",
@@ -224,6 +230,7 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     batches = batches_for(case, steps, device)
     dynamo_backend.reset_reports()
     before = fusion_counters()
+    aot_before = aot_counters()
     fn = compiled(contender, model)
     compilation_time_metrics.clear()
     watch = StepWatch()
@@ -243,6 +250,8 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     row["per_step"] = {k: [r[k] for r in watch.rows] for k in watch.rows[0]} if watch.rows else {}
     if contender.startswith("fusion_cache"):
         row["counters"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        # torch's AOTAutograd cache (Note [AOT cache]): graphs hit, missed, bypassed, saved
+        row["aot_cache"] = {k: v - aot_before.get(k, 0) for k, v in aot_counters().items()}
         row.update(graph_summary(dynamo_backend.reports()))
         row["kernels"] = kernel_keys()
     torch._dynamo.reset()
@@ -426,15 +435,17 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {row.get('max_loss_diff', 0):.2e} | {row.get('regions', '-')} | {fused} "
                 f"| {kernels} | {c.get('reference_runs', '-') if c else '-'} |")
     lines += ["", "## Restarts and steady steps", "",
-              "dynamo s: torch's tracing of the first step's graphs, the forward's AOT autograd "
-              "and lowering inside it (the backward's is compiled later, in the step); "
+              "dynamo s: torch's tracing of the first step's graphs with the backend call inside "
+              "it: AOT autograd (or its cache, Note [AOT cache]) and the forward's lowering, and "
+              "the backward's where the AOT cache is on (else it is compiled later, in the step); "
               "steps 2+ of each run: plan misses, compiles, reference runs, dynamo recompiles "
               "and garbage-collection ms (all should be 0 but gc), Python launches a step "
               "(0 once CUDA graphs replay)", "",
               "| model | run | first step s | of which lowering s / first region calls s | "
-              "dynamo s | step ms | warm/cold first | kernels as cold | misses | compiles | "
-              "ref runs | recompiles | gc ms | launches/step | free GiB at start |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "dynamo s | AOT cache hit / miss | step ms | warm/cold first | kernels as cold | "
+              "misses | compiles | ref runs | recompiles | gc ms | launches/step | "
+              "free GiB at start |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in data["models"]:
         rows = m["contenders"]
         cold = rows.get("fusion_cache", {})
@@ -448,11 +459,13 @@ def render_markdown(data: dict[str, Any]) -> str:
                 "fusion_cache") else "-"  # fmt: skip
             launches = statistics.median(steady["kernel_launches"]) if steady["kernel_launches"] \
                 else 0  # fmt: skip
+            aot = (f"{row['aot_cache']['hit']} / {row['aot_cache']['miss']}"
+                   if "aot_cache" in row else "-")  # fmt: skip
             lines.append(
                 f"| {m['model']} | {name} | {_s(row['first_step_s'])} "
                 f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} "
                 f"| {_s(row.get('tracing_s', {}).get('_compile.compile_inner'))} "
-                f"| {_ms(row['median_ms'])} "
+                f"| {aot} | {_ms(row['median_ms'])} "
                 f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
                 f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
                 f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} "

@@ -3,6 +3,11 @@
 The kernel is a grid-stride loop over the collapsed loop space; each thread handles VEC
 consecutive elements of the innermost dim. Each input access loads a whole vector (`vec`),
 one element reused VEC times (`bcast`, inner stride 0), or VEC strided elements.
+
+Note [Broadcast rows] (knob pointwise.rows): a thread's UNROLL vectors may instead be rows
+of the outermost dim, c0 = group * UNROLL + u at the same inner position, so an access dead
+along that dim (RoPE's cos and sin tables, broadcast over batch and heads) is loaded once for
+all of them: fewer L2 reads per byte of memory moved.
 """
 from __future__ import annotations
 
@@ -49,12 +54,17 @@ class PointwiseVariant:
     # 'dead' (outside its window: zeros) or (access, half) whose vector it is; None: unpaired
     pair: tuple | None = None
     pair_guards: tuple | None = None  # per guard, per half: True/False where known, else None
+    # Note [Broadcast rows]: the UNROLL vectors of a thread are rows of the outermost dim (the
+    # loop covers n0 / UNROLL of them), so accesses dead along it are loaded once for all
+    rows: bool = False
 
     def describe(self) -> str:
         tuned = (f" block={self.block} unroll={self.unroll} hints={self.load_hint}{self.store_hint}"
                  if (self.block, self.unroll, self.load_hint, self.store_hint) != (BLOCK, 1, 0, 0)
                  else "")  # fmt: skip
         extra = self.resize.describe() if self.resize is not None else ""
+        if self.rows:
+            extra += f" rows={self.unroll}"
         if self.pair is not None:
             extra += " pair=" + ",".join("/".join(
                 m if isinstance(m, str) else f"a{m[0]}.{m[1]}" for m in p) for p in self.pair)
@@ -108,8 +118,9 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     # Each iteration a thread takes UNROLL vectors a block apart: their loads are all issued
     # before any is used, so a compute-heavy body still keeps memory busy.
     lines += ["  " + c for c in caches]
-    lines.append("  const idx_t step = (idx_t)gridDim.x * blockDim.x * FC_VEC * FC_UNROLL;")
-    lines.append("  for (idx_t base0 = ((idx_t)blockIdx.x * blockDim.x * FC_UNROLL + threadIdx.x)"
+    per = "" if variant.rows else " * FC_UNROLL"  # Note [Broadcast rows]: one vector of a row group
+    lines.append(f"  const idx_t step = (idx_t)gridDim.x * blockDim.x * FC_VEC{per};")
+    lines.append(f"  for (idx_t base0 = ((idx_t)blockIdx.x * blockDim.x{per} + threadIdx.x)"
                  " * FC_VEC; base0 < numel; base0 += step) {")  # fmt: skip
     for prefix, i, _dtype, _ in tensors:
         lines.append(f"    idx_t {prefix}{i}_off[{slots}];")
@@ -127,12 +138,14 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     lines.append("#pragma unroll")
     lines.append(f"    for (int {'uu' if P > 1 else 'u'} = 0; {'uu' if P > 1 else 'u'} < FC_UNROLL; "
                  f"++{'uu' if P > 1 else 'u'}) {{")  # fmt: skip
-    lines.append(f"      const idx_t base = base0 + (idx_t){'uu' if P > 1 else 'u'} * blockDim.x * FC_VEC;")
+    uvar = "uu" if P > 1 else "u"
+    lines.append(f"      const idx_t base = base0 + (idx_t){_next(variant, uvar)};")
     lines.append("      idx_t rem = base < numel ? base : 0;")
     last = f"c{R - 1}" if P == 1 else "cl"  # paired: the coordinate in the first half
     for d in range(R - 1, 0, -1):
         lines.append(f"      const idx_t {last if d == R - 1 else f'c{d}'} = rem % n{d}; rem /= n{d};")
-    lines.append(f"      const idx_t {last if R == 1 else 'c0'} = rem;")
+    row = f"rem * FC_UNROLL + {uvar}" if variant.rows else "rem"
+    lines.append(f"      const idx_t {last if R == 1 else 'c0'} = {row};")
     for half in range(P):
         lines += _slot_loads(program, variant, tensors, load, half)
     lines.append("    }")
@@ -141,7 +154,7 @@ def render_pointwise(program: PointwiseProgram, variant: PointwiseVariant) -> st
     lines.append("#pragma unroll")
     lines.append(f"    for (int {'uu' if P > 1 else 'u'} = 0; {'uu' if P > 1 else 'u'} < FC_UNROLL; "
                  f"++{'uu' if P > 1 else 'u'}) {{")  # fmt: skip
-    lines.append(f"      if (base0 + (idx_t){'uu' if P > 1 else 'u'} * blockDim.x * FC_VEC >= numel) break;")
+    lines.append(f"      if (base0 + (idx_t){_next(variant, uvar)} >= numel) break;")
     for half in range(P):
         lines += _slot_body(program, variant, half)
     lines.append("    }")
@@ -174,6 +187,8 @@ def _slot_loads(program: PointwiseProgram, variant: PointwiseVariant, tensors: l
         windowed = rv is not None and rv.preds[i]
         if P > 1 and variant.pair[i][half] != "load":
             continue  # zeros, or another access's vector (Note [Paired halves])
+        if shares_rows(variant, i):  # Note [Broadcast rows]: the first row's load serves all
+            lines.append(f"{pad}if ({'uu' if P > 1 else 'u'} == 0)")
         if mode == "vec" and windowed:
             vl = vector_load(rv, i, R, acc.dtype, variant.load_hint, program.has_alias)
             lines.append(f"{pad}a{i}_v[u] = {vl};")
@@ -272,13 +287,17 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt, hal
             if seen == "dead":
                 return f"fc_zero<{MEMORY_TYPE[program.accesses[i].dtype]}>()"
             if seen != "load":
-                return f"a{seen[0]}_v[uu * 2 + {seen[1]}][j]"
+                first = "" if shares_rows(variant, seen[0]) else "uu * 2 + "
+                return f"a{seen[0]}_v[{first}{seen[1]}][j]"
+        slot = "u"
+        if shares_rows(variant, i):  # Note [Broadcast rows]: the first row's slot
+            slot = str(half) if variant.pair is not None else "0"
         if mode in ("vec", "vgather"):
             if MEMORY_TYPE[program.accesses[i].dtype] == "fc_bf16" and variant.vec % 2 == 0:
-                return f"fc_bf16_at(a{i}_v[u], j)"  # a float through its 32-bit word
-            return f"a{i}_v[u][j]"
+                return f"fc_bf16_at(a{i}_v[{slot}], j)"  # a float through its 32-bit word
+            return f"a{i}_v[{slot}][j]"
         if mode == "bcast":
-            return f"a{i}_b[u]"
+            return f"a{i}_b[{slot}]"
         if mode == "dead":
             return f"fc_zero<{MEMORY_TYPE[program.accesses[i].dtype]}>()"
         if rv is not None:
@@ -298,6 +317,19 @@ def _render_stmt(program: PointwiseProgram, variant: PointwiseVariant, stmt, hal
             first = gathered_vector(rv, stmt.operands[0], R, variant.load_hint, program.has_alias)
             return first + "\n" + render_stmt(stmt, {s.var: s.dtype for s in program.stmts}, load)
     return render_stmt(stmt, {s.var: s.dtype for s in program.stmts}, load)
+
+
+def _next(variant: PointwiseVariant, uvar: str) -> str:
+    """The offset in the loop's space of a thread's vector `uvar` from its first."""
+    return "0" if variant.rows else f"{uvar} * blockDim.x * FC_VEC"
+
+
+def shares_rows(variant: PointwiseVariant, i: int) -> bool:
+    """Note [Broadcast rows]: access i reads the same vector for every row of a thread (dead
+    along the outermost dim and read without a window, which could test that dim)."""
+    return (variant.rows and not variant.live_dims[i][0]
+            and variant.load_modes[i] in ("vec", "bcast")
+            and not (variant.resize is not None and variant.resize.preds[i]))
 
 
 def vector_width(dtypes) -> int:

@@ -26,6 +26,8 @@ FILL_NAME = "fc_rows_fill"
 CLAIM_NAME = "fc_rows_claim"
 ADD_NAME = "fc_rows_add"
 OUT_NAME = "fc_rows_out"
+LINK_NAME = "fc_rows_link"  # Note [Row chains]
+WALK_NAME = "fc_rows_walk"
 
 # Vector atomic adds of floats: one red.global.add.v4.f32 per four on sm_90 (PTX 8.1), one
 # atomicAdd each elsewhere (and in host runs, which have no __CUDA_ARCH__).
@@ -46,12 +48,25 @@ template <int N> FC_DEVICE void fc_red_add_vec(float* p, const fc_vec<float, N>&
 }
 """
 
+# The next kernel, launched dependent (Note [Dependent launch]), is placed at once to wait in
+# fc_wait_prior_grid instead of at this grid's end.
+LAUNCH_DEPENDENTS = r"""
+FC_DEVICE void fc_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}"""
 
-def _head(name: str, params: list[str], index_type: str, wait: bool = False) -> list[str]:
-    """`wait`: launched dependent on the kernel before it (Note [Dependent launch])."""
+
+def _head(name: str, params: list[str], index_type: str, wait: bool = False,
+          early: bool = False) -> list[str]:  # fmt: skip
+    """`wait`: launched dependent on the kernel before it (Note [Dependent launch]);
+    `early`: the next kernel, launched dependent, is placed at once to wait."""
     return [prelude_source("core", "math", "index"), f"typedef {index_type} idx_t;",
+            *([LAUNCH_DEPENDENTS] if early else []),
             f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}(',
             "    " + ",\n    ".join(params) + ") {"] + (
+                ["  fc_launch_dependents();"] if early else []) + (
                 ["  fc_wait_prior_grid();"] if wait else [])  # fmt: skip
 
 
@@ -78,20 +93,21 @@ def _unit(lines: list[str], count: str) -> None:
               "  const idx_t c = (u - row * HV) * VW;"]  # fmt: skip
 
 
-def render_fill(index_type: str) -> str:
-    lines = _head(FILL_NAME, ["int* __restrict__ w", "idx_t count"], index_type)
+def render_fill(index_type: str, early: bool = False) -> str:
+    lines = _head(FILL_NAME, ["int* __restrict__ w", "idx_t count"], index_type, early=early)
     lines += ["  const idx_t p = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
               "  if (p < count) w[p] = -1;", "}"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-def render_claim(index_dtype, index_type: str, what: str, zw: int, wait: bool = False) -> str:
+def render_claim(index_dtype, index_type: str, what: str, zw: int, wait: bool = False,
+                 early: bool = False) -> str:  # fmt: skip
     """`zw`: floats a store zeroes (H % zw == 0)."""
     it = MEMORY_TYPE[index_dtype]
     params = ["int* __restrict__ w", "float* __restrict__ acc",
               f"const {it}* __restrict__ index", "idx_t index_s", "idx_t N", "idx_t V",
               "idx_t H"]  # fmt: skip
-    lines = _head(CLAIM_NAME, params, index_type, wait)
+    lines = _head(CLAIM_NAME, params, index_type, wait, early)
     what = what.replace('"', "'")
     lines += ["  const idx_t t = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
               "  if (t >= N) return;",
@@ -109,13 +125,13 @@ def render_claim(index_dtype, index_type: str, what: str, zw: int, wait: bool = 
 
 
 def render_add(index_dtype, value_dtype, rest: int, vw: int, index_type: str,
-               wait: bool = False) -> str:  # fmt: skip
+               wait: bool = False, early: bool = False) -> str:  # fmt: skip
     it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
     params = ["const int* __restrict__ w", "float* __restrict__ acc",
               f"const {it}* __restrict__ index", "idx_t index_s",
               f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
               "idx_t N", "idx_t H", "idx_t HV"]  # fmt: skip
-    lines = _head(ADD_NAME, params, index_type, wait)
+    lines = _head(ADD_NAME, params, index_type, wait, early)
     lines.insert(1, RED_ADD)
     lines.insert(2, f"#define VW {vw}")
     _unit(lines, "N * HV")
@@ -167,5 +183,90 @@ def render_out(out_dtype, value_dtype, rest: int, vw: int, index_type: str,
               "#pragma unroll",
               f"  for (int j = 0; j < VW; ++j) o[j] = fc_cast<{ot}>(s[j]);",
               "  fc_store_vec<VW>(out + row * H + c, o);",
+              "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_link(index_dtype, index_type: str, what: str, wait: bool = False,
+                early: bool = False) -> str:  # fmt: skip
+    """Note [Row chains]: each token (checked) pushes itself on its row's list."""
+    it = MEMORY_TYPE[index_dtype]
+    params = ["int* __restrict__ head", "int* __restrict__ next",
+              f"const {it}* __restrict__ index", "idx_t index_s", "idx_t N", "idx_t V"]
+    lines = _head(LINK_NAME, params, index_type, wait, early)
+    what = what.replace('"', "'")
+    lines += ["  const idx_t t = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
+              "  if (t >= N) return;",
+              f'  const idx_t r = (idx_t)fc_check_index((long long)index[t * index_s], V, "{what}");',
+              "  next[t] = atomicExch(&head[r], (int)t);",
+              "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wait: bool = False,
+                units: int = 1) -> str:  # fmt: skip
+    """Note [Row chains]: each output row, VW columns a thread: the fill plus the values of
+    the tokens on the row's list, cast once. A thread takes `units` (row, column vector) units a
+    block apart, their head words, first values and next tokens loaded before any is added,
+    and a list's next values loaded before the current ones are added."""
+    ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
+    params = [f"{ot}* __restrict__ out", "const int* __restrict__ head",
+              "const int* __restrict__ next", f"const {vt}* __restrict__ value",
+              "idx_t value_s", *_rest_params(rest, vw), "idx_t V", "idx_t H", "idx_t HV",
+              "float fill"]  # fmt: skip
+    lines = _head(WALK_NAME, params, index_type, wait)
+    load = "fc_load_vec_ro<VW>(value + at)" if vw > 1 else None
+    lines.insert(2, "\n".join([  # after idx_t's typedef
+        f"#define VW {vw}", f"#define WU {units}",
+        f"FC_DEVICE fc_vec<{vt}, VW> fc_row_at(const {vt}* __restrict__ value, idx_t at) {{",
+        f"  return {load};" if load else f"  fc_vec<{vt}, VW> r; r[0] = value[at]; return r;",
+        "}",
+        f"FC_DEVICE void fc_row_add(fc_vec<float, VW>& s, const fc_vec<{vt}, VW>& raw) {{",
+        "#pragma unroll",
+        "  for (int j = 0; j < VW; ++j) s[j] += (float)fc_widen(raw[j]);",
+        "}"]))  # fmt: skip
+    offset = ["  " + x for x in _value_offset(rest, vw)]
+    unit = ["    const idx_t u = u0 + (idx_t)k * blockDim.x;",
+            "    const idx_t row = u / HV;",
+            "    const idx_t c = (u - row * HV) * VW;"]  # fmt: skip
+    lines += ["  const idx_t u0 = (idx_t)blockIdx.x * blockDim.x * WU + threadIdx.x;",
+              "  int h[WU], t[WU];",
+              "#pragma unroll",
+              "  for (int k = 0; k < WU; ++k) {",
+              "    const idx_t u = u0 + (idx_t)k * blockDim.x;",
+              "    h[k] = u < V * HV ? head[u / HV] : -1;",
+              "  }",
+              f"  fc_vec<{vt}, VW> raw[WU];",
+              "#pragma unroll",
+              "  for (int k = 0; k < WU; ++k) {",
+              "    if (h[k] < 0) continue;",
+              *unit, *offset,
+              "    raw[k] = fc_row_at(value, (idx_t)h[k] * value_s + voff);",
+              "    t[k] = fc_ldg(next + h[k]);",
+              "  }",
+              "#pragma unroll",
+              "  for (int k = 0; k < WU; ++k) {",
+              *unit,
+              "    if (u >= V * HV) break;",
+              "    fc_vec<float, VW> s;",
+              "#pragma unroll",
+              "    for (int j = 0; j < VW; ++j) s[j] = fill;",
+              "    if (h[k] >= 0) {",
+              *["  " + x for x in offset],
+              f"      fc_vec<{vt}, VW> now = raw[k];",
+              "      int n = t[k];",
+              "      while (n >= 0) {",
+              f"        const fc_vec<{vt}, VW> ahead = fc_row_at(value, (idx_t)n * value_s + voff);",
+              "        n = fc_ldg(next + n);",
+              "        fc_row_add(s, now);",
+              "        now = ahead;",
+              "      }",
+              "      fc_row_add(s, now);",
+              "    }",
+              f"    fc_vec<{ot}, VW> o;",
+              "#pragma unroll",
+              f"    for (int j = 0; j < VW; ++j) o[j] = fc_cast<{ot}>(s[j]);",
+              "    fc_store_vec<VW>(out + row * H + c, o);",
+              "  }",
               "}"]  # fmt: skip
     return "\n".join(lines) + "\n"

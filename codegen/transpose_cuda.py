@@ -5,7 +5,7 @@ Note [Transpose tiles]: the planner picks two loop dims: A, along which the outp
 contiguous, and B, along which the inputs that disagree with them are (schedulers/transpose.py).
 A block takes tiles of TA x TB elements (A x B) of the collapsed loop, one outer index each:
 every gridDim-th, `stages` - 1 tiles copied ahead, or one where the grid has a block a tile
-(32-bit values; transpose.tiles_each). Each tensor is read or written in one of three ways:
+(the default; transpose.tiles_each). Each tensor is read or written in one of three ways:
 
 - `tile`: contiguous along B. An input's tile is copied to shared memory in chunks of V
   elements along B (cp.async, `stages` tiles in flight per block); an output's is written

@@ -312,6 +312,20 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
     )
 
 
+def _rows_a_thread(program: PointwiseProgram, sizes: list, live: tuple, modes: list,
+                   rows: int) -> int:  # fmt: skip
+    """Note [Broadcast rows]: how many rows of the outermost dim a thread takes (1: none),
+    where an input read by vectors is dead along that dim (RoPE's cos and sin tables)."""
+    n_acc = len(program.accesses)
+    if rows <= 1 or len(sizes) < 2 or sizes[0] % rows or any(
+            s.op in RANDOM_STMTS for s in program.stmts):  # fmt: skip
+        return 1
+    if any(m in ("vgather", "scatter", "atomic") for m in modes):
+        return 1
+    shared = [k for k in range(n_acc) if not live[k][0] and modes[k] in ("vec", "bcast")]
+    return rows if shared else 1
+
+
 def _store_modes(program: PointwiseProgram, dtypes: list, strides: list, ptrs: list,
                  vec: int) -> list[str]:  # fmt: skip
     modes = []
@@ -476,17 +490,21 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     if layout is not None and knob("pointwise.pair", True):
         found = paired_halves(program, layout, sizes, dim_of, strides, ptrs, modes[:n_acc], vec)
         pair, pair_guards = found if found is not None else (None, None)
+    live = tuple(tuple(x != 0 for x in s) for s in strides)
+    rows = _rows_a_thread(program, sizes, live, modes, knob("pointwise.rows", 1))
     variant = PointwiseVariant(
         len(sizes), vec, itype, tuple(modes[:n_acc]),
         tuple(m if m in ("vec", "scatter", "atomic") else "strided" for m in modes[n_acc:]),
-        tuple(tuple(x != 0 for x in s) for s in strides), block,
-        knob("pointwise.unroll", 2 if heavy or gathers else 1), knob("load.hint", 0),
-        knob("store.hint", 0),
-        rv, pair, pair_guards,
+        live, block,
+        rows if rows > 1 else knob("pointwise.unroll", 2 if heavy or gathers else 1),
+        knob("load.hint", 0), knob("store.hint", 0),
+        rv, pair, pair_guards, rows > 1,
     )  # fmt: skip
     if pair is not None:  # the loop covers the first half; each thread takes both
         sizes = [*sizes[:-1], sizes[-1] // 2]
         numel //= 2
+    if rows > 1:  # Note [Broadcast rows]: the loop covers row groups; a thread takes `rows`
+        numel //= rows
     args: list = []
     for k, s in enumerate(strides):
         if k < n_acc:
@@ -499,7 +517,7 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     args += [ArgRef("scalar", pos) for pos, _ in program.scalar_inputs]
     args += [env[state] for state, _ in program.host_scalars]
     args += extra
-    per_block = block * vec * variant.unroll
+    per_block = block * vec * (1 if variant.rows else variant.unroll)
     blocks = max(1, min(-(-numel // per_block), 2**31 - 1))
     if knob("pointwise.blocks_per_sm", 0):  # a grid that loops: at most so many blocks an SM
         blocks = min(blocks, profile.sm_count * knob("pointwise.blocks_per_sm", 0))

@@ -19,6 +19,13 @@ runs; the code is in commit 83b32d2): one cooperative kernel with a grid barrier
 claims and the rows, 1335 GB/s against these kernels' 1833; two kernels on words kept between
 runs (claims tagged with the run instead of a fill, the other tokens' adds in the claim
 kernel), 1481 against 1805. Both spent about 11 us more; why was not found.
+
+Note [Row chains] (knob rows.chain): three kernels instead of four. A fill sets a head word a
+row to -1; each token pushes itself on its row's list (next[t] = atomicExch(head[r], t)); the
+rows kernel adds, for each output row, the values of the tokens on its list, loading the next
+token's values before adding the current one's. No float workspace, no atomic adds, no add
+kernel; a row's sum is in list order, which varies between runs as the owner does above. A row
+named by k tokens walks a list of k: a hot row costs its threads k dependent loads.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from fusion_cache.frontend.dtypes import DataType
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .reduction.finish import dependent_launch
+from .tuning import knob
 
 SUM_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16)  # summed in float
 
@@ -77,19 +85,23 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
         rest_types = (it,) * (2 * rest)
     hv = h // vw
     dep = dependent_launch(profile)  # each kernel readied while the one before it runs
-    kernels.append(KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type), blocks(2 * v), block,
-                                ("ptr", it), (ArgRef("workspace", 0), 2 * v)))  # fmt: skip
+    early = dep and bool(knob("rows.early", False))
+    if knob("rows.chain", False):
+        return _plan_chains(program, index, value, out_shape, out_dtype, index_type, rest_args,
+                            rest_types, vw, dep, early)  # fmt: skip
+    kernels.append(KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type, early), blocks(2 * v),
+                                block, ("ptr", it), (ArgRef("workspace", 0), 2 * v)))  # fmt: skip
     if n and h:
         what = f"{program.op} (T{program.out_state})"
         zw = 4 if h % 4 == 0 else 1
         kernels.append(KernelLaunch(
-            rs.CLAIM_NAME, rs.render_claim(program.index_dtype, index_type, what, zw, dep),
+            rs.CLAIM_NAME, rs.render_claim(program.index_dtype, index_type, what, zw, dep, early),
             blocks(n), block, ("ptr", "ptr", "ptr", it, it, it, it),
             (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), n, v, h),
             dependent=dep))
         kernels.append(KernelLaunch(
             rs.ADD_NAME, rs.render_add(program.index_dtype, program.source_dtype, rest, vw,
-                                       index_type, dep),
+                                       index_type, dep, early),
             blocks(n * hv), block, ("ptr", "ptr", "ptr", it, "ptr", it, *rest_types, it, it, it),
             (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), value.ref,
              _s(value, 0), *rest_args, n, h, hv), dependent=dep))  # fmt: skip
@@ -103,6 +115,40 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
             dependent=dep and bool(n and h)))  # fmt: skip
     return LaunchSpec("scatter", outputs, work, tuple(kernels),
                       f"{program.op} row sums from {program.fill!r} (Note [Row sums]), "
+                      f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
+
+
+def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
+                 index_type: str, rest_args: list, rest_types: tuple, vw: int, dep: bool,
+                 early: bool) -> LaunchSpec:  # fmt: skip
+    """Note [Row chains]: three kernels on a head word a row and a next word a token."""
+    n, v = index.shape[0], out_shape[0]
+    h = math.prod(out_shape[1:])
+    hv = h // vw
+    it = "i32" if index_type == "int" else "i64"
+    blocks = lambda count: (max(1, -(-count // rs.BLOCK)), 1, 1)  # noqa: E731
+    block = (rs.BLOCK, 1, 1)
+    linked = bool(n and h)
+    units = max(1, int(knob("rows.units", 1)))  # (row, column vector) units a walk thread takes
+    kernels = [KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type, early and linked),
+                            blocks(v), block, ("ptr", it), (ArgRef("workspace", 0), v))]
+    if linked:
+        what = f"{program.op} (T{program.out_state})"
+        kernels.append(KernelLaunch(
+            rs.LINK_NAME, rs.render_link(program.index_dtype, index_type, what, dep, early),
+            blocks(n), block, ("ptr", "ptr", "ptr", it, it, it),
+            (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), n, v),
+            dependent=dep))  # fmt: skip
+    if v and h:
+        kernels.append(KernelLaunch(
+            rs.WALK_NAME, rs.render_walk(out_dtype, program.source_dtype, len(out_shape) - 1, vw,
+                                         index_type, dep, units),
+            blocks(-(-v * hv // units)), block, ("ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
+            (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 1), value.ref,
+             _s(value, 0), *rest_args, v, h, hv, float(program.fill)), dependent=dep))  # fmt: skip
+    work = ((max(1, v), DataType.Int32), (max(1, n), DataType.Int32))
+    return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), work, tuple(kernels),
+                      f"{program.op} row chains from {program.fill!r} (Note [Row chains]), "
                       f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
 
 

@@ -29,6 +29,8 @@ from .transpose import NAME as TRANSPOSE
 # scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers
 _NOT_RECOMPUTED = {"sum", "prod", "max", "min", "var", "var_mean", "welford", "batch_norm",
                    "segment_set", "cat", "pad", "slice"} | ATEN_OPS
+# ops that only rename a tensor's elements (Note [Views go with their readers])
+_VIEWS = frozenset({"reshape", "permute", "squeeze", "broadcast", "broadcast_in_dim", "expand"})
 
 
 @dataclass(frozen=True)
@@ -226,12 +228,75 @@ class _Segmenter:
             stack.extend(self.graph.needs[pos])
         return frozenset(ops)
 
+    def view_chain(self, v: int) -> frozenset[int] | None:
+        """Note [Views go with their readers]: the view ops that make `v` from the nearest
+        tensor something else makes (an op's result or a fusion input); None where `v` is
+        no view."""
+        ops: set[int] = set()
+        records = self.graph.fd._records
+        while v not in self.inputs:
+            pos = self.graph.producer[v]
+            rec = records[pos]
+            if rec.kind != "op" or rec.name not in _VIEWS or len(rec.outputs) != 1:
+                break
+            if len(self.graph.needs[pos]) != 1:  # a size read at run time: left as it was
+                return None
+            ops.add(pos)
+            (v,) = self.graph.needs[pos]
+        return frozenset(ops) or None
+
+    def views_taken(self, groups: list[_Group], v: int) -> list[_Group] | None:
+        """`groups` with the view ops making `v` taken by every group that reads a value
+        they make (each the chain it reads); None where `v` is no view."""
+        views = self.view_chain(v)
+        if views is None:
+            return None
+        made = self.graph.produced(views)
+        taken = list(groups)
+        for k, g in enumerate(groups):
+            inside = self.made(g.ops)
+            reads = {u for pos in g.ops for u in self.graph.needs[pos]
+                     if u in made and u not in inside}  # fmt: skip
+            if not reads:
+                continue
+            ops = g.ops.union(*(self.view_chain(u) for u in reads))
+            if not self.allowed(ops):
+                return None
+            taken[k] = _Group(g.owned, ops)
+        return taken
+
+    def views_pay(self, before: list[_Group], after: list[_Group]) -> bool:
+        """Whether the groups of `after` write fewer bytes than those of `before` (a copy of a
+        view no longer made) and every group whose ops or outputs changed is still accepted
+        (the group that handed out the view now hands out the tensor it views)."""
+        saved = 0
+        for k, (old, new) in enumerate(zip(before, after)):
+            was = self.outputs_of(before, k, old.owned, old.ops)
+            outs = self.outputs_of(after, k, new.owned, new.ops)
+            if old == new and outs == was:
+                continue
+            saved += sum(map(self.bytes_of, was[0] | was[1]))
+            saved -= sum(map(self.bytes_of, outs[0] | outs[1]))
+            if any(outs) and self.scheduler_for(new.ops, *outs) is None:
+                return False  # (a group read by nobody now is dropped below)
+        return saved > 0
+
     def bytes_of(self, v: int) -> int:
         t = self.stand_in.get(v)
         return t.numel() * t.element_size() if t is not None and hasattr(t, "numel") else 0
 
     def recompute_pass(self, groups: list[_Group]) -> list[_Group]:
-        """Note [Recomputing producers]: a group that reads an intermediate made by
+        """Note [Views go with their readers]: a group that reads a view of a tensor (a
+        reshape, permute, squeeze, broadcast or expand of it, or a chain of them) takes the
+        view ops along and reads the tensor itself, where its scheduler accepts them and
+        fewer bytes are written: a view costs nothing inside a kernel or on the way into a
+        torch call, while handed from one group to another it is a copy (Llama-style
+        backward: a reshape to [tokens, dim] read by the two GEMMs of a linear layer's
+        gradient, a copy kernel of its own four times a layer; a transposed copy written
+        beside the tensor for a GEMM). A group left with no value anyone reads is dropped
+        below.
+
+        Note [Recomputing producers]: a group that reads an intermediate made by
         elementwise ops from the fusion's inputs may compute it itself instead. It pays
         off when the inputs it must read in addition (small ones, such as per-row stats,
         count for nothing) weigh no more than writing plus reading the intermediate."""
@@ -244,6 +309,10 @@ class _Segmenter:
                 for v in sorted(reads):
                     if v in self.inputs:
                         continue
+                    taken = self.views_taken(groups, v)
+                    if taken is not None and self.views_pay(groups, taken):
+                        groups, changed = taken, True
+                        break
                     ops = self.chain(v)
                     if ops is None:
                         continue

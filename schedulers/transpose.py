@@ -252,13 +252,16 @@ def plan_tiles(program: PointwiseProgram, values: Sequence[Any], env: dict,
     per_sm = max(1, min(per_sm, knob("transpose.blocks_per_sm", per_sm)))
     wave = profile.measured_wave or profile.sm_count * per_sm
     blocks = max(1, min(tiles, wave))
-    # 32-bit values: a block a tile, which the GPU hands out as blocks finish, rather than one
-    # resident wave looping over tiles with the next ones' copies in flight: f32 8192 x 8192
-    # add of a transposed input 2845 -> 2931 GB/s on the H100, [64, 1024, 1024] 2794 ->
-    # 2921, NCHW -> NHWC [64, 256, 56, 56] 2767 -> 2897 (benchmarks/sweeps/layouts2_r2.json,
-    # 2026-11-26; -1, the wave's tiles shared out evenly: 2835, 2778, 2757). 16-bit ones
-    # keep the wave: not measured yet
-    each = knob("transpose.tiles_each", 1 if min(moving) >= 4 else 0)
+    # a block a tile, which the GPU hands out as blocks finish, rather than one resident
+    # wave looping over tiles with the next ones' copies in flight: a block that finishes
+    # early takes the next tile at once instead of idling to the wave's last round, and the
+    # wave's loop ends on a ragged last round anyway. f32 on the H100: 8192 x 8192 add of a
+    # transposed input 2845 -> 2931 GB/s, [64, 1024, 1024] 2794 -> 2921, NCHW -> NHWC [64,
+    # 256, 56, 56] 2767 -> 2897 (benchmarks/sweeps/layouts2_r2.json, 2026-11-26; -1, the
+    # wave's tiles shared out evenly: 2835, 2778, 2757); bf16, the same three: +2.5 to 3.6%,
+    # 2858, 2817, 2738 beside torch.compile's 2887, 2832, 2738 (H100, 2026-11-26; rerun in
+    # benchmarks/sweeps/layouts3.json)
+    each = knob("transpose.tiles_each", 1)
     if each == -1:
         blocks = -(-tiles // -(-tiles // blocks))
     elif each > 0:

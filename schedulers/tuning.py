@@ -25,6 +25,8 @@ KNOBS: dict[str, str] = {
                       "in each half, reading rotate-half partners once (Note [Paired halves])",
     "pointwise.blocks_per_sm": "most blocks of the pointwise kernel an SM, its threads looping "
                                "over the rest (0: a thread a vector group)",
+    "pointwise.rows": "rows of the outermost dim a pointwise thread takes, loading inputs dead "
+                      "along it once for all (Note [Broadcast rows]; 1: none)",
     "pointwise.vec": "elements a pointwise thread takes along the innermost dim (0: 16 bytes "
                      "of the widest dtype read or written along it)",
     "inner.threads": "threads a block of the inner reduction kernel",
@@ -55,6 +57,13 @@ KNOBS: dict[str, str] = {
     "inner.unroll": "vectors a thread loads ahead in a pass that reads the row from memory",
     "inner.rng_lanes": "random numbers drawn by lane where every vector starts a Philox group "
                        "(Note [Philox lanes]; False: the group compared each element)",
+    "rows.chain": "an embedding's gradient as row chains: tokens pushed on their row's list, "
+                  "each output row adding its list's values (Note [Row chains]; False: claims, "
+                  "atomic adds of shared rows and a rows kernel, Note [Row sums])",
+    "rows.units": "(row, column vector) units a thread of the row chains' rows kernel takes, "
+                  "their loads issued together (Note [Row chains])",
+    "rows.early": "the row-sums kernels let the next, launched dependent, be placed at once "
+                  "(griddepcontrol.launch_dependents at their start)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",
@@ -79,6 +88,9 @@ KNOBS: dict[str, str] = {
     "split.max_rows": "rows under which long pure reductions are split over the GPU",
     "colnorm.values": "registers of values a thread of a column norm keeps (16-bit values two "
                       "to a register; Note [Column norms])",
+    "colnorm.vec": "columns a thread of a column norm takes, one vector load a row",
+    "colnorm.reuse_exp": "softmax's output takes exp(x - M) as the sum pass's exp(x - m_b), kept "
+                         "in registers, times exp(m_b - M) (Note [Online column softmax])",
     "colnorm.tx": "column threads of a column norm block (VEC columns each)",
     "colnorm.ty": "thread rows of a column norm block",
     "colnorm.cluster": "blocks of a cluster sharing a column norm's reduced dim",
@@ -99,9 +111,9 @@ KNOBS: dict[str, str] = {
     "transpose.stages": "tiles of staged inputs a transpose block keeps in shared memory, the "
                         "next ones in flight (cp.async)",
     "transpose.vec": "most elements a transpose thread moves as one access (V; blocks of V x V)",
-    "transpose.tiles_each": "tiles a transpose block takes (0: one resident wave of blocks, "
-                            "16-bit values' default; -1: as few blocks of the wave as take the "
-                            "same rounds; 1: 32-bit values' default)",
+    "transpose.tiles_each": "tiles a transpose block takes (1, the default: a block a tile; "
+                            "0: one resident wave of blocks looping over them; -1: as few "
+                            "blocks of the wave as take the same rounds)",
     "transpose.blocks_per_sm": "most transpose blocks an SM (the wave: SMs times this)",
     "transpose.min_side": "fewest elements along either tile dim for a transpose to be tiled",
 }

@@ -24,8 +24,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def fresh_store(tmp_path, monkeypatch):
-    """Every test gets its own cache directory, and fallback to the reference is off."""
+    """Every test gets its own cache directory, and fallback to the reference is off. So
+    does torch: the backend's graphs go to its AOTAutograd cache (Note [AOT cache])."""
     monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "fusion_cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torchinductor"))
     monkeypatch.delenv("FUSION_CACHE_DB_URL", raising=False)
     monkeypatch.setenv("FUSION_CACHE_DISABLE_FALLBACK", "1")
     try:

@@ -110,19 +110,22 @@ PREPARED = {
 }
 
 
-def test_every_aten_op_has_the_rule_a_prepared_call_runs():
-    """Note [Prepared ATen calls]: a prepared call runs the op's interpreter rule, so every
-    op the ATen scheduler takes needs one (and nothing more)."""
+def test_every_aten_op_has_the_call_a_prepared_call_makes():
+    """Note [ATen calls]: a prepared call makes the op's call, and the interpreter's rule is
+    made from the same call, so every op the ATen scheduler takes needs one (and nothing
+    more)."""
+    from fusion_cache.ir.interpret.aten import CALLS
     from fusion_cache.ir.interpret.core import RULES
     from schedulers.aten import ATEN_OPS
 
-    assert not ATEN_OPS - RULES.keys()
+    assert not ATEN_OPS - CALLS.keys() and not ATEN_OPS - RULES.keys()
 
 
 @pytest.mark.parametrize("name", sorted(PREPARED))
 def test_prepared_call_gives_the_interpreted_run(name, cpu_as_gpu):  # noqa: F811
-    """The prepared call (as_strided operands, the rule on a filled environment) returns what
-    the interpreted run of the same records returns, bit for bit, and torch's answer."""
+    """The prepared call (as_strided operands, the op's call made directly) returns what the
+    interpreted run of the same records and the rule on a filled environment return, bit for
+    bit, and torch's answer."""
     build, shapes, torch_fn = PREPARED[name]
     gen = torch.Generator().manual_seed(4)
     inputs = [torch.randn(*s, generator=gen) for s in shapes]
@@ -132,14 +135,16 @@ def test_prepared_call_gives_the_interpreted_run(name, cpu_as_gpu):  # noqa: F81
     assert aten_runs() - before == 1
     ((ex, plan),) = aten_plans(fd)
     assert plan.call is not None
-    # the GEMMs call their torch function directly (Note [Prepared ATen calls])
-    assert (plan.call.direct is not None) == name.startswith(("matmul", "linear", "bmm")), name
+    # each returns its op's outputs: the call is made directly (Note [Prepared ATen calls])
+    assert plan.call.direct is not None, name
     interpreted = run_aten(ex.fd, replace(plan, call=None), inputs)
-    for got, want in zip(outs, interpreted):
-        assert torch.equal(got, want), name
+    in_env = run_aten(ex.fd, replace(plan, call=replace(plan.call, direct=None)), inputs)
+    assert len(outs) == len(interpreted) == len(in_env)
+    for got, want, env in zip(outs, interpreted, in_env):
+        assert torch.equal(got, want) and torch.equal(env, want), name
     if torch_fn is not None:
-        want = torch_fn(*inputs)
-        for got, want in zip(outs, [want] if isinstance(want, torch.Tensor) else want):
+        ref = torch_fn(*inputs)
+        for got, want in zip(outs, [ref] if isinstance(ref, torch.Tensor) else ref):
             torch.testing.assert_close(got, want, **TOL[torch.float32])
 
 
@@ -173,14 +178,13 @@ def test_prepared_call_of_inputs_with_a_storage_offset(cpu_as_gpu):  # noqa: F81
 def test_attention_wanted_alone_takes_torchs_backend(with_lse, cpu_as_gpu):  # noqa: F811
     """An sdpfa_fwd segment returning only the attention output calls torch's sdpa dispatcher
     on CUDA (on the CPU: the op's rule); with its logsumexp returned, flash attention."""
-    from fusion_cache.ir.interpret.aten import sdpfa_output_only
-    from fusion_cache.ir.interpret.core import RULES
+    from fusion_cache.ir.interpret.aten import sdpfa_fwd, sdpfa_output_only
 
     x = torch.randn(2, 16, 384)
     fd = _single(lambda fd, x: fd.ops.sdpfa_fwd(*_qkv(fd, x), None, True, None)[:1 + with_lse], x)
     outs = fd.execute([x])
     ((_, plan),) = aten_plans(fd)
-    assert plan.call.rule is (RULES["sdpfa_fwd"] if with_lse else sdpfa_output_only)
+    assert plan.call.direct[0] is (sdpfa_fwd if with_lse else sdpfa_output_only)
     q, k, v = x.reshape(2, 16, 3, 2, 64).permute(2, 0, 3, 1, 4)
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(outs[0], want, **TOL[torch.float32])
@@ -242,7 +246,7 @@ def test_a_segmented_plan_replays_its_first_run(cpu_as_gpu):  # noqa: F811
     fd = attention_block(2, 16, 2, 64)
     c = 128
     gen = torch.Generator().manual_seed(6)
-    for run in range(3):
+    for _run in range(3):
         x, lw, lb, wqkv, bqkv, wo, bo = ins = [
             torch.randn(*s, generator=gen).bfloat16() * k for s, k in (
                 ((2, 16, c), 1), ((c,), 1), ((c,), 1), ((3 * c, c), 0.1), ((3 * c,), 1),

@@ -305,6 +305,38 @@ def test_cuda_graph_mode_on_cpu_tensors_runs_without_graphs(monkeypatch):
     assert {r["graph"] for r in dynamo_backend.reports()} >= {"forward", "backward"}
 
 
+def test_cuda_graph_mode_reads_parameters_and_buffers_in_place():
+    """Note [CUDA-graph mode]: the forward's parameters and buffers are static inputs (read
+    in place, re-recorded if they move), the batch alone is copied into the graph's buffer;
+    with nn modules inlined none of them is lifted by AOTAutograd, so the lifted count is 0."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.utils import num_fw_fixed_arguments
+
+    from fusion_cache.frontends.cuda_graphs import _static_inputs
+
+    seen = {}
+
+    def backend(gm, example_inputs):
+        def forward(aot_gm, aot_inputs):
+            fixed = num_fw_fixed_arguments(len(example_inputs), len(aot_inputs))
+            seen["fixed"], seen["static"] = fixed, _static_inputs(fixed)
+            seen["shapes"] = [tuple(t.shape) for t in aot_inputs]
+            return aot_gm.forward
+
+        return aot_autograd(fw_compiler=forward, bw_compiler=lambda g, _: g.forward)(
+            gm, example_inputs)  # fmt: skip
+
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16))  # parameters and buffers
+    x = torch.randn(4, 8)
+    torch.compile(model, backend=backend)(x).sum().backward()
+    want = len(list(model.parameters())) + len(list(model.buffers()))
+    assert len(seen["shapes"]) == want + 1
+    assert len(seen["static"]) == want, seen
+    (batch,) = set(range(want + 1)) - set(seen["static"])
+    assert seen["shapes"][batch] == (4, 8)
+
+
 def test_region_outputs_known_when_lowering_come_back_as_constants():
     """A region may return what the lowering knows as a Python value (an undefined gradient,
     a static size); the fusion returns only the tensors and the call puts them back."""

@@ -487,6 +487,48 @@ def test_column_norm_defaults_loop_over_tiles_in_f32_and_push_in_bf16(dtype, kin
     assert kind in spec.description
 
 
+@pytest.mark.parametrize("knobs", [{}, {"colnorm.vec": 4}, {"colnorm.vec": 4, "colnorm.cluster": 16,
+                                                           "colnorm.ty": 32}], ids=str)  # fmt: skip
+def test_bf16_column_norm_reads_values_through_their_words(knobs):
+    """A bf16 row kept in registers is read a float at a time from its 32-bit words
+    (fc_bf16_at), in every pass; colnorm.vec narrows the vectors."""
+    fd = define(softmax(dim=1)[0], BF16, 3)
+    x = rand((3, 1000, 136), BF16, 28)
+    with overriding(knobs):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(BF16)], kernel="fc_column_norm")
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert body.count("fc_bf16_at(x0[it], j)") == 3 and "fc_to_float(x0" not in body
+    assert f"#define FC_VEC {knobs.get('colnorm.vec', 8)}" in body
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_softmax_column_norm_keeps_its_exps_under_the_knob(dtype):
+    """Note [Online column softmax] under colnorm.reuse_exp: the output pass takes exp(x - M)
+    as the sum pass's exp(x - m_b) times the column's exp(m_b - M), one exp an element in
+    all, a block of -inf rows giving 0."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((3, 4096, 64), dtype, 29)
+    with overriding({"colnorm.reuse_exp": True}):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert "exps kept" in spec.description
+    body = spec.kernels[0].source.split("end prelude")[1]
+    out_pass = body.split("_b_f[j] = exp2f(")[1]
+    assert "exp2f(" not in out_pass and re.search(r"v\d+_e\[it\]\[j\] \* v\d+_b_f\[j\]", out_pass)
+
+
+@pytest.mark.parametrize("dtype, blocks", [(BF16, 3), (F32, 0)])
+def test_16bit_column_norms_of_256_threads_ask_for_three_blocks_an_sm(dtype, blocks):
+    """16-bit rows in blocks of 256 threads: __launch_bounds__ minimum 3 (80 registers, three
+    blocks an SM instead of two); 32-bit ones loop over tiles and leave it unset."""
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
+    spec = executor_for(fd).last_plan.spec
+    kernel = spec.kernels[0]
+    assert kernel.block == (8, 32, 1) and column_norm_rows(spec) == (32, 8, 16)
+    bounds = "__launch_bounds__(256, 3)" if blocks else "__launch_bounds__(256)"
+    assert bounds in kernel.source and (f"{blocks} blocks/SM" in spec.description) == bool(blocks)
+
+
 def test_column_norm_partials_pushed_through_mbarriers():
     """Note [Column exchange] under colnorm.push: one tile a cluster, partials sent with
     st.async to every peer; softmax and a standardization compile and replay."""

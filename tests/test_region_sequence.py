@@ -237,3 +237,77 @@ def test_scratch_is_the_plans_own_across_replays():
         scratch = {t.data_ptr() for t in step.plan.scratch()}
         assert scratch <= pointers[0] and scratch <= pointers[1]
         assert all(o.data_ptr() not in scratch for o in outs)
+
+
+def _matmul_of_a_permute() -> FusionDefinition:
+    """An ATen segment alone, its second operand a view (as_strided) of its input."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.matmul(a, fd.ops.permute(a, [1, 0])))
+    return fd
+
+
+def _attention_with_lse() -> FusionDefinition:
+    """An op of several outputs, two returned (the replay picks them from its call)."""
+    with FusionDefinition() as fd:
+        q, k, v = (fd.define_tensor(shape=[-1] * 4, dtype=DataType.Float) for _ in range(3))
+        out, lse, _, _ = fd.ops.sdpfa_fwd(q, k, v, None, True, None)
+        fd.add_output(out)
+        fd.add_output(lse)
+    return fd
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+def test_aten_step_replays_its_call_in_one_python_call():
+    """Note [Prepared ATen calls]: a replayed GEMM step is its own frame and the torch call:
+    no list of values, no prepared call's frame; the sequence counts its runs."""
+    from fusion_cache import FusionCache
+    from fusion_cache.runtime.sequence import AtenStep
+
+    a = torch.randn(8, 4)
+    fd = _matmul_of_a_permute()
+    with stub_launches():
+        seq, _ = sequence_for(fd, [a])
+        (step,) = seq.steps
+        assert isinstance(step, AtenStep) and step.fn is torch.matmul, seq.describe()
+        env = [a, *seq.pad]
+        assert count_python_calls(lambda: step.run(env)) == 1
+        before = FusionCache.get().stats().get("aten_runs", 0)
+        (out,) = seq.run([a])
+        assert FusionCache.get().stats()["aten_runs"] - before == 1
+    torch.testing.assert_close(out, a @ a.t())
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+def test_aten_step_given_other_strides_takes_the_prepared_path():
+    """A slot read through a view whose strides are not the prepared ones (another segment's
+    result, which no guard pins) is not viewed with the recorded strides: the prepared
+    call's own path (it interprets) runs instead."""
+    a = torch.randn(8, 4)
+    with stub_launches():
+        seq, _ = sequence_for(_matmul_of_a_permute(), [a])
+        (step,) = seq.steps
+        other = torch.randn(4, 8).t()  # the same sizes, column-major
+        env = [other, *seq.pad]
+        step.run(env)
+    torch.testing.assert_close(env[step.writes[0]], other @ other.t())
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+def test_aten_step_of_several_outputs_replays_execute():
+    g = torch.Generator().manual_seed(3)
+    fd = _attention_with_lse()
+    q, k, v = (torch.randn(2, 2, 8, 16, generator=g) for _ in range(3))
+    with stub_launches():
+        want = fd.execute([q, k, v])
+        seq, first = sequence_for(fd, [q, k, v])
+        (step,) = seq.steps
+        assert step.fn is not None and step.picks == (0, 1), seq.describe()
+        q2, k2, v2 = (torch.randn(2, 2, 8, 16, generator=g) for _ in range(3))
+        again = seq.run([q2, k2, v2])
+        want2 = fd.execute([q2, k2, v2])
+    assert len(again) == 2
+    for got, ref in zip([*first, *again], [*want, *want2]):
+        assert torch.equal(got, ref)
+    ref = torch.nn.functional.scaled_dot_product_attention(q2, k2, v2, is_causal=True)
+    torch.testing.assert_close(again[0], ref)

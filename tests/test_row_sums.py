@@ -97,3 +97,39 @@ def test_embedding_gradient_compiles_for_h100_with_vector_atomics(monkeypatch):
     add = next(r for r in refs if r.name == "fc_rows_add")
     assert "red.global.add.v4.f32" in add.source
     assert "vw=8" in executor_for(fd).last_plan.spec.description
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rest", [[24], [7], [3, 8]], ids=["vector", "odd", "two_dims"])
+@pytest.mark.parametrize("units", [1, 3])
+def test_row_chains_against_index_put(dtype, rest, units, monkeypatch):
+    """Note [Row chains] (knob rows.chain, with the early dependents' trigger): a hot row's list
+    of 20, rows of one token and of none."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n = 37, 90
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    idx[:20] = 5
+    value = torch.randn((n, *rest), generator=g).to(dtype)
+    fd = _embedding_grad(vocab, rest, dtype, 0.25)
+    with overriding({"rows.chain": True, "rows.early": True, "rows.units": units}):
+        (got,) = run_plan_on_host(fd, [idx, value])
+    assert _plan_names(fd) == ["fc_rows_fill", "fc_rows_link", "fc_rows_walk"]
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, dtype), rtol=tol, atol=tol)
+
+
+def test_row_chains_compile_for_h100(monkeypatch):
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
+    inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
+              torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
+    with overriding({"rows.chain": True, "rows.early": True, "rows.units": 4}):
+        refs = fd.precompile(inputs, target="h100")
+    assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_link", "fc_rows_walk"]
+    assert "fc_launch_dependents();" in refs[0].source.split("end prelude")[1]

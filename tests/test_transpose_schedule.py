@@ -247,17 +247,20 @@ def test_tails_of_tiles_and_more_tiles_than_a_wave():
     check(fd, [x], [torch.exp(x.permute(0, 2, 1))])
 
 
-@pytest.mark.parametrize("dtype, looping", [(F32, False), (BF16, True)])
-def test_32bit_tiles_take_a_block_each(dtype, looping):
-    """Note [Transpose tiles]: 32-bit values take a block a tile (the GPU hands them out as
-    blocks finish); 16-bit ones a resident wave of blocks looping over tiles."""
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_tiles_take_a_block_each(dtype):
+    """Note [Transpose tiles]: a block a tile (the GPU hands them out as blocks finish), or
+    under transpose.tiles_each 0 a resident wave of blocks looping over them."""
     with FusionDefinition() as fd:
         a, b = tensor(fd, 2, dtype), tensor(fd, 2, dtype)
         fd.add_output(fd.ops.add(fd.ops.permute(a, [1, 0]), b))
     x = y = torch.empty((8192, 8192), dtype=dtype, device="meta")
     program, tiling = tiled_plan(fd, [x, y])
-    wave = resolve_target("h100").sm_count * tiling.variant.min_blocks
-    assert (tiling.blocks, tiling.wave) == ((wave, wave) if looping else (tiling.tiles, 0))
+    assert (tiling.blocks, tiling.wave) == (tiling.tiles, 0)
+    with overriding({"transpose.tiles_each": 0}):
+        _, looping = tiled_plan(fd, [x, y])
+    wave = resolve_target("h100").sm_count * looping.variant.min_blocks
+    assert (looping.blocks, looping.wave) == (wave, wave)
     with overriding({"transpose.tiles_each": -1}):  # the wave's tiles shared out evenly
         _, even = tiled_plan(fd, [x, y])
     rounds = -(-even.tiles // wave)

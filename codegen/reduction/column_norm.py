@@ -51,6 +51,7 @@ class _ColumnNorm:
         self.kept: list[str] = []  # column-level values kept a column: var -> var_c[FC_VEC]
         self.divisions = row_divisions(program)
         self.sites = 0  # cluster exchanges so far (each its own pair of mbarriers)
+        self.reused: dict[str, str] = {}  # var -> its value kept from an earlier pass
         self.pushed = (v.persistent or v.push) and v.cluster > 1  # Note [Column exchange]
         # the fold's shared-memory shape, as an outer kernel of the same threads has it
         self.fold = OuterVariant(v.tx, v.ty, v.vec, 1, v.index_type, (), ())
@@ -205,7 +206,13 @@ class _ColumnNorm:
         L.append("  }")
 
     def elem_load(self, i: int) -> str:
-        return f"x{i}[it]" if self.v.modes[i] == "bcast" else f"x{i}[it][j]"
+        """Element j of row it of access i; a bf16 one as a float read through its 32-bit
+        word (fc_bf16_at)."""
+        if self.v.modes[i] == "bcast":
+            return f"x{i}[it]"
+        if MEMORY_TYPE[self.program.accesses[i].dtype] == "fc_bf16" and self.v.vec % 2 == 0:
+            return f"fc_bf16_at(x{i}[it], j)"
+        return f"x{i}[it][j]"
 
     def col_load(self, i: int) -> str:
         return f"a{i}[col[{i}] + j * a{i}{self.inner}]"
@@ -230,7 +237,7 @@ class _ColumnNorm:
                      before: Sequence[str] = ()) -> None:  # fmt: skip
         """For each of the thread's rows and columns: the statements `targets` need, then `body`;
         `before` and `after` once a row, around its columns."""
-        L, dtypes = self.L, self.dtypes
+        L = self.L
         stmts, _ = needed(self.program, targets)
         # Note [Row divisors]: a division by a column's value is a multiplication by its
         # reciprocal, computed once a column
@@ -249,13 +256,19 @@ class _ColumnNorm:
         L.append("    for (int j = 0; j < FC_VEC; ++j) {")
         L.extend("      " + x for x in self.restore())
         L.extend(f"      const fc_divisor<{ct}> {y}_d = {y}_dv[j];" for y, ct in divs)
-        L.extend("      " + (render_row_division(st, dtypes) if st.var in self.divisions
-                             and self.divisions[st.var][0] in reciprocal
-                             else render_stmt(st, dtypes, self.elem_load)) for st in stmts)  # fmt: skip
+        L.extend("      " + self.render_element(st, reciprocal) for st in stmts)
         L.extend("      " + x for x in body)
         L.append("    }")
         L.extend("    " + x for x in after)
         L.append("  }")
+
+    def render_element(self, st, reciprocal: set) -> str:
+        dtypes = self.dtypes
+        if st.var in self.reused:  # Note [Online column softmax]: exp(x - M) from the sum pass
+            return f"const {REGISTER_TYPE[dtypes[st.var]]} {st.var} = {self.reused[st.var]};"
+        if st.var in self.divisions and self.divisions[st.var][0] in reciprocal:
+            return render_row_division(st, dtypes)
+        return render_stmt(st, dtypes, self.elem_load)
 
     def masked_accumulate(self, r, acc: str) -> str:
         """acc folded with reduction r's input where the row is in range. Fewer instructions
@@ -353,13 +366,22 @@ class _ColumnNorm:
             L.append("#pragma unroll")
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_c[j] = {identity_of(r)};")
         self.element_loop([r1.input], [self.masked_accumulate(r1, f"{r1.var}_c[j]")])
+        et = REGISTER_TYPE[self.dtypes[r2.input]]
         for r in (r1, r2):
             if r is r2:  # the block's sum, from the block's max
                 self.kept.append(r1.var)
-                self.element_loop([r2.input], [self.masked_accumulate(r2, f"{r2.var}_c[j]")])
+                keep = [f"{r2.input}_e[it][j] = {r2.input};"] if self.v.reuse_exp else []
+                if keep:
+                    L.append(f"  {et} {r2.input}_e[FC_RT][FC_VEC];")
+                self.element_loop([r2.input], [self.masked_accumulate(r2, f"{r2.var}_c[j]"),
+                                               *keep])  # fmt: skip
             L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
                      f"{r.var}_c, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
         m, t = f"{r1.var}_c", f"{r2.var}_c"
+        if self.v.reuse_exp:  # the block's max, before the exchange makes it the column's
+            L.append(f"  {ctype} {r1.var}_b[FC_VEC];")
+            L.append("#pragma unroll")
+            L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r1.var}_b[j] = {m}[j];")
         self.exchange([m, t], ctype, [
             f"{ctype} top = p0[0];",
             "#pragma unroll",
@@ -372,6 +394,16 @@ class _ColumnNorm:
             f"total_{m}[c] = top;",
             f"total_{t}[c] = total;"])  # fmt: skip
         self.kept.append(r2.var)
+        if self.v.reuse_exp:
+            # exp(x - M) = exp(x - m_b) * exp(m_b - M); a block whose rows are all -inf kept
+            # NaNs (-inf - -inf), where exp(x - M) is 0
+            b = f"{r1.var}_b"
+            L.append(f"  {ctype} {b}_f[FC_VEC];")
+            L.append("#pragma unroll")
+            L.append(f"  for (int j = 0; j < FC_VEC; ++j) {b}_f[j] = exp2f(({b}[j] - {m}[j]) * "
+                     "1.4426950408889634f);")  # fmt: skip
+            e = f"{r2.input}_e[it][j]"
+            self.reused[r2.input] = f"({b}[j] == {identity_of(r1)} ? ({et})0 : {e} * {b}_f[j])"
 
     def reduce_stage(self, stage: int) -> None:
         """The stage's reductions over every row of the thread's columns, combined."""

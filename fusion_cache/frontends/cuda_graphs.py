@@ -4,10 +4,15 @@ and eager ops alike, is captured once and replayed.
 Note [CUDA-graph mode]: `torch.compile(model, backend="fusion_cache", mode="reduce-overhead")`
 (or `options={"cuda_graphs": True}`, or FUSION_CACHE_CUDA_GRAPHS=1) does for this backend
 what the same mode does for inductor, through the same machinery: torch's CUDA-graph trees
-(torch._inductor.cudagraph_trees), as torch's own "cudagraphs" backend uses them. They keep
-parameters and buffers at fixed addresses, copy the other inputs into static buffers, give
-every graph a private memory pool shared along a forward/backward tree, re-record when a
-static input moves, and skip graphs that mutate inputs, run on several devices or the CPU.
+(torch._inductor.cudagraph_trees). They read static inputs (parameters, buffers) in place,
+copy the other inputs into static buffers, give every graph a private memory pool shared
+along a forward/backward tree, re-record when a static input moves, and skip graphs that
+mutate other inputs, run on several devices or the CPU. Which inputs are static is
+inductor's answer (`_static_inputs`): with nn modules inlined (torch's default), dynamo
+hands parameters and buffers in as graph inputs, so AOTAutograd lifts none and the count
+of lifted ones that torch's own "cudagraphs" backend uses is zero (a GPT-2 forward's
+replay copied 45 of its 78 inputs, parameters among them, into the graph's buffers). Mutated static
+inputs (BatchNorm's running statistics) are written in place, as inductor allows.
 A graph's first call runs it without capture (regions record their launch sequences and
 load their kernels there, Note [Region call]); the capture replays those sequences, whose
 launches go to torch's current stream, the capture stream. A new process rebuilds the
@@ -57,7 +62,6 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
 
     try:
         from torch._dynamo.backends.cudagraphs import (
-            check_for_skip,
             find_input_mutations,
             get_device_index,
             get_stack_traces,
@@ -74,9 +78,10 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
     capturing = BoxedBool(True)
     device_index = BoxedDeviceIndex(None)
 
-    def captured(aot_model: GraphModule, aot_inputs: list, kind: str, fixed: int) -> Callable:
+    def captured(aot_model: GraphModule, aot_inputs: list, kind: str,
+                 static: Sequence[int]) -> Callable:  # fmt: skip
         # read off the aten graph before regions replace its ops
-        skip = check_for_skip(aot_model, fixed)
+        skip = _skip_reason(aot_model, static)
         mutated = find_input_mutations(aot_model.graph)
         placeholders = get_placeholder_info(aot_model.graph)
         fuse(aot_model, kind)
@@ -93,7 +98,7 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
                 return aot_model.forward(*inputs)
 
         run._boxed_call = True
-        out = cudagraphify_impl(run, aot_inputs, range(fixed),
+        out = cudagraphify_impl(run, aot_inputs, static,
                                 device_index=get_device_index(aot_model),
                                 is_backward=kind == "backward",
                                 is_inference=kind == "inference",
@@ -105,7 +110,7 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
 
     def forward(aot_model: GraphModule, aot_inputs: list, kind: str = "forward") -> Callable:
         fixed = num_fw_fixed_arguments(len(example_inputs), len(aot_inputs))
-        out, skip = captured(aot_model, aot_inputs, kind, fixed)
+        out, skip = captured(aot_model, aot_inputs, kind, _static_inputs(fixed))
         if skip:
             BoxedBool.disable(capturing)
             _note_skip(skip)
@@ -117,7 +122,9 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
         if not capturing:  # the forward runs without graphs: so does its backward
             fuse(aot_model, "backward")
             return make_boxed_func(aot_model.forward)
-        out, skip = captured(aot_model, aot_inputs, "backward", count_tangents(aot_model))
+        # the saved tensors: the forward's outputs (in the tree's pool) and its parameters
+        out, skip = captured(aot_model, aot_inputs, "backward",
+                             range(count_tangents(aot_model)))  # fmt: skip
         if not skip:
             return out
         _note_skip(skip)
@@ -135,6 +142,44 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
     backend = aot_autograd(fw_compiler=forward, bw_compiler=backward,
                            inference_compiler=functools.partial(forward, kind="inference"))
     return backend(gm, example_inputs)
+
+
+def _static_inputs(fixed: int) -> list[int]:
+    """The forward's inputs at fixed addresses: the `fixed` ones AOTAutograd lifted, and the
+    parameters and buffers dynamo passed in (its graph's metadata, as inductor reads it)."""
+    static = set(range(fixed))
+    try:
+        from torch._guards import TracingContext
+
+        context = TracingContext.try_get()
+        meta = context.fw_metadata if context is not None else None
+        static.update(getattr(meta, "static_input_indices", None) or ())
+    except ImportError:  # an older torch: the lifted ones alone
+        pass
+    return sorted(static)
+
+
+def _skip_reason(aot_model: GraphModule, static: Sequence[int]) -> str | None:
+    """Why `aot_model` cannot be captured, or None: it mutates an input that is not static
+    (a copy the replay would lose), or runs on several devices, the CPU, or an op a graph
+    cannot hold (torch's own checks)."""
+    from torch._dynamo.backends.cudagraphs import find_input_mutations, get_device_node_mapping
+    from torch._inductor.cudagraph_utils import (
+        check_multiple_devices_or_any_cpu_nodes,
+        format_default_skip_message,
+        get_mutation_stack_trace,
+        get_placeholder_info,
+    )
+    from torch._inductor.utils import get_first_incompatible_cudagraph_node
+
+    mutated = find_input_mutations(aot_model.graph) - set(static)
+    if mutated:
+        return get_mutation_stack_trace(get_placeholder_info(aot_model.graph), mutated)
+    skip = check_multiple_devices_or_any_cpu_nodes(get_device_node_mapping(aot_model))
+    if skip:
+        return skip
+    node = get_first_incompatible_cudagraph_node(aot_model)
+    return format_default_skip_message(f"incompatible op ({node.name})") if node else None
 
 
 def _note_skip(why: str) -> None:

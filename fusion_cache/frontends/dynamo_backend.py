@@ -10,7 +10,8 @@ Knobs: mode="reduce-overhead" (or FUSION_CACHE_CUDA_GRAPHS=1) replays each compi
 a CUDA graph (Note [CUDA-graph mode]); FUSION_CACHE_SINGLE_NODE=1 keeps regions of a single
 op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=graph prints each partitioned graph with
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
-definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute.
+definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute; FUSION_CACHE_AOT_CACHE=0
+keeps the compiled graphs out of torch's AOTAutograd cache (Note [AOT cache]).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from fusion_cache.frontend.options import dump_enabled
 from fusion_cache.ir.output_layout import channels_last_order, strides_for
 from fusion_cache.runtime.compile_ahead import compile_regions
 
+from .aot_cache import aot_cache_wanted, cache_settings, serializable_compilers
 from .aten_library import conv_layout_knob
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
 from .fx_region import RegionCall, build_region, dense_order, spec_of
@@ -120,13 +122,18 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
         captured = compile_with_cuda_graphs(gm, example_inputs, fuse_graph)
         if captured is not None:
             return captured
+    # Note [Buffer updates in place] (aten_ops.py): copy_ of batch norm's running statistics
+    # stays in the graph, and the regions write them in place
+    keep = {"keep_inference_input_mutations": True}
+    compilers = serializable_compilers() if aot_cache_wanted() else None
+    if compilers is not None:  # Note [AOT cache]: a restart skips AOTAutograd
+        with cache_settings():
+            return aot_autograd(**compilers, **keep)(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
-        # Note [Buffer updates in place] (aten_ops.py): copy_ of batch norm's running
-        # statistics stays in the graph, and the regions write them in place
-        keep_inference_input_mutations=True,
+        **keep,
     )
     return backend(gm, example_inputs)
 

@@ -19,14 +19,15 @@ the plan prepares the run once, on meta tensors of the inputs' shapes and stride
   sdpfa_bwd reads are not wanted) calls torch's sdpa dispatcher instead of flash attention,
   where that picks a faster backend (`sdpfa_output_only` in ir/interpret/aten.py): the
   attention block's device time was 30 us over torch.compile's for this alone.
-- the GEMMs (matmul, bmm, linear) whose segment returns only the product skip the
-  interpreter's environment as well: their torch function is called on the operands directly
-  (`direct`), a few microseconds less a call on the H100's host (GPT-2 makes about 80 a step).
-Any op of ATEN_OPS goes through this: its rule is called as the interpreter calls it (an
-Interpreter whose environment holds the values it reads, its infos and the plan's device), so
-a new ATen op needs its rule and nothing here. A segment this cannot prepare (a reshape that
-copies, scalar work on a float input) keeps the interpreted run; both compute the same
-function, and tests run both.
+- a segment that returns outputs of the op (the usual one) skips the interpreter's
+  environment as well: the op's call (Note [ATen calls]), bound to its keyword arguments and
+  constants once, is called on the operands directly (`direct`): a GEMM's is the torch
+  function itself, an attention's one function of its tensors and flags. A segment returning
+  something else (a view of the op's result) runs the op's rule on a filled environment (an
+  Interpreter whose environment holds the values it reads, its infos and the plan's device).
+Any op of ATEN_OPS goes through this, so a new ATen op needs its call and nothing here. A
+segment this cannot prepare (a reshape that copies, scalar work on a float input) keeps the
+interpreted run; all three compute the same function, and tests run them against each other.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from fusion_cache.frontend.definition import _is_input_record
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import TensorInfo
 from fusion_cache.ir.interpret import evaluate
-from fusion_cache.ir.interpret.aten import sdpfa_output_only
+from fusion_cache.ir.interpret.aten import CALLS, sdpfa_output_only
 from fusion_cache.ir.interpret.core import RULES, Interpreter, Rule, device_of
 from schedulers.aten import ATEN_OPS
 
@@ -64,16 +65,17 @@ class PreparedCall:
     strides: tuple[tuple[int, tuple[int, ...]], ...]
     interpreted: Callable[[Sequence[Any]], list[Any]]
     device: torch.device  # where the plan's inputs are (plans are per device)
-    # (torch function, its arguments: (None, constant) or (input position, Operand view)),
-    # for an op whose rule is that function of its arguments and whose result is the output
-    direct: tuple[Callable, tuple] | None = None
+    # the op's call (Note [ATen calls]), its arguments ((None, constant), or (input position,
+    # None or the (sizes, strides, offset) of an as_strided view of it)) and which of its
+    # outputs the segment returns (None: it returns its one output itself)
+    direct: tuple[Callable, tuple, tuple[int, ...] | None] | None = None
 
     def __call__(self, values: Sequence[Any]) -> list[Any]:
         for pos, stride in self.strides:
             if values[pos].stride() != stride:
                 return self.interpreted(values)
         if self.direct is not None:
-            fn, specs = self.direct
+            fn, specs, picks = self.direct
             args = []
             for pos, view in specs:
                 if pos is None:
@@ -83,7 +85,8 @@ class PreparedCall:
                 else:
                     t = values[pos]
                     args.append(t.as_strided(view[0], view[1], t.storage_offset() + view[2]))
-            return [fn(*args)]
+            out = fn(*args)
+            return [out] if picks is None else [out[i] for i in picks]
         env = dict(self.constants)
         for pos, state in self.inputs:
             env[state] = values[pos]
@@ -167,36 +170,58 @@ def _prepare(fd: Any, values: Sequence[Any]) -> PreparedCall | None:
                                        meta.storage_offset() - root.storage_offset())))
     outputs = tuple(r.args[0].index for r in fd.output_records())
     rule = RULES[op.name]
+    make, single = CALLS[op.name]
+    call = make(op, infos)
     if op.name == "sdpfa_fwd" and set(outputs) == {op.outputs[0].index}:
-        rule = sdpfa_output_only  # the backend torch picks: nothing replays flash's seeds
+        # the backend torch picks: nothing replays flash's seeds
+        rule, call = _output_only_rule, sdpfa_output_only
     strides = tuple(sorted({(pos, values[pos].stride()) for _, (pos, size, _, _) in operands
                             if size is not None}))  # fmt: skip
+    direct = _direct(op, call, single, outputs, dict(operands), fixed, dict(read))
     return PreparedCall(op, rule, infos, tuple(fixed.items()), tuple(read), tuple(operands),
                         outputs, strides, partial(interpret_segment, fd), device_of(values),
-                        _direct(op, outputs, dict(operands)))  # fmt: skip
+                        direct)  # fmt: skip
 
 
-# ops whose interpreter rule is exactly this torch function of the op's arguments
-_DIRECT = {"matmul": torch.matmul, "bmm": torch.bmm, "linear": torch.nn.functional.linear}
+def _output_only_rule(run: Interpreter, r: Record) -> list:
+    return sdpfa_output_only(*[run.get(a) for a in r.args])
 
 
-def _direct(op: Record, outputs: tuple[int, ...], operands: dict) -> tuple | None:
-    """The direct call of a GEMM segment (Note [Prepared ATen calls]), or None."""
-    fn = _DIRECT.get(op.name)
-    if fn is None or outputs != (op.outputs[0].index,) or op.kwargs:
+def _direct(op: Record, call: Callable, single: bool, outputs: tuple[int, ...], operands: dict,
+            fixed: dict, read: dict) -> tuple | None:  # fmt: skip
+    """The direct call of an ATen segment (Note [Prepared ATen calls]), or None where the
+    segment returns something other than the op's outputs."""
+    made = {ref.index: i for i, ref in enumerate(op.outputs)}
+    if any(s not in made for s in outputs):
         return None
+    if single:
+        if outputs != (op.outputs[0].index,):
+            return None
+        picks = None
+    else:
+        picks = tuple(made[s] for s in outputs)
+    position = {state: pos for pos, state in read.items()}
     specs = []
     for a in op.args:
-        if isinstance(a, Ref):
-            if a.kind != "T" or a.index not in operands:
+        if isinstance(a, Ref) and a.kind == "T":
+            if a.index not in operands:
                 return None
             pos, size, stride, delta = operands[a.index]
             specs.append((pos, None if size is None else (size, stride, delta)))
-        elif a is None:
-            specs.append((None, None))
-        else:
+        elif isinstance(a, Ref) and a.index in fixed:
+            specs.append((None, fixed[a.index]))
+        elif isinstance(a, Ref) and a.index in position:  # a float or bool read each run
+            specs.append((position[a.index], None))
+        elif isinstance(a, Ref) or _holds_ref(a):
             return None
-    return fn, tuple(specs)
+        else:
+            specs.append((None, a))
+    return call, tuple(specs), picks
+
+
+def _holds_ref(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and any(isinstance(v, Ref) or _holds_ref(v)
+                                                    for v in value)  # fmt: skip
 
 
 def interpret_segment(fd: Any, values: Sequence[Any]) -> list[Any]:

@@ -435,10 +435,11 @@ def plan_signature(values: Sequence[Any]) -> str:
 
 def segmenter_version() -> str:
     """What a stored segmentation was found with: the format and the schedulers a group
-    could be given to (a build with another scheduler list searches again)."""
+    could be given to (a build with another scheduler list searches again). 2: views go
+    with their readers (Note [Views go with their readers] in schedulers/segmenter.py)."""
     from schedulers.registry import SCHEDULERS
 
-    return "fc-segments-1:" + ",".join(name for name, *_ in SCHEDULERS)
+    return "fc-segments-2:" + ",".join(name for name, *_ in SCHEDULERS)
 
 
 def home_device(values: Sequence[Any]) -> int:

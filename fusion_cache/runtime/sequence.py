@@ -198,17 +198,49 @@ class PlanStep:
 
 
 class AtenStep:
-    """An ATen segment's prepared call (Note [Prepared ATen calls]), counted as the executor
-    counts its runs."""
+    """An ATen segment's prepared call (Note [Prepared ATen calls]) bound to the sequence's
+    slots: a replay reads the operands from the slots, views them, makes the op's call and
+    writes the outputs back, with no list of values or second call frame on the way. The
+    operands read through views are checked for their prepared strides first (another
+    segment's result, which no guard pins: an attention backend may lay its output out
+    otherwise); where they differ, the prepared call's own path runs (it interprets). The
+    sequence counts the runs (`aten_runs`) as the executor does."""
 
-    __slots__ = ("call", "counters", "reads", "writes", "count")
+    __slots__ = ("call", "reads", "writes", "count", "checks", "fn", "args", "picks", "write")
 
-    def __init__(self, call: Any, counters: dict, reads: tuple[int, ...],
-                 writes: tuple[int, ...]) -> None:  # fmt: skip
-        self.call, self.counters, self.reads, self.writes, self.count = call, counters, reads, writes, 0
+    def __init__(self, call: Any, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
+        self.call, self.reads, self.writes, self.count = call, reads, writes, 0
+        self.checks = tuple((reads[pos], stride) for pos, stride in call.strides)
+        self.fn = None
+        if call.direct is not None:
+            self.fn, specs, self.picks = call.direct
+            self.args = tuple((None, view) if pos is None else (reads[pos], view)
+                              for pos, view in specs)  # fmt: skip
+            self.write = writes[0] if self.picks is None else None
 
     def run(self, env: list) -> None:
-        self.counters["aten_runs"] += 1
+        for slot, stride in self.checks:
+            if env[slot].stride() != stride:
+                return self._prepared(env)
+        if self.fn is None:
+            return self._prepared(env)
+        args = []
+        for slot, view in self.args:
+            if slot is None:
+                args.append(view)
+            elif view is None:
+                args.append(env[slot])
+            else:
+                t = env[slot]
+                args.append(t.as_strided(view[0], view[1], t.storage_offset() + view[2]))
+        out = self.fn(*args)
+        if self.picks is None:
+            env[self.write] = out
+        else:
+            for slot, i in zip(self.writes, self.picks):
+                env[slot] = out[i]
+
+    def _prepared(self, env: list) -> None:
         for slot, value in zip(self.writes, self.call([env[s] for s in self.reads])):
             env[slot] = value
 
@@ -242,8 +274,8 @@ class LaunchSequence:
     """Steps over slots: `run(args)` puts the inputs in slots 0..n-1, runs each step and
     returns the output slots' values; `drops[k]` are the slots step k reads last."""
 
-    __slots__ = ("steps", "drops", "outputs", "n_inputs", "pad", "launches", "counters",
-                 "fusion_id", "_runs")  # fmt: skip
+    __slots__ = ("steps", "drops", "outputs", "n_inputs", "pad", "launches", "aten_runs",
+                 "counters", "fusion_id", "_runs")  # fmt: skip
 
     def __init__(self, fd: FusionDefinition, n_inputs: int, n_slots: int, steps: Sequence[Any],
                  outputs: Sequence[int]) -> None:  # fmt: skip
@@ -253,6 +285,7 @@ class LaunchSequence:
         self.pad = [None] * (n_slots - n_inputs)
         self.drops = _last_reads(self.steps, n_inputs, self.outputs)
         self.launches = sum(s.count for s in self.steps)
+        self.aten_runs = sum(isinstance(s, AtenStep) for s in self.steps)
         self.counters = fd._cache.counters
         self.fusion_id = fd._fid
         self._runs = tuple((step.run, drop) for step, drop in zip(self.steps, self.drops))
@@ -263,7 +296,10 @@ class LaunchSequence:
             run(env)
             for slot in drop:
                 env[slot] = None
-        self.counters["kernel_launches"] += self.launches
+        counters = self.counters
+        counters["kernel_launches"] += self.launches
+        if self.aten_runs:
+            counters["aten_runs"] = counters.get("aten_runs", 0) + self.aten_runs
         return list(map(env.__getitem__, self.outputs))
 
     @property
@@ -362,7 +398,7 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
         writes = tuple(b.slot() for _ in outs)
         call = getattr(plan, "call", None) if isinstance(plan, AtenPlan) and not special else None
         b.steps.append(PlanStep(ex, plan, tuple(slots), writes) if call is None else
-                       AtenStep(call, fd._cache.counters, tuple(slots), writes))  # fmt: skip
+                       AtenStep(call, tuple(slots), writes))  # fmt: skip
         return outs, list(writes)
     # CPU inputs, the reference evaluator, a plan kind not recorded here: execute() each time
     outs = fd.execute(list(values), device=device)

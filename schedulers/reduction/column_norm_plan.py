@@ -58,7 +58,7 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     moving += [s.dtype for k, s in enumerate(program.stores) if not program.store_rowlevel[k]]
     widest = max(ELEMENT_BYTES[d] for d in moving)
     n_inner = p.i_sizes[-1]
-    vec = max(1, 16 // widest)
+    vec = knob("colnorm.vec", max(1, 16 // widest))
     while vec > 1 and n_inner % vec:
         vec //= 2
     modes = []
@@ -95,16 +95,21 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
                 f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
+    narrow = any(ELEMENT_BYTES[program.accesses[i].dtype] < 4 for i in cached)
     # blocks of 512 threads ask for two an SM, so that one block's loads overlap the other's
-    # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one)
-    min_blocks = knob("colnorm.min_blocks", 2 if tx * ty >= 512 else 0)
+    # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one); 16-bit
+    # rows in blocks of 256 for three: bf16 softmax [32, 4096, 512] over dim 1 took 93
+    # registers and two blocks an SM, 1740 GB/s on the H100, 80 (4 bytes spilled) and three
+    # 1906 (torch.compile 1416; four of vec 4 at 64 registers 1850, two of 512 threads at
+    # vec 4 1635, 8-byte vectors 1235; benchmarks/sweeps/layouts3.json, 2026-11-27)
+    min_blocks = knob("colnorm.min_blocks", 2 if tx * ty >= 512 else
+                      3 if narrow and tx * ty == 256 else 0)  # fmt: skip
     # Note [Column tiles in flight] (codegen/reduction/column_norm.py): 32-bit rows loop
     # over tiles, the next one's rows loaded while the current one ends (softmax f32 [32,
     # 4096, 512] over dim 1: 2267 -> 2643 GB/s on the H100); 16-bit ones took 190 registers
     # that way, one block an SM (bf16 1633 -> 783), and push their partials through
     # mbarriers instead of a cluster barrier (Note [Column exchange]; 1633 -> 1757; f32
     # 2489). benchmarks/sweeps/layouts_perf3.json, 2026-11-26
-    narrow = any(ELEMENT_BYTES[program.accesses[i].dtype] < 4 for i in cached)
     persistent = bool(knob("colnorm.persistent", not narrow)) and cluster > 1
     push = bool(knob("colnorm.push", narrow)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
@@ -112,7 +117,7 @@ def column_norm(p: Problem) -> LaunchSpec | str:
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
                                 min_blocks, bool(knob("colnorm.online", True)),
-                                persistent, push)  # fmt: skip
+                                persistent, push, bool(knob("colnorm.reuse_exp", False)))  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc

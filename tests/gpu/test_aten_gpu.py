@@ -271,3 +271,32 @@ def test_convolution_forward_backward_against_eager(dtype, channels_last):
     tol = BF16 if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
     for got, ref in zip((y, gx, gw, gb), (want, *grads)):
         torch.testing.assert_close(got, ref, **tol)
+
+
+@pytest.mark.parametrize("op", ["sdpfa_fwd", "sdpa_cudnn_fwd", "sdpa_efficient_fwd"])
+@pytest.mark.parametrize("outputs", [1, 2])
+def test_attention_calls_made_directly_as_in_the_environment(op, outputs):
+    """Note [Prepared ATen calls]: an attention segment makes its op's call directly (no
+    environment, no Interpreter); the rule on a filled environment gives the same tensors."""
+    from dataclasses import replace
+
+    from fusion_cache.runtime.aten_segments import AtenPlan
+    from fusion_cache.runtime.executor import executor_for
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v = (rand(2, 4, 128, 64, gen=gen) for _ in range(3))
+    with FusionDefinition() as fd:
+        tq, tk, tv = (tensor(fd, t) for t in (q, k, v))
+        extra = (None,) if op == "sdpa_efficient_fwd" else ()
+        results = getattr(fd.ops, op)(tq, tk, tv, *extra, None, True, 0.125)
+        for t in results[:outputs]:
+            fd.add_output(t)
+    got = fd.execute([q, k, v])
+    plan = executor_for(fd).last_plan
+    assert isinstance(plan, AtenPlan) and plan.call.direct is not None
+    in_env = replace(plan.call, direct=None)([q, k, v])
+    assert len(got) == len(in_env) == outputs
+    for a, b in zip(got, in_env):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.125)
+    torch.testing.assert_close(got[0], want, **BF16)

@@ -182,7 +182,12 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
 
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.online": False}, {"colnorm.persistent": True},
                                    {"colnorm.persistent": True, "colnorm.min_blocks": 2,
-                                    "colnorm.online": False}, {"colnorm.push": True}], ids=str)  # fmt: skip
+                                    "colnorm.online": False}, {"colnorm.push": True},
+                                   {"colnorm.vec": 4}, {"colnorm.vec": 4, "colnorm.cluster": 16,
+                                                        "colnorm.ty": 32},
+                                   {"colnorm.reuse_exp": True},
+                                   {"colnorm.reuse_exp": True, "colnorm.vec": 4,
+                                    "colnorm.cluster": 16, "colnorm.ty": 32}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
     """Note [Online column softmax]: blocks whose rows are all -inf add nothing to the sum;

@@ -48,3 +48,34 @@ def test_cuda_graph_mode_replays_and_matches_eager(name):
     launches = graphs["per_step"]["kernel_launches"]
     assert launches[0] > 0 and launches[-1] == 0, launches
     assert graphs["counters"]["reference_runs"] == 0
+
+
+@pytest.mark.parametrize("name", ["gpt2", "resnet18"])
+def test_cuda_graph_mode_copies_no_parameter(name, monkeypatch):
+    """A replay copies the batch and the tangents into the graph's buffers, never a parameter
+    or buffer: those are static inputs read in place (Note [CUDA-graph mode])."""
+    import torch
+    from torch._inductor import cudagraph_trees
+
+    case = next(c for c in model_cases(tiny=True) if c.name == name)
+    models.release_memory("cuda")
+    model = models.initial_model(case, "cuda")
+    state = {t.data_ptr() for t in (*model.parameters(), *model.buffers())}
+    copied: list[tuple[int, int]] = []  # per replay: (tensors copied, of which module state)
+    original = cudagraph_trees.CUDAGraphNode._copy_inputs_and_remove_from_src
+
+    def counting(self, dsts, srcs):
+        tensors = [srcs[i] for i in self.non_static_input_idx if isinstance(srcs[i], torch.Tensor)]
+        copied.append((len(tensors), sum(t.data_ptr() in state for t in tensors)))
+        return original(self, dsts, srcs)
+
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphNode, "_copy_inputs_and_remove_from_src",
+                        counting)  # fmt: skip
+    fn = models.compiled("fusion_cache_graphs", model)
+    losses, _ = models.train(fn, list(model.parameters()), case,
+                             models.batches_for(case, 5, "cuda"), "cuda")  # fmt: skip
+    torch._dynamo.reset()
+    assert copied, "no graph was replayed"
+    assert all(state_copies == 0 for _, state_copies in copied), copied
+    assert all(n <= 4 for n, _ in copied), copied  # the batch, its targets, a tangent
+    assert all(loss == loss for loss in losses)

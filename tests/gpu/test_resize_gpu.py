@@ -231,12 +231,22 @@ def test_embedding_max_norm_is_one_kernel():
           torch.bfloat16)  # fmt: skip
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["row_sums", "ordered"])
-def test_embedding_gradient_with_hot_rows(deterministic, monkeypatch):
+@pytest.mark.parametrize("path", ["row_sums", "chains", "ordered"])
+def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
-    the row-sums kernels (four launches) or the ordered kernel (one), against torch, on two
-    sets of tokens in turn (the plan's scratch, kept per stream, reused by each run)."""
+    the row-sums kernels (four launches), the row chains (three: Note [Row chains]) or the
+    ordered kernel (one), against torch, on two sets of tokens in turn (the plan's scratch,
+    kept per stream, reused by each run)."""
+    from schedulers.tuning import overriding
+
+    deterministic = path == "ordered"
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "1" if deterministic else "0")
+    knobs = {"rows.chain": True, "rows.early": True, "rows.units": 4} if path == "chains" else {}
+    with overriding(knobs):
+        _hot_rows(deterministic, {"row_sums": 4, "chains": 3, "ordered": 1}[path])
+
+
+def _hot_rows(deterministic: bool, kernels: int) -> None:
     from benchmarks.resize_cases import define_embedding_bwd, eager_embedding_bwd
 
     with FusionDefinition() as fd:
@@ -250,7 +260,7 @@ def test_embedding_gradient_with_hot_rows(deterministic, monkeypatch):
     grad, weight = rand((4, 1000, dim), torch.bfloat16, 1), rand((vocab, dim), torch.bfloat16, 2)
     before = launches()
     runs = [fd.execute([i, grad, weight])[0] for i in (idx, other, idx, other)]
-    assert launches() - before == 4 * (1 if deterministic else 4)
+    assert launches() - before == 4 * kernels
     for got, i in zip(runs, (idx, other, idx, other)):
         want = eager_embedding_bwd(i, grad.float(), weight.float())
         torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2 * 40)

@@ -1,0 +1,277 @@
+"""Where a compiled training step's region host time goes, step by step of each launch sequence.
+
+    python -m benchmarks.host_steps [--models llama,gpt2] [--tiny] [--stub] [--json FILE]
+
+Per model (benchmarks/model_defs.py, compiled with backend="fusion_cache"): after warm-up
+steps, one step runs with every region call recorded (the RegionCall and its inputs). Each
+call's launch sequence (Note [Launch sequence]) is then replayed one step at a time on those
+inputs, each step timed alone: issue time, `--reps` runs back to back after a synchronize,
+the median of `--rounds` (a host-bound step pays this; the GPU work is not waited for).
+
+- kernel steps: ours against their launches alone (each bound launch's `replay`);
+- ATen steps: ours against the torch calls the step makes (caught by a torch function
+  mode, called again directly with the same arguments): what eager or inductor's generated
+  code pays for the same call;
+- each region call as a whole against the sum of its steps (the guard, constants, outputs).
+
+Totals are a step's: us in each kind of step, ours and bare, per ATen op as well. `--stub`
+(CPU): the GPU path's host side with stub launches (benchmarks.host_region); the ATen ops
+then run on the CPU, so compare their overhead (ours - bare), not their times.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from benchmarks import models
+from benchmarks.model_defs import model_cases
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def issue_us(fn: Callable[[], Any], device: str, reps: int, rounds: int,
+             wait: bool = False) -> float:  # fmt: skip
+    """Host time of one `fn()`: `reps` calls after a synchronize, median of `rounds`;
+    `wait`: synchronized after the calls too (the GPU's time where it is the longer)."""
+    fn()
+    times = []
+    for _ in range(rounds):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        if wait:
+            _sync(device)
+        times.append((time.perf_counter() - start) / reps * 1e6)
+    _sync(device)
+    return statistics.median(times)
+
+
+class _Calls(TorchFunctionMode):
+    """The torch functions a call makes at its top level that return tensors (not stride()
+    or storage_offset(): reading those is part of the overhead), with their arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, tuple, dict]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        items = out if isinstance(out, (tuple, list)) else (out,)
+        if any(isinstance(t, torch.Tensor) for t in items):
+            self.calls.append((func, args, kwargs))
+        return out
+
+
+def bare_calls(run: Callable[[], Any]) -> tuple[list[str], Callable[[], None]]:
+    """The torch calls `run()` makes, and a call of them again with the same arguments: what
+    eager, or inductor's generated code, pays for the same work."""
+    mode = _Calls()
+    with mode:
+        run()
+    calls = mode.calls
+
+    def again() -> None:
+        for func, args, kwargs in calls:
+            func(*args, **kwargs)
+
+    return [getattr(func, "__name__", str(func)) for func, _, _ in calls], again
+
+
+def _kind(step: Any) -> str:
+    return type(step).__name__.removesuffix("Step").lower()
+
+
+def _aten_name(step: Any) -> str:
+    call = getattr(step, "call", None)
+    record = getattr(call, "record", None)
+    if record is None:
+        plan = getattr(step, "plan", None)
+        program = getattr(plan, "program", None)
+        return program.describe() if program is not None else "?"
+    return record.name
+
+
+def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) -> dict[str, Any]:
+    """One region call's steps timed alone (see the module's doc)."""
+    from fusion_cache.frontends.fx_region import _with_constants
+    from fusion_cache.runtime.plans import input_key
+    from fusion_cache.runtime.sequence import KernelStep
+
+    guard, seq, constants = region._sequences[input_key(args)]
+
+    def timed(fn: Callable[[], Any], wait: bool = False) -> float:
+        return issue_us(fn, device, reps, rounds, wait)
+
+    row: dict[str, Any] = {"region": region.__name__, "fusion": region.fusion_id, "steps": [],
+                           "call_us": timed(lambda: region(*args)),
+                           "waited_us": timed(lambda: region(*args), wait=True),
+                           "guard_us": timed(lambda: guard.matches(args)),
+                           "sequence_us": timed(lambda: seq.run(args))}  # fmt: skip
+    outs = seq.run(args)
+    row["constants_us"] = timed(lambda: _with_constants(outs, constants, args)) if constants \
+        else 0.0  # fmt: skip
+    outs.clear()
+    kept = [*args, *seq.pad]  # every step in order, nothing dropped
+    row["in_order_us"] = timed(lambda: [run(kept) for run, _ in seq._runs])
+    kept.clear()
+    env = [*args, *seq.pad]
+    for step, drop in zip(seq.steps, seq.drops):
+        kind = _kind(step)
+        item: dict[str, Any] = {"kind": kind,
+                                "us": issue_us(lambda s=step: s.run(env), device, reps, rounds)}
+        if isinstance(step, KernelStep):
+            item["launches"] = step.count
+            replays = [launch.replay for launch in step.launches]
+            item["bare_us"] = issue_us(lambda r=replays: [f() for f in r], device, reps, rounds)
+        elif kind in ("aten", "plan", "tensor", "execute"):
+            item["op"] = _aten_name(step) if kind in ("aten", "plan") else kind
+            names, again = bare_calls(lambda s=step: s.run(env))
+            item["bare_calls"] = names
+            item["bare_us"] = issue_us(again, device, reps, rounds)
+        step.run(env)  # the values later steps read
+        for slot in drop:
+            env[slot] = None
+        row["steps"].append(item)
+    row["steps_us"] = sum(s["us"] for s in row["steps"])
+    return row
+
+
+def record_calls(fn: Callable, params: list, case: Any, batch: tuple, device: str) -> list:
+    """(region, inputs) of every region call of one training step."""
+    from fusion_cache.frontends.fx_region import RegionCall
+
+    calls: list[tuple[Any, tuple]] = []
+    original = RegionCall.__call__
+
+    def recording(self, *args):
+        calls.append((self, args))
+        return original(self, *args)
+
+    RegionCall.__call__ = recording
+    try:
+        models.train(fn, params, case, [batch], device)
+    finally:
+        RegionCall.__call__ = original
+    return calls
+
+
+def split_model(name: str, tiny: bool, device: str, warmup: int, reps: int,
+                rounds: int) -> dict[str, Any]:  # fmt: skip
+    case = next(c for c in model_cases(tiny) if c.name == name)
+    model = models.initial_model(case, device)
+    batches = models.batches_for(case, warmup + 3, device)
+    fn = models.compiled("fusion_cache", model)
+    params = list(model.parameters())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        models.train(fn, params, case, batches[:warmup], device)
+        _, times = models.train(fn, params, case, batches[warmup : warmup + 2], device)
+        calls = record_calls(fn, params, case, batches[-1], device)
+    out: dict[str, Any] = {"model": name, "step_ms": statistics.median(times) * 1e3,
+                           "region_calls": len(calls), "calls": []}  # fmt: skip
+    with torch.no_grad():  # as AOTAutograd runs the compiled graphs
+        for region, args in calls:
+            out["calls"].append(split_call(region, args, device, reps, rounds))
+    out["summary"] = summarize(out["calls"])
+    return out
+
+
+def summarize(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per step kind and per ATen op: count, us ours and bare, summed over the step."""
+    kinds: dict[str, dict[str, float]] = {}
+    ops: dict[str, dict[str, float]] = {}
+    for call in calls:
+        for s in call["steps"]:
+            k = kinds.setdefault(s["kind"], {"n": 0, "us": 0.0, "bare_us": 0.0, "launches": 0})
+            k["n"] += 1
+            k["us"] += s["us"]
+            k["bare_us"] += s.get("bare_us", 0.0)
+            k["launches"] += s.get("launches", 0)
+            if "op" in s:
+                o = ops.setdefault(s["op"], {"n": 0, "us": 0.0, "bare_us": 0.0})
+                o["n"] += 1
+                o["us"] += s["us"]
+                o["bare_us"] += s["bare_us"]
+    wrappers = sum(c["call_us"] - c["steps_us"] for c in calls)
+    parts = {k: sum(c.get(k, 0.0) for c in calls) for k in (
+        "waited_us", "guard_us", "sequence_us", "constants_us", "in_order_us", "steps_us")}
+    return {"regions_us": sum(c["call_us"] for c in calls), "wrappers_us": wrappers,
+            "parts": parts, "kinds": kinds, "aten_ops": ops}  # fmt: skip
+
+
+def render(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = [f"{result['model']}: step {result['step_ms']:.2f} ms; {result['region_calls']} "
+             f"region calls issue {s['regions_us'] / 1e3:.2f} ms, of which wrappers "
+             f"(guard, constants, outputs) {s['wrappers_us'] / 1e3:.2f} ms"]  # fmt: skip
+    p = s["parts"]
+    lines.append("  regions, ms: " + ", ".join(f"{k.removesuffix('_us')} {v / 1e3:.2f}"
+                                                for k, v in p.items()))  # fmt: skip
+    for kind, k in s["kinds"].items():
+        extra = f", {k['launches']:.0f} launches" if k["launches"] else ""
+        lines.append(f"  {kind:<8} x{k['n']:<4.0f} ours {k['us'] / 1e3:6.2f} ms  bare "
+                     f"{k['bare_us'] / 1e3:6.2f} ms  ({(k['us'] - k['bare_us']) / k['n']:5.1f} us"
+                     f" a step over bare{extra})")  # fmt: skip
+    for op, o in sorted(s["aten_ops"].items(), key=lambda kv: -kv[1]["us"]):
+        lines.append(f"    {op:<24} x{o['n']:<4.0f} ours {o['us'] / o['n']:6.1f} us  bare "
+                     f"{o['bare_us'] / o['n']:6.1f} us a call")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.host_steps", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="llama,gpt2")
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--stub", action="store_true", help="CPU, plans for h100, stub launches")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if not args.stub and not torch.cuda.is_available():
+        parser.error("no CUDA GPU: pass --stub (CPU, stub launches)")
+    device = "cpu" if args.stub else "cuda"
+    if args.stub:
+        torch.set_num_threads(1)  # the CPU's ops as steady as its Python
+    results = []
+    if args.stub:
+        from benchmarks.host_region import stub_launches
+
+        context = stub_launches()
+    else:
+        context = contextlib.nullcontext()
+    with context:
+        for name in args.models.split(","):
+            try:
+                results.append(split_model(name, args.tiny, device, args.warmup, args.reps,
+                                           args.rounds))  # fmt: skip
+            except Exception as err:  # one model's failure does not lose the other's figures
+                print(f"{name}: {type(err).__name__}: {err}", flush=True)
+                continue
+            print(render(results[-1]), flush=True)
+    if args.json:
+        meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (stub)",
+                "torch": torch.__version__, "tiny": args.tiny}  # fmt: skip
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "models": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

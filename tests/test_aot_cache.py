@@ -1,0 +1,206 @@
+"""The backend's graphs in torch's AOTAutograd cache (Note [AOT cache] in
+fusion_cache/frontends/aot_cache.py): a fresh torch state (dynamo reset, a new FusionCache on
+the same store and the same torch cache directory) takes the compiled graphs from the cache,
+fuses the same regions and trains as eager does; a new process on the warm store and cache
+compiles no kernel. The entries hold aten graphs, no region, plan or kernel."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from benchmarks import models
+from benchmarks.model_defs import model_cases
+from fusion_cache import FusionCache
+from fusion_cache.frontends import dynamo_backend, register_backend
+from fusion_cache.frontends.aot_cache import cache_counters
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, hidden)
+        self.fc2 = nn.Linear(hidden, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + self.fc2(F.gelu(self.fc1(self.norm(x))))).square().mean()
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo(monkeypatch):
+    import torch._dynamo
+
+    register_backend()
+    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
+    monkeypatch.delenv("FUSION_CACHE_AOT_CACHE", raising=False)
+    torch._dynamo.reset()
+    dynamo_backend.reset_reports()
+    yield
+    torch._dynamo.reset()
+
+
+def _fresh_torch_state() -> None:
+    """What a new process starts from, but for what it imported: no dynamo frames, no
+    trie, a store opened again from the environment."""
+    torch._dynamo.reset()
+    dynamo_backend.reset_reports()
+    FusionCache.reset()
+
+
+def _train(steps: int = 3, backend: str | None = "fusion_cache") -> tuple[list, list, dict]:
+    """Losses, final weights and the AOT cache counters' change over `steps` SGD steps."""
+    torch.manual_seed(0)
+    model = Block()
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randn(4, 8, 16, generator=gen) for _ in range(steps)]
+    fn = torch.compile(model, backend=backend) if backend else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = cache_counters()
+    losses = []
+    for x in batches:
+        opt.zero_grad()
+        loss = fn(x)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    after = cache_counters()
+    weights = [p.detach().clone() for p in model.parameters()]
+    return losses, weights, {k: after[k] - before[k] for k in after}
+
+
+def _entries() -> list[Path]:
+    return sorted(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"], "aotautograd").rglob("*"))
+
+
+def test_a_fresh_torch_state_takes_the_graphs_from_the_cache():
+    eager_losses, eager_weights, _ = _train(backend=None)
+    cold_losses, cold_weights, cold = _train()
+    assert cold["miss"] == 1 and cold["saved"] == 1 and cold["hit"] == 0, cold
+    cold_reports = dynamo_backend.reports()
+    assert {r["graph"] for r in cold_reports} == {"forward", "backward"}
+
+    _fresh_torch_state()
+    warm_losses, warm_weights, warm = _train()
+    assert warm["hit"] == 1 and warm["miss"] == 0 and warm["bypass"] == 0, warm
+    # the cached aten graphs were fused again: the same regions over the same ops
+    warm_reports = dynamo_backend.reports()
+    for key in ("graph", "regions", "ops_fused", "fused_ops", "eager_ops"):
+        assert [r[key] for r in warm_reports] == [r[key] for r in cold_reports], key
+    assert warm_losses == cold_losses
+    for got, want in zip(warm_weights, cold_weights):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert warm_losses == pytest.approx(eager_losses, rel=1e-5)
+    for got, want in zip(warm_weights, eager_weights):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_an_entry_holds_the_aten_graph_and_no_region():
+    _train(steps=1)
+    files = [p for p in _entries() if p.is_file()]
+    assert files
+    for path in files:
+        data = path.read_bytes()
+        # of this project, only the OutputCode's class: no RegionCall, definition, plan or
+        # kernel object, no store entry
+        assert set(re.findall(rb"fusion_cache[\w.]*", data)) == {b"fusion_cache.frontends.aot_cache"}
+        assert b"aten" in data
+
+
+def test_the_knob_turns_the_cache_off(monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_AOT_CACHE", "0")
+    eager_losses, *_ = _train(backend=None)
+    losses, _, counted = _train()
+    assert counted == {"hit": 0, "miss": 0, "bypass": 0, "saved": 0}
+    assert not _entries()
+    assert losses == pytest.approx(eager_losses, rel=1e-5)
+    _fresh_torch_state()
+    assert _train()[2]["hit"] == 0
+
+
+def test_an_entry_without_the_backends_tag_is_not_taken():
+    """Another backend that bundles its OutputCode into the same cache (aot_eager does on
+    newer torch) writes under the same torch key but for the tag: never ours to load."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from fusion_cache.frontends.aot_cache import serializable_compilers
+
+    def untagged(gm, example_inputs):
+        import torch._functorch.config as functorch_config
+
+        with functorch_config.patch(bundled_autograd_cache=True,
+                                    force_non_lazy_backward_lowering=True):  # fmt: skip
+            return aot_autograd(**serializable_compilers())(gm, example_inputs)
+
+    other = _train(backend=untagged)[2]
+    assert other["saved"] == 1
+    _fresh_torch_state()
+    ours = _train()[2]
+    assert ours["hit"] == 0 and ours["miss"] == 1, ours
+    _fresh_torch_state()  # beside the other's entry, the backend's own is found
+    assert _train()[2]["hit"] == 1
+
+
+@pytest.mark.filterwarnings("error::UserWarning:fusion_cache.runtime.engine")
+def test_a_new_process_on_the_warm_store_compiles_nothing(monkeypatch):
+    """benchmarks.models' warm child: a new process. With stub launches (benchmarks/host_region.py)
+    the plans are made for the h100 profile and NVRTC compiles here, as on the GPU machine."""
+    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)  # eager's CPU ops
+    case = next(c for c in model_cases(tiny=True) if c.name == "gpt2")
+    cold = models.run_contender("fusion_cache", case, 2, "cpu", stub=True)
+    assert cold["counters"]["kernels_compiled"] > 0
+    assert cold["aot_cache"]["saved"] == 1 and cold["aot_cache"]["hit"] == 0
+    args = argparse.Namespace(steps=2, device="cpu", tiny=True, stub=True)
+    warm = models.run_warm_child(case, args, os.environ["FUSION_CACHE_DIR"])
+    assert "error" not in warm, warm.get("error")
+    assert warm["aot_cache"] == {"hit": 1, "miss": 0, "bypass": 0, "saved": 0}
+    assert warm["counters"]["kernels_compiled"] == 0
+    assert warm["counters"]["kernels_loaded"] > 0
+    assert warm["kernels"] == cold["kernels"]
+    assert warm["fused_ops"] == cold["fused_ops"] and warm["regions"] == cold["regions"]
+
+
+_CHILD = """
+import sys, json, torch
+from fusion_cache.frontends import register_backend
+from fusion_cache.frontends.aot_cache import cache_counters
+if sys.argv[1] == "registered":  # as in a process that compiled with inductor before
+    from torch._inductor.codegen.common import init_backend_registration
+    init_backend_registration()
+register_backend()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.GELU())
+torch.compile(model, backend="fusion_cache")(torch.randn(8, 16)).sum().backward()
+print("CHILD " + json.dumps({"aot": cache_counters(), "codegen": any(
+    m.startswith("torch._inductor.codegen.") and "scheduling" in m for m in sys.modules)}))
+"""
+
+
+def _child(mode: str) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", _CHILD, mode], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=600)  # fmt: skip
+    line = next((x for x in done.stdout.splitlines() if x.startswith("CHILD ")), None)
+    assert done.returncode == 0 and line, done.stderr[-3000:]
+    return json.loads(line[len("CHILD "):])
+
+
+def test_the_key_needs_no_code_generator_and_is_the_same_in_every_process():
+    """Note [AOT cache key without code generators]: a process using only this backend
+    does not import inductor's scheduling modules for the key, and a process that registered
+    them (one that used inductor too) computes the same key."""
+    cold = _child("plain")
+    assert cold["aot"]["saved"] == 1 and not cold["codegen"], cold
+    warm = _child("registered")
+    assert warm["aot"]["hit"] == 1 and warm["aot"]["miss"] == 0, warm

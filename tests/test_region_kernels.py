@@ -1,0 +1,37 @@
+"""The kernels a training step's regions plan for an H100, counted on the CPU
+(benchmarks.region_kernels on the tiny Llama-style model): what the segmenter saves shows
+as fewer kernels, and no region lands on the reference evaluator."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.region_kernels import region_plans, summary
+
+_VIEWS = {"reshape", "permute", "squeeze", "broadcast", "broadcast_in_dim", "expand"}
+
+
+@pytest.fixture(scope="module")
+def llama_plans(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FUSION_CACHE_DIR", str(tmp_path_factory.mktemp("store")))
+    mp.setenv("FUSION_CACHE_DISABLE_FALLBACK", "1")
+    try:
+        yield region_plans("llama", tiny=True)
+    finally:
+        mp.undo()
+
+
+def test_llama_regions_plan_no_reference_segment_and_fewer_kernels(llama_plans):
+    total = summary(llama_plans)
+    assert total["reference"] == 0
+    # Note [Views go with their readers]: 63 generated kernels before (backward: 44), 52 after
+    backward = sum(p.kernels for p in llama_plans if p.graph == "backward")
+    assert backward <= 33, [(p.name, p.segments) for p in llama_plans if p.graph == "backward"]
+    assert total["kernels"] <= 52
+
+
+def test_no_generated_segment_only_copies_a_view(llama_plans):
+    """A segment of view ops alone is a copy kernel: its readers take the views along."""
+    copies = [(p.graph, p.name, desc) for p in llama_plans for _, k, desc, ops in p.segments
+              if k and ops <= _VIEWS]  # fmt: skip
+    assert not copies
