@@ -12,7 +12,9 @@ take its activations (input, grad_output) in channels-last order: a no-op where 
 are, and the results come back channels-last. The fusions around it then keep that layout
 (fusion_cache/ir/output_layout.py, `prefers_channels_last`), as inductor's layout optimization
 does, so the conversions happen once, at the first convolution's input. Recorded only when set,
-so definitions without it keep their ids."""
+so definitions without it keep their ids. Opt-in (FUSION_CACHE_CONV_LAYOUT=channels_last):
+on the H100 it lost to NCHW (ResNet-18 15.23 against 11.30 ms a step), where each batch norm
+is one row kernel; docs/performance.md (benchmarks.conv_layout) says why."""
 from __future__ import annotations
 
 from collections.abc import Sequence
