@@ -156,6 +156,7 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     start = time.perf_counter()
     report = GraphReport(kind, next(_counter))
     support = FusionSupport()
+    _updates_in_place(gm)
     proposed = _propose(gm, support)
     labels: dict[Node, str] = {}
     kept = _keep_worthwhile(proposed, labels)
@@ -205,6 +206,38 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     with _lock:
         _reports.append(report)
     return report.as_dict()
+
+
+_aten = torch.ops.aten
+# x.copy_(op(x, scalar)) -> op_(x, scalar): eager's one in-place kernel instead of two
+_IN_PLACE = {_aten.add.Tensor: _aten.add_.Tensor, _aten.sub.Tensor: _aten.sub_.Tensor,
+             _aten.mul.Tensor: _aten.mul_.Tensor}  # fmt: skip
+
+
+def _updates_in_place(gm: GraphModule) -> None:
+    """Note [Buffer updates in place]: a counter's update (batch norm's num_batches_tracked
+    += 1) reaches the graph as copy_(x, add(x, 1)), two eager kernels; where the add has no
+    other reader and x's dtype, it is one in-place add at the copy's place (after every read
+    of x, as the copy was)."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or base_name(node) != "copy_" or len(node.args) != 2:
+            continue
+        dst, src = node.args
+        if not (isinstance(src, Node) and src.op == "call_function" and src.target in _IN_PLACE
+                and len(src.users) == 1 and not src.kwargs and len(src.args) == 2
+                and src.args[0] is dst and isinstance(src.args[1], (int, float))):  # fmt: skip
+            continue
+        want, got = dst.meta.get("val"), src.meta.get("val")
+        if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)
+                and want.dtype == got.dtype and want.shape == got.shape):  # fmt: skip
+            continue
+        with graph.inserting_before(node):
+            update = graph.call_function(_IN_PLACE[src.target], (dst, src.args[1]))
+        update.meta = dict(node.meta)
+        node.replace_all_uses_with(update)
+        graph.erase_node(node)
+        graph.erase_node(src)
 
 
 def _propose(gm: GraphModule, support: FusionSupport) -> list[Partition]:
