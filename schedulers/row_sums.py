@@ -26,6 +26,14 @@ rows kernel adds, for each output row, the values of the tokens on its list, loa
 token's values before adding the current one's. No float workspace, no atomic adds, no add
 kernel; a row's sum is in list order, which varies between runs as the owner does above. A row
 named by k tokens walks a list of k: a hot row costs its threads k dependent loads.
+H100 (2026-11-27, sweep of benchmarks/sweeps/resize_round5.json, embedding 50304 x 768 bf16
+from 8192 uniform tokens, same run): 2148-2239 GB/s across rows.units 1/2/4 and rows.early,
+against 1827 for the four kernels (1.22x; kernel_times with events: link 13.7 + walk 42.0 us
+against claim 14.2 + add 15.8 + out 41.8). Not the default: a list is a pointer chase, each
+step an L2 round trip, so a padding row or a frequent token (hundreds of the 8192) would cost
+its threads hundreds of microseconds where the atomic adds above take a few; no hot-row
+timing was made. Lists bounded per row (a count beside the head, the overflow added with
+atomics) would keep both, unmeasured. rows.early alone: 1783 against 1827 (no gain).
 """
 from __future__ import annotations
 
