@@ -231,19 +231,21 @@ def test_embedding_max_norm_is_one_kernel():
           torch.bfloat16)  # fmt: skip
 
 
-@pytest.mark.parametrize("path", ["row_sums", "chains", "ordered"])
+@pytest.mark.parametrize("path", ["row_sums", "chains", "bounded", "ordered"])
 def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
-    the row-sums kernels (four launches), the row chains (three: Note [Row chains]) or the
-    ordered kernel (one), against torch, on two sets of tokens in turn (the plan's scratch,
+    the row-sums kernels (four launches), the row chains (three: Note [Row chains]), unbounded
+    or of at most 16 tokens a list (the padding row's others in float sums), or the ordered
+    kernel (one), against torch, on two sets of tokens in turn (the plan's scratch,
     kept per stream, reused by each run)."""
     from schedulers.tuning import overriding
 
     deterministic = path == "ordered"
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "1" if deterministic else "0")
-    knobs = {"rows.chain": True, "rows.early": True, "rows.units": 4} if path == "chains" else {}
+    knobs = {"chains": {"rows.chain": True, "rows.early": True, "rows.units": 4},
+             "bounded": {"rows.chain": True, "rows.bound": 16, "rows.units": 2}}.get(path, {})
     with overriding(knobs):
-        _hot_rows(deterministic, {"row_sums": 4, "chains": 3, "ordered": 1}[path])
+        _hot_rows(deterministic, {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1}[path])
 
 
 def _hot_rows(deterministic: bool, kernels: int) -> None:
