@@ -47,6 +47,7 @@ def _sizes(name: str) -> list[tuple]:
     mid = {"rope_fwd": (2, 8, 511, 128), "rope_bwd": (2, 8, 511, 128),
            "kv_append": (2, 8, 255, 128), "kv_pad_cat": (2, 8, 255, 128),
            "embedding_fwd": (50304, 768, 2, 129), "embedding_bwd": (50304, 768, 2, 129),
+           "embedding_bwd_padded": (50304, 768, 2, 129),
            "ce_fwd": (257, 50304), "ce_bwd": (257, 50304), "cat3": (1023, 4096),
            "pad": (1023, 4096), "pad_unaligned": (1023, 4093), "cat3_odd": (1023, 999)}  # fmt: skip
     return [small, mid.get(name, big)]
@@ -65,7 +66,7 @@ def test_pattern_against_eager(name, dtype):
         assert launches() - before == KERNELS.get((name, dtype), pattern.kernels), name
         want = pattern.reference(*inputs)
         for g, w in zip(got, want if isinstance(want, list) else [want]):
-            scale = 4.0 if name == "embedding_bwd" else 1.0  # sums of up to hundreds of rows
+            scale = 4.0 if name.startswith("embedding_bwd") else 1.0  # sums of many rows
             close(g, w.to(g.dtype), dtype, scale)
 
 
