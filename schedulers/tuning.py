@@ -62,6 +62,8 @@ KNOBS: dict[str, str] = {
                   "atomic adds of shared rows and a rows kernel, Note [Row sums])",
     "rows.units": "(row, column vector) units a thread of the row chains' rows kernel takes, "
                   "their loads issued together (Note [Row chains])",
+    "rows.bound": "most tokens on a row's list in the row chains; a hot row's others add to "
+                  "float sums with atomics (Note [Row chains]; 0: unbounded)",
     "rows.early": "the row-sums kernels let the next, launched dependent, be placed at once "
                   "(griddepcontrol.launch_dependents at their start)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
