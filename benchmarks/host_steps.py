@@ -142,6 +142,8 @@ def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) ->
             item["op"] = _aten_name(step) if kind in ("aten", "plan") else kind
             names, again = bare_calls(lambda s=step: s.run(env))
             item["bare_calls"] = names
+            if kind == "execute":
+                item["why"] = step.why
             item["bare_us"] = issue_us(again, device, reps, rounds)
         step.run(env)  # the values later steps read
         for slot in drop:
@@ -230,6 +232,8 @@ def render(result: dict[str, Any]) -> str:
     for op, o in sorted(s["aten_ops"].items(), key=lambda kv: -kv[1]["us"]):
         lines.append(f"    {op:<24} x{o['n']:<4.0f} ours {o['us'] / o['n']:6.1f} us  bare "
                      f"{o['bare_us'] / o['n']:6.1f} us a call")  # fmt: skip
+    whys = {st["why"] for c in result["calls"] for st in c["steps"] if st.get("why")}
+    lines += [f"  execute step: {why}" for why in sorted(whys)]
     return "\n".join(lines)
 
 
