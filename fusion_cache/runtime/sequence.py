@@ -230,6 +230,8 @@ class AtenStep:
                 args.append(view)
             elif view is None:
                 args.append(env[slot])
+            elif len(view) == 2:  # a view method (view_recipe in aten_calls.py)
+                args.append(view[0](env[slot], *view[1]))
             else:
                 t = env[slot]
                 args.append(t.as_strided(view[0], view[1], t.storage_offset() + view[2]))
