@@ -33,7 +33,9 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from fusion_cache.frontend.options import dump_enabled
 from fusion_cache.runtime.compile_ahead import compile_regions
 
+from . import recompute
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
+from .fx_casts import casts_before_views
 from .fx_region import RegionCall, build_region, dense_order, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
@@ -121,6 +123,9 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
+        # Note [Recompute in the backward]
+        partition_fn=recompute.partition_fn(),
+        decompositions=recompute.decompositions(),
     )
     return backend(gm, example_inputs)
 
@@ -142,6 +147,7 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     """Replace the fusable regions of an aten graph by calls of RegionCalls, in place."""
     start = time.perf_counter()
     report = GraphReport(kind, next(_counter))
+    casts_before_views(gm)  # Note [Casts before views]
     support = FusionSupport()
     proposed = _propose(gm, support)
     labels: dict[Node, str] = {}
