@@ -38,3 +38,25 @@ def test_no_generated_segment_only_copies_a_view(llama_plans):
     copies = [(p.graph, p.name, desc) for p in llama_plans for _, k, desc, ops in p.segments
               if k and ops <= _VIEWS]  # fmt: skip
     assert not copies
+
+
+def test_column_sums_over_two_leading_dims_plan_one_inner_outer_kernel():
+    """Note [Leading dims as rows]: planned for h100 on the CPU, and the reference evaluator
+    (which runs it here) agrees with eager."""
+    import torch
+    from segment_patterns import (
+        rms_norm_backward_3d,
+        rms_norm_backward_3d_eager,
+        rms_norm_backward_3d_inputs,
+    )
+
+    from fusion_cache.runtime.executor import executor_for
+    from fusion_cache.runtime.plans import LaunchPlan
+
+    fd = rms_norm_backward_3d(torch.float32)
+    inputs = rms_norm_backward_3d_inputs(4, 16, 96, torch.float32, seed=5)
+    fd.precompile([t.to("meta") for t in inputs], target="h100")
+    plan = executor_for(fd).last_plan
+    assert isinstance(plan, LaunchPlan) and plan.spec.scheduler == "inner_outer"
+    for got, want in zip(fd.execute(inputs), rms_norm_backward_3d_eager(*inputs)):
+        torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-4)
