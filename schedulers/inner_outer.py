@@ -33,7 +33,7 @@ from .reduction import (
     lower_reduction,
     plan_reduction,
 )
-from .tuning import knob
+from .tuning import knob, switched_on
 
 NAME = "inner_outer"
 
@@ -70,6 +70,7 @@ def lower_inner_outer(fd: Any) -> InnerOuterProgram:
     records, infos = fd._records, fd._infos
     producer = {o.index: r for r in records for o in r.outputs}
     column, row, ranks = [], 0, set()
+    leading = switched_on("LEADING_ROWS")  # Note [Unmeasured switches]
     for r in records:
         if r.kind != "op" or r.name not in REDUCTIONS:
             continue
@@ -79,10 +80,10 @@ def lower_inner_outer(fd: Any) -> InnerOuterProgram:
         ranks.add(rank)
         # Note [Leading dims as rows]: the row kernel takes the kept dims of a loop of any
         # rank as its rows, so a sum over every dim but the last is a column sum
-        if rank >= 2 and dims == set(range(rank - 1)) and r.name == "sum" and \
-                not r.kw("keepdim", False):  # fmt: skip
+        if (rank == 2 or leading) and rank >= 2 and dims == set(range(rank - 1)) and \
+                r.name == "sum" and not r.kw("keepdim", False):  # fmt: skip
             column.append(r)
-        elif rank >= 2 and dims == {rank - 1}:
+        elif (rank == 2 or leading) and rank >= 2 and dims == {rank - 1}:
             row += 1
         else:
             raise SchedulerRefused(f"{r.name} ({r.outputs[0]}) is neither a row reduction nor a "

@@ -10,7 +10,8 @@ Knobs: mode="reduce-overhead" (or FUSION_CACHE_CUDA_GRAPHS=1) replays each compi
 a CUDA graph (Note [CUDA-graph mode]); FUSION_CACHE_SINGLE_NODE=1 keeps regions of a single
 op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=graph prints each partitioned graph with
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
-definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute.
+definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute. FUSION_CACHE_MIN_CUT=1 and
+FUSION_CACHE_CASTS_BEFORE_VIEWS=1: Note [Unmeasured switches] in schedulers/tuning.py.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
 from fusion_cache.runtime.compile_ahead import compile_regions
+from schedulers.tuning import switched_on
 
 from . import recompute
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
@@ -123,9 +125,7 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
-        # Note [Recompute in the backward]
-        partition_fn=recompute.partition_fn(),
-        decompositions=recompute.decompositions(),
+        **recompute.aot_options(),  # Note [Recompute in the backward]
     )
     return backend(gm, example_inputs)
 
@@ -147,7 +147,8 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     """Replace the fusable regions of an aten graph by calls of RegionCalls, in place."""
     start = time.perf_counter()
     report = GraphReport(kind, next(_counter))
-    casts_before_views(gm)  # Note [Casts before views]
+    if switched_on("CASTS_BEFORE_VIEWS"):  # Note [Unmeasured switches]
+        casts_before_views(gm)  # Note [Casts before views]
     support = FusionSupport()
     proposed = _propose(gm, support)
     labels: dict[Node, str] = {}

@@ -25,6 +25,16 @@ import torch
 aten = torch.ops.aten
 
 
+def aot_options() -> dict[str, Any]:
+    """What the backend passes aot_autograd: the partitioner and decompositions of this note
+    where its switch is on (Note [Unmeasured switches] in schedulers/tuning.py), else none."""
+    from schedulers.tuning import switched_on
+
+    if not switched_on("MIN_CUT"):
+        return {}
+    return {"partition_fn": partition_fn(), "decompositions": decompositions()}
+
+
 def partition_fn() -> Callable:
     return _partition
 

@@ -132,9 +132,10 @@ def test_rms_norm_backward(dtype, rows, cols):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("b,t,c", [(8, 256, 768), (3, 5, 1000), (2, 1024, 4097)])
-def test_column_sums_over_two_leading_dims(dtype, b, t, c):
+def test_column_sums_over_two_leading_dims(dtype, b, t, c, monkeypatch):
     # Note [Leading dims as rows]: dw and the bias gradient summed over [B, T] of a
     # [B, T, C] loop, beside the row reduction, in the inner-outer kernels
+    monkeypatch.setenv("FUSION_CACHE_LEADING_ROWS", "1")  # Note [Unmeasured switches]
     fd = rms_norm_backward_3d(dtype)
     inputs = rms_norm_backward_3d_inputs(b, t, c, dtype, device="cuda", seed=31)
     before = counters()
