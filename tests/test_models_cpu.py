@@ -59,3 +59,12 @@ def test_llama_and_resnet(tmp_path):
         assert set(rows) == {"eager", "fusion_cache"}
         _check_losses(rows["fusion_cache"], rows["eager"])
         assert rows["fusion_cache"]["max_loss_diff"] < 1e-3
+
+
+def test_llama_with_the_switches_on(tmp_path):
+    """Note [Unmeasured switches]: the contender with every switch on trains as eager does."""
+    data = _run(tmp_path, "--models", "llama", "--no-warm", "--contenders",
+                "eager,fusion_cache_switched")  # fmt: skip
+    rows = data["models"][0]["contenders"]
+    _check_losses(rows["fusion_cache_switched"], rows["eager"])
+    assert rows["fusion_cache_switched"]["regions"] > 0

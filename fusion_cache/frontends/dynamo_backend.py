@@ -12,6 +12,8 @@ op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=gra
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
 definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute; FUSION_CACHE_AOT_CACHE=0
 keeps the compiled graphs out of torch's AOTAutograd cache (Note [AOT cache]).
+FUSION_CACHE_MIN_CUT=1 and FUSION_CACHE_CASTS_BEFORE_VIEWS=1: Note [Unmeasured switches] in
+schedulers/tuning.py.
 """
 from __future__ import annotations
 
@@ -33,9 +35,12 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
 from fusion_cache.runtime.compile_ahead import compile_regions
+from schedulers.tuning import switched_on
 
+from . import recompute
 from .aot_cache import aot_cache_wanted, cache_settings, serializable_compilers
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
+from .fx_casts import casts_before_views
 from .fx_region import RegionCall, build_region, dense_order, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
@@ -119,7 +124,9 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
         captured = compile_with_cuda_graphs(gm, example_inputs, fuse_graph)
         if captured is not None:
             return captured
-    compilers = serializable_compilers() if aot_cache_wanted() else None
+    recompute_options = recompute.aot_options()  # Note [Recompute in the backward]
+    # the AOT cache keys no partitioner: a graph split by the min-cut stays out of it
+    compilers = serializable_compilers() if aot_cache_wanted() and not recompute_options else None
     if compilers is not None:  # Note [AOT cache]: a restart skips AOTAutograd
         with cache_settings():
             return aot_autograd(**compilers)(gm, example_inputs)
@@ -127,6 +134,7 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
+        **recompute_options,
     )
     return backend(gm, example_inputs)
 
@@ -148,6 +156,8 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     """Replace the fusable regions of an aten graph by calls of RegionCalls, in place."""
     start = time.perf_counter()
     report = GraphReport(kind, next(_counter))
+    if switched_on("CASTS_BEFORE_VIEWS"):  # Note [Unmeasured switches]
+        casts_before_views(gm)  # Note [Casts before views]
     support = FusionSupport()
     proposed = _propose(gm, support)
     labels: dict[Node, str] = {}
