@@ -356,13 +356,14 @@ def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool,
 
 
 def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
-                   profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
+                   profile: Path | None = None, extra_env: dict[str, str] | None = None,
+                   ) -> dict[str, Any]:  # fmt: skip
     cmd = [sys.executable, "-m", "benchmarks.models", "--warm-child", case.name,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
     cmd += ["--tiny"] if args.tiny else []
     cmd += ["--stub"] if args.stub else []
     cmd += ["--profile-stem", str(profile.resolve())] if profile is not None else []
-    env = dict(os.environ, FUSION_CACHE_DIR=store)
+    env = dict(os.environ, FUSION_CACHE_DIR=store, **(extra_env or {}))
     env.pop("FUSION_CACHE_DB_URL", None)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -397,6 +398,10 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
         if not args.warm_beside_cache:
             release_memory(args.device)
         out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store)
+        if args.warm_without_aot:  # the same warm store, AOTAutograd traced again: the baseline
+            print(f"{case.name}: fusion_cache, new process without the AOT cache ...", flush=True)
+            out["contenders"]["fusion_cache_warm_noaot"] = run_warm_child(
+                case, args, store, extra_env={"FUSION_CACHE_AOT_CACHE": "0"})
         if args.profile_warm:  # a third process, so that cProfile slows no figure above
             print(f"{case.name}: fusion_cache, profiled first step on the warm store ...",
                   flush=True)  # fmt: skip
@@ -485,7 +490,8 @@ def render_markdown(data: dict[str, Any]) -> str:
                 continue
             steady = {k: v[1:] for k, v in row["per_step"].items()}
             ratio = (f"{row['first_step_s'] / cold['first_step_s']:.2f}"
-                     if name == "fusion_cache_warm" and cold.get("first_step_s") else "-")
+                     if name.startswith("fusion_cache_warm") and cold.get("first_step_s")
+                     else "-")  # fmt: skip
             same = ("yes" if row.get("kernels") == cold.get("kernels") else "no") if name != (
                 "fusion_cache") else "-"  # fmt: skip
             launches = statistics.median(steady["kernel_launches"]) if steady["kernel_launches"] \
@@ -528,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="small models (the CPU test's)")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm-store process")
+    parser.add_argument("--warm-without-aot", action="store_true",
+                        help="also a new process on the warm store with FUSION_CACHE_AOT_CACHE=0 "
+                             "(fusion_cache_warm_noaot): what torch's AOTAutograd cache saves, "
+                             "in the same run (docs/restarts.md)")  # fmt: skip
     parser.add_argument("--warm-beside-cache", action="store_true",
                         help="start the warm-store process while this one holds its allocator's "
                              "cache (the condition a warm ResNet-18 once ran slower under)")

@@ -105,6 +105,19 @@ def reset_reports() -> None:
         _reports.clear()
 
 
+def record_rebuilt(fields: dict[str, Any], regions: list, seconds: float) -> None:
+    """The report of a graph rebuilt from torch's AOTAutograd cache (Note [Fused graph
+    form]): what fuse_graph reported of it, with this process's regions and rebuild time."""
+    kept = ("regions", "ops_fused", "ops_eager", "views_eager", "eager_reasons", "fused_ops",
+            "eager_ops")  # fmt: skip
+    report = GraphReport(fields["graph"], next(_counter), **{k: fields[k] for k in kept})
+    report.fusion_ids = [r.fusion_id for r in regions]
+    report.regions_list = list(regions)
+    report.fuse_s = seconds
+    with _lock:
+        _reports.append(report)
+
+
 def single_node_allowed() -> bool:
     return os.environ.get("FUSION_CACHE_SINGLE_NODE", "").strip() not in ("", "0", "false")
 
