@@ -353,6 +353,22 @@ def _accessed(values: Sequence[Any], access: Access, env: dict) -> Any:
     return values[access.input_pos]
 
 
+def memory_loop_order(program: PointwiseProgram, stores: Sequence[Sequence[int]]) -> list[int]:
+    """Note [Loop in memory order]: the loop's dims, outermost first, in the order the first
+    output lays them out in memory. A channels-last output (Note [Channels-last convolutions])
+    is then walked with its channels innermost: its reads and writes coalesce and collapse to
+    [N*H*W, C], where the logical order would step W by C elements (every access strided).
+    Row-major outputs keep the logical order. Random numbers are numbered by the logical
+    row-major index (Note [Philox numbers]) and index accesses read it: those keep it too."""
+    rank = len(stores[0]) if stores else 0
+    logical = list(range(rank))
+    if not stores or program.resized or any(a.virtual for a in program.accesses) or any(
+            st.op in RANDOM_STMTS for st in program.stmts):  # fmt: skip
+        return logical
+    ref = stores[0]
+    return sorted(logical, key=lambda d: -ref[d])  # stable: equal strides keep their order
+
+
 def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
                    profile: Any) -> LaunchSpec:  # fmt: skip
     """The launch for these inputs: collapse the loop, choose vector width, index type and
@@ -414,7 +430,9 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     if numel == 0:
         return LaunchSpec(NAME, tuple(outputs), (), (), "empty" + notes)
     if layout is None:
-        sizes, strides = collapse(list(out_shape), strides)
+        order = memory_loop_order(program, strides[len(program.accesses):])
+        sizes, strides = collapse([out_shape[d] for d in order],
+                                  [[s[d] for d in order] for s in strides])  # fmt: skip
     else:
         sizes, strides, dim_of = collapse_keeping(list(out_shape), strides, layout.keep)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]

@@ -446,3 +446,36 @@ def test_a_view_that_drops_unit_dims_stays_in_the_reductions_kernel(dims):
         region(*args)
         (seq,) = region.sequences
         assert seq.launches == 1, seq.describe()
+
+
+def test_buffer_updates_are_written_in_place():
+    """Note [Buffer updates in place]: a copy_ into a graph input whose other readers are in
+    its region becomes the region's in-place output; one into an input eager also reads
+    stays eager, after that read."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(buf, other, count, x):
+        y = torch.relu(x * 2) + other.sum()
+        new = buf * 0.5 + 1
+        buf.copy_(new)
+        other.copy_(other * 3 + 1)
+        count.copy_(count + 1)
+        return y, new * 2
+
+    buf, other, count, x = torch.randn(3), torch.randn(3), torch.zeros(1), torch.randn(4)
+    want_buf, want_other = buf * 0.5 + 1, other * 3 + 1
+    want = torch.relu(x * 2) + other.sum()
+    gm = make_fx(f)(buf.clone(), other.clone(), count.clone(), x)
+    with torch.no_grad():
+        report = dynamo_backend.fuse_graph(gm, "forward")
+        got, _ = gm(buf, other, count, x)
+    assert report["fused_ops"].get("copy_") == 1, report
+    # the sum of `other` is in x's region: its copy_ waits for that region, in eager; the
+    # counter's region would return nothing (torch 2.11's fuse_by_partitions cannot place it)
+    why = report["eager_ops"]["copy_"]
+    assert set(why) == {"copy_ into an input another region or eager op reads",
+                        "no result read outside the region (in-place writes only)"}, why
+    torch.testing.assert_close(count, torch.ones(1))
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(buf, want_buf)
+    torch.testing.assert_close(other, want_other)

@@ -43,7 +43,9 @@ from torch.fx import GraphModule
 
 ENV = "FUSION_CACHE_AOT_CACHE"
 FORM_ENV = "FUSION_CACHE_AOT_FORM"
-TAG = "fusion_cache-aot-1"  # bump when what AOTAutograd is asked for changes
+# bump when what AOTAutograd is asked for changes; 2: input mutations kept (Note [Buffer
+# updates in place])
+TAG = "fusion_cache-aot-2"
 
 
 @functools.cache

@@ -15,6 +15,7 @@ op, the lowering refuses and the op stays eager.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fusion_cache.frontend.dtypes import DataType
@@ -218,9 +219,30 @@ def _conv_layout(a: Args, what: str) -> dict[str, Any]:
     return layout
 
 
+CONV_LAYOUTS = ("channels_last", "as_traced")
+
+
+def conv_layout_knob() -> str:
+    """FUSION_CACHE_CONV_LAYOUT: "channels_last" runs convolutions (forward and backward) on
+    channels-last activations, and the fusions around them keep that layout (Note
+    [Channels-last convolutions]); "as_traced" hands them the layout they come in."""
+    value = os.environ.get("FUSION_CACHE_CONV_LAYOUT", "").strip() or "as_traced"
+    if value not in CONV_LAYOUTS:
+        raise UnsupportedOpError(f"FUSION_CACHE_CONV_LAYOUT={value!r}: valid are "
+                                 f"{', '.join(CONV_LAYOUTS)}")  # fmt: skip
+    return value
+
+
+def _channels_last(x: Any) -> dict[str, Any]:
+    """The op's channels_last argument: asked for by the knob, where torch has the format."""
+    wanted = conv_layout_knob() == "channels_last" and x.ndim in (4, 5)
+    return {"channels_last": True} if wanted else {}
+
+
 @lowers("convolution")
 def _convolution(ctx: LoweringContext, a: Args) -> Any:
-    return _op(ctx, "convolution")(a[0], a[1], a.get("bias"), **_conv_layout(a, "convolution"))
+    return _op(ctx, "convolution")(a[0], a[1], a.get("bias"), **_conv_layout(a, "convolution"),
+                                   **_channels_last(a[0]))  # fmt: skip
 
 
 @lowers("convolution_backward")
@@ -236,4 +258,5 @@ def _convolution_backward(ctx: LoweringContext, a: Args) -> Any:
             raise UnsupportedOpError(f"convolution backward with bias_sizes {list(sizes)} "
                                      f"for {channels} output channels")  # fmt: skip
     layout = _conv_layout(a, "convolution backward")
-    return _op(ctx, "convolution_backward")(grad, x, w, **layout, output_mask=mask)
+    return _op(ctx, "convolution_backward")(grad, x, w, **layout, output_mask=mask,
+                                            **_channels_last(x))  # fmt: skip

@@ -407,6 +407,27 @@ def _expand_as(ctx: LoweringContext, a: Args) -> Any:
     return _expand_to(ctx, a[0], ctx.extents(a[1]))
 
 
+@lowers("copy_")
+def _copy_into_input(ctx: LoweringContext, a: Args) -> Any:
+    """Note [Buffer updates in place]: AOTAutograd, told to keep input mutations
+    (keep_inference_input_mutations), ends a training forward with copy_(buffer, new value)
+    for each module buffer it updates (batch norm's running statistics and counter). Into a
+    region input, the copy is an output written into that input (alias_input): the kernel
+    that computes the value stores it in place, where eager copied it over after the graph."""
+    dst, src = a[0], a[1]
+    if not (is_tensor(dst) and dst.index in ctx.fd.inputs()):
+        raise UnsupportedOpError("copy_ into a value the region computes (not one of its inputs)")
+    value = _cast_to(ctx, src, dst.dtype) if is_tensor(src) else ctx.ops.full(
+        ctx.extents(dst), src, dst.dtype)  # fmt: skip
+    value = _expand_to(ctx, value, ctx.extents(dst)) if value.ndim == dst.ndim else (
+        ctx.ops.broadcast_in_dim(value, ctx.extents(dst),
+                                 list(range(dst.ndim - value.ndim, dst.ndim))))  # fmt: skip
+    if value.index == dst.index:
+        return dst
+    ctx.fd.add_output(value, alias_input=dst)
+    return dst
+
+
 @lowers("size")
 def _size(ctx: LoweringContext, a: Args) -> Any:
     x = a[0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import os
 import threading
 import time
@@ -34,11 +35,13 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from fusion_cache.frontend.options import dump_enabled
+from fusion_cache.ir.output_layout import channels_last_order, strides_for
 from fusion_cache.runtime.compile_ahead import compile_regions
 from schedulers.tuning import switched_on
 
 from . import recompute
 from .aot_cache import aot_cache_wanted, cache_settings, serializable_compilers
+from .aten_library import conv_layout_knob
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
 from .fx_casts import casts_before_views
 from .fx_region import RegionCall, build_region, dense_order, spec_of
@@ -137,17 +140,21 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
         captured = compile_with_cuda_graphs(gm, example_inputs, fuse_graph)
         if captured is not None:
             return captured
+    # Note [Buffer updates in place] (aten_ops.py): copy_ of batch norm's running statistics
+    # stays in the graph, and the regions write them in place
+    keep = {"keep_inference_input_mutations": True}
     recompute_options = recompute.aot_options()  # Note [Recompute in the backward]
     # the AOT cache keys no partitioner: a graph split by the min-cut stays out of it
     compilers = serializable_compilers() if aot_cache_wanted() and not recompute_options else None
     if compilers is not None:  # Note [AOT cache]: a restart skips AOTAutograd
         with cache_settings():
-            return aot_autograd(**compilers)(gm, example_inputs)
+            return aot_autograd(**compilers, **keep)(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
         **recompute_options,
+        **keep,
     )
     return backend(gm, example_inputs)
 
@@ -234,8 +241,24 @@ def _propose(gm: GraphModule, support: FusionSupport) -> list[Partition]:
     proposed = partitioner.propose_partitions()
     partitioner.remove_bookend_non_compute_ops(proposed)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    return [c for part in proposed for piece in _cut_after_library_ops(part, order)
-            for c in _connected_parts(piece)]  # fmt: skip
+    pieces = [c for part in proposed for piece in _cut_after_library_ops(part, order)
+              for c in _connected_parts(piece)]  # fmt: skip
+    return [_without_early_writes(p, support) for p in pieces]
+
+
+def _without_early_writes(part: Partition, support: FusionSupport) -> Partition:
+    """Note [Buffer updates in place]: the graph's copy_ into an input comes after every read
+    of the input; in a region it happens when the region runs. So a copy_ stays in its region
+    only where every other reader of its input is in that region too (batch norm reads its
+    running statistics in the region that updates them); otherwise it stays eager, last."""
+    nodes = set(part.nodes)
+    early = [n for n in nodes if base_name(n) == "copy_"
+             and any(u is not n and u not in nodes for u in n.args[0].users)]  # fmt: skip
+    if not early:
+        return part
+    for n in early:
+        support.reasons[n] = "copy_ into an input another region or eager op reads"
+    return Partition(nodes=[n for n in part.nodes if n not in early])
 
 
 # the ops a region piece ends with (Note [Region cuts])
@@ -254,23 +277,59 @@ def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Part
     convolution (forward or backward): a layer's pieces are then the same definitions, so the
     layers share fusion ids, segmentations and kernels, and no region grows with depth. Such
     an op is a segment of its own in any case (Note [ATen segments]): the cut fuses nothing
-    less, and costs one region call a piece. A piece is a run of the partition's nodes in
-    graph order, so no cycle can form between pieces (an edge never runs from a later piece
-    to an earlier one); an item of a tuple stays with the op that made the tuple."""
+    less, and costs one region call a piece.
+
+    A node with a path to a cut goes as late as its consumers allow: its piece is the earliest
+    of its consumers' (one earlier for a node that ends a piece), counted back from the
+    partition's end; a node without (a weight's gradient, the loss after the last convolution)
+    goes as early as its producers allow. Along every edge the piece number never falls, so pieces
+    form no cycle (the partition is convex: no path leaves it and comes back). As late as possible, a residual block's last batch norm
+    joins the add that reads it, where a run of nodes in graph order left it alone between its
+    convolution and the shortcut's (ResNet-18: three batch norms and three convolutions in
+    regions of one op, which stay eager). An item of a tuple stays with the op that made it."""
     nodes = sorted(part.nodes, key=order.__getitem__)
-    pieces: list[list[Node]] = [[]]
-    piece_of: dict[Node, int] = {}
-    cut = False
-    for n in nodes:
-        if is_getitem(n) and n.args[0] in piece_of:
-            pieces[piece_of[n.args[0]]].append(n)
+    if not any(_ends_piece(n) for n in nodes):
+        return [part]
+    members = set(nodes)
+
+    def item(n: Node) -> bool:
+        return is_getitem(n) and n.args[0] in members
+
+    def consumers(n: Node) -> list[Node]:
+        out = []
+        for u in n.users:
+            if u in members:
+                out.extend(consumers(u) if item(u) else (u,))
+        return out
+
+    # the nodes with a path to a cut: placed as late as their consumers allow
+    reaches = {n: False for n in nodes}
+    piece: dict[Node, float] = {}
+    for n in reversed(nodes):  # consumers come later in graph order
+        if item(n):
             continue
-        if cut and pieces[-1]:
-            pieces.append([])
-        cut = _ends_piece(n)
-        pieces[-1].append(n)
-        piece_of[n] = len(pieces) - 1
-    return [Partition(nodes=p) for p in pieces if p] if len(pieces) > 1 else [part]
+        later = [piece[c] for c in consumers(n) if reaches[c]]
+        reaches[n] = _ends_piece(n) or bool(later)
+        if reaches[n]:
+            piece[n] = min(later, default=0) - _ends_piece(n)
+    # the rest (a weight's gradient, the loss after the last convolution): as early as their
+    # producers allow; those without producers in the partition, at their earliest consumer
+    for n in nodes:
+        if item(n):
+            piece[n] = piece[n.args[0]]
+        elif not reaches[n]:
+            feeds = [m.args[0] if item(m) else m for m in n.all_input_nodes if m in members]
+            piece[n] = max((piece[m] + _ends_piece(m) for m in feeds), default=-math.inf)
+    for n in reversed(nodes):
+        if piece[n] == -math.inf:
+            piece[n] = min((piece[c] for c in consumers(n)), default=0)
+    for n in nodes:
+        if item(n):
+            piece[n] = piece[n.args[0]]
+    runs: dict[int, list[Node]] = {}
+    for n in nodes:
+        runs.setdefault(piece[n], []).append(n)
+    return [Partition(nodes=runs[k]) for k in sorted(runs)]
 
 
 def _connected_parts(part: Partition) -> list[Partition]:
@@ -306,9 +365,13 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
             continue
         if not compute:
             why = "only views: eager views cost no copy"
+        elif not _read_outside(part):
+            # only in-place writes (a counter's copy_): torch 2.11's fuse_by_partitions finds
+            # no output to place the region's call after ("last_output_node is None")
+            why = "no result read outside the region (in-place writes only)"
         elif all(base_name(n) in _CASTS for n in compute):
             why = "only casts: eager's copy kernel does the same in one launch"
-        elif len(compute) < least:
+        elif len(compute) < least and not _converts_layout(compute):
             why = (f"region of {len(compute)} op (FUSION_CACHE_SINGLE_NODE=1 fuses single "
                    "ops)")  # fmt: skip
         else:
@@ -317,6 +380,20 @@ def _keep_worthwhile(partitions: list[Partition], labels: dict[Node, str]) -> li
         for n in part.nodes:
             labels[n] = why
     return kept
+
+
+def _read_outside(part: Partition) -> bool:
+    """Whether any result of the partition is read by a node outside it (or returned)."""
+    nodes = set(part.nodes)
+    return any(u not in nodes for n in nodes for u in n.users)
+
+
+def _converts_layout(ops: list[Node]) -> bool:
+    """A convolution alone is worth a region where convolutions run channels-last (Note
+    [Channels-last convolutions]): it takes the model's input or a shortcut's activation in
+    that layout once, where eager's call would convert around it."""
+    return len(ops) == 1 and base_name(ops[0]) in ("convolution", "convolution_backward") \
+        and conv_layout_knob() == "channels_last"
 
 
 def _call_region(gm: GraphModule, name: str, region: RegionCall) -> None:
@@ -354,7 +431,7 @@ def _lower_region(gm: GraphModule, name: str, ahead: list, kind: str = "forward"
     if not fd.output_records():
         return "every output is a constant: nothing to run"
     region = RegionCall(name, sub, fd, specs, constants)
-    saved = _saved_as_copies(call, vals) if kind == "backward" else None
+    saved = _first_call_inputs(call, vals, kind)
     if saved is not None:  # plan ahead what the first call will get, defined now
         try:
             ahead.append((region.definition_for(saved, counted=False)[0], saved))
@@ -365,17 +442,34 @@ def _lower_region(gm: GraphModule, name: str, ahead: list, kind: str = "forward"
     return region
 
 
-def _saved_as_copies(call: Node, vals: list) -> list | None:
-    """A backward region's inputs as its first call gets them, where they differ from the
-    traced ones: a tensor the forward saved that was traced as a view into a larger buffer
-    (a split's q, k, v) reaches the backward as a forward region's output, which a region
-    writes row-major. None where nothing differs."""
+def _first_call_inputs(call: Node, vals: list, kind: str) -> list | None:
+    """A region's inputs as its first call gets them, where they differ from the traced ones;
+    None where nothing differs.
+    - A tensor the forward saved that was traced as a view into a larger buffer (a split's
+      q, k, v) reaches the backward as a forward region's output, which a region writes
+      row-major.
+    - Around channels-last convolutions (Note [Channels-last convolutions]) a 4-D or 5-D
+      activation comes channels-last: one a region or a convolution made, or in the backward
+      one the forward saved (not a forward input, primals_*, such as a weight)."""
     out, changed = list(vals), False
+    channels_last = conv_layout_knob() == "channels_last"
     for i, (arg, val) in enumerate(zip(call.args, vals)):
-        if isinstance(arg, Node) and arg.op == "placeholder" and isinstance(val, torch.Tensor) \
-                and val.dim() > 1 and dense_order(val) is None:  # fmt: skip
+        if not (isinstance(arg, Node) and isinstance(val, torch.Tensor)):
+            continue
+        if kind == "backward" and arg.op == "placeholder" and val.dim() > 1 \
+                and dense_order(val) is None:  # fmt: skip
             out[i], changed = val.new_empty(val.shape), True
+        elif channels_last and val.dim() in (4, 5) and _activation_at_run(arg, kind):
+            strides = strides_for(val.shape, channels_last_order(val.dim()))
+            if list(val.stride()) != strides:
+                out[i], changed = val.new_empty_strided(val.shape, strides), True
     return out if changed else None
+
+
+def _activation_at_run(arg: Node, kind: str) -> bool:
+    if arg.op != "placeholder":
+        return True
+    return kind == "backward" and not arg.name.startswith(("primals", "tangents"))
 
 
 # ---- FUSION_CACHE_DUMP=graph ----------------------------------------------------------------

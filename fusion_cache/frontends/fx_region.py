@@ -18,6 +18,7 @@ from torch.fx import GraphModule, Node
 
 from fusion_cache.frontend.definition import FusionDefinition
 from fusion_cache.frontend.dtypes import DataType, from_torch
+from fusion_cache.ir.output_layout import preferred_order
 from fusion_cache.runtime.plans import input_key
 from fusion_cache.runtime.sequence import Guard, LaunchSequence, sequence_for
 
@@ -226,7 +227,7 @@ def _add_outputs(fd: FusionDefinition, node: Node, env: dict[Node, Any]) -> Cons
         if value.index in inputs:
             value = fd.ops.set(value)  # an input passed through: the output gets its own copy
         returned.setdefault(value.index, len(returned))
-        fd.add_output(value, stride_order=_view_layout(out))
+        fd.add_output(value, stride_order=_view_layout(out) or _preferred_layout(fd, value))
     n_real = len(returned)
     for k, base, steps in derived:
         if base in placeholders:
@@ -255,6 +256,13 @@ def _view_layout(node: Any) -> list[int] | None:
             not in _TRANSPOSES:  # fmt: skip
         return None
     return None if val.is_contiguous() else dense_order(val)
+
+
+def _preferred_layout(fd: FusionDefinition, value: Any) -> list[int] | None:
+    """Channels-last for a 4-D or 5-D output of a region around channels-last convolutions
+    (Note [Channels-last convolutions]), so the next region's convolution takes it as is."""
+    order = preferred_order(fd, value.ndim) if is_tensor(value) else ()
+    return list(order) or None
 
 
 def dense_order(t: torch.Tensor) -> list[int] | None:

@@ -118,6 +118,8 @@ def _check_op(node: Node) -> str | None:
             return "batch norm in training mode (running statistics are updated in place)"
         if any(not (is_getitem(u) and u.args[1] == 0) for u in node.users):
             return "uses batch norm's saved statistics (empty in eval mode)"
+    if name == "copy_" and not (isinstance(node.args[0], Node) and node.args[0].op == "placeholder"):
+        return "copy_ into a value the graph computes (Note [Buffer updates in place])"
     if name in ("batch_norm",) and _arg(node, 5, "training", False):
         return "batch norm in training mode"
     if name in ("max", "min") and len(node.args) > 1 and not isinstance(node.args[1], Node):

@@ -58,3 +58,43 @@ def strides_for(shape: Sequence[int], order: Sequence[int]) -> list[int]:
         strides[d] = acc
         acc *= max(shape[d], 1)
     return strides
+
+
+def channels_last_order(ndim: int) -> tuple[int, ...]:
+    """The stride order of torch's channels-last formats: dim 1 (channels) innermost, then
+    the spatial dims, the batch dim outermost ((3, 0, 2, 1) for NCHW)."""
+    return (ndim - 1, 0, *range(ndim - 2, 0, -1))
+
+
+def channels_last_format(ndim: int) -> Any:
+    """torch's channels-last memory format for a tensor of rank `ndim` (None: it has none)."""
+    import torch
+
+    return {4: torch.channels_last, 5: torch.channels_last_3d}.get(ndim)
+
+
+def prefers_channels_last(fd: Any) -> bool:
+    """Note [Channels-last convolutions]: a fusion with a channels-last convolution, or with
+    a 4-D or 5-D input declared in channels-last order (an earlier convolution's result)
+    writes its fresh 4-D and 5-D tensors channels-last too, so the layout flows from one
+    convolution to the next without a conversion."""
+    cached = fd.__dict__.get("_prefers_cl_cache")
+    if cached is not None and cached[0] == len(fd._records):
+        return cached[1]
+    found = any(r.kind == "op" and r.kw("channels_last", False) for r in fd._records)
+    for ref in () if found else fd.input_refs():
+        info = fd._infos[ref.index]
+        order = getattr(info, "stride_order", ())
+        if getattr(info, "ndim", 0) in (4, 5) and tuple(order) == channels_last_order(info.ndim):
+            found = True
+            break
+    fd.__dict__["_prefers_cl_cache"] = (len(fd._records), found)
+    return found
+
+
+def preferred_order(fd: Any, ndim: int) -> tuple[int, ...]:
+    """The stride order a fresh tensor of rank `ndim` of `fd` is written in where nothing
+    asks for one: channels-last in a fusion that prefers it, else row-major (())."""
+    if ndim in (4, 5) and prefers_channels_last(fd):
+        return channels_last_order(ndim)
+    return ()

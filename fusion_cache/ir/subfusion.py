@@ -9,7 +9,8 @@ segment the values its map names and files the segment's outputs under theirs.
 What a segment holds, for a group of the original's tensor ops:
 - inputs: every tensor (or input scalar/vector) the group reads but does not compute, in
   the original's state order. An original input keeps its definition; an intermediate
-  becomes a fresh contiguous tensor input (broadcast dims stay broadcast).
+  becomes a fresh dense tensor input (broadcast dims stay broadcast), in the layout its
+  producer writes it in (`FusionGraph.order_of`).
 - constants and scalar arithmetic (sizes, reshape vectors) are copied into every segment
   that reads them: they cost nothing and a kernel cannot hand a scalar to another kernel.
 - outputs: the group's values that another group or the caller needs.
@@ -21,9 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusion_cache.frontend.definition import _CLOSED, FusionDefinition
+from fusion_cache.frontend.layout import allocation_order
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.replay import replay_records
 from fusion_cache.frontend.values import TensorInfo
+
+from .output_layout import output_stride_orders, preferred_order
 
 
 class ScratchDefinition(FusionDefinition):
@@ -94,6 +98,19 @@ class FusionGraph:
             for v in needed:
                 self.consumers.setdefault(v, set()).add(pos)
         self.final = {r.args[0].index for r in self.output_records}
+        # the stride order each returned value is written in (Note [Output layouts])
+        self.final_orders: dict[int, tuple[int, ...]] = {}
+        for r, order in zip(self.output_records, output_stride_orders(fd)):
+            if r.kw("alias_input") is None:
+                self.final_orders.setdefault(r.args[0].index, order)
+
+    def order_of(self, v: int) -> tuple[int, ...]:
+        """The stride order value `v` passes between segments in: a returned value's own,
+        else the fusion's preferred one (channels-last around channels-last convolutions,
+        Note [Channels-last convolutions]), else row-major (())."""
+        if v in self.final_orders:
+            return self.final_orders[v]
+        return preferred_order(self.fd, getattr(self.fd._infos[v], "ndim", 0))
 
     def _closure(self, refs: Iterable[Ref]) -> tuple[set[int], set[int]]:
         needs: set[int] = set()
@@ -165,9 +182,11 @@ class FusionGraph:
                 continue
             info = infos[v]
             dense = v not in strided
-            kwargs = (("shape", info.shape),
-                      ("contiguity", tuple(None if e == 1 else dense for e in info.shape)),
-                      ("dtype", info.dtype), ("is_cpu", False), ("stride_order", ()))  # fmt: skip
+            order = self.order_of(v) if dense else ()
+            contiguity = tuple(None if info.shape[d] == 1 else dense
+                               for d in allocation_order(order, len(info.shape)))  # fmt: skip
+            kwargs = (("shape", info.shape), ("contiguity", contiguity), ("dtype", info.dtype),
+                      ("is_cpu", False), ("stride_order", order))  # fmt: skip
             out.append(Record("tensor", kwargs=kwargs, outputs=fresh((Ref("T", v),))))
         for pos in sorted(copies | group):
             r = records[pos]
@@ -180,7 +199,7 @@ class FusionGraph:
             (returned if r.kw("alias_input") is None else aliased).append(v)
         for v in sorted(shared - set(returned)):
             out.append(Record("output", "", (ref(Ref("T", v)),),
-                              (("alias_input", None), ("stride_order", ()))))  # fmt: skip
+                              (("alias_input", None), ("stride_order", self.order_of(v)))))  # fmt: skip
             returned.append(v)
         index_map = {renumber[v]: v for v in sorted(inputs)}
         index_map.update({renumber[v]: v for v in returned + aliased})

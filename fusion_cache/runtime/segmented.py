@@ -8,9 +8,13 @@ live set at one boundary, not the sum of all intermediates.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fusion_cache.ir.output_layout import channels_last_format, channels_last_order, strides_for
 
 from . import run_context
 
@@ -25,7 +29,14 @@ class Segment:
     sub: SubFusion
     scheduler: str | None  # None: no scheduler takes it (the reference evaluator runs it)
     drop_after: tuple[int, ...]  # original states no later segment or output reads
-    dense_inputs: tuple[int, ...] = ()  # inputs an ATen segment makes, wanted contiguous
+    dense_inputs: tuple[int, ...] = ()  # inputs an ATen segment makes, wanted dense
+    # per dense input, the stride order it is wanted in (() row-major; Note [Output layouts])
+    dense_orders: tuple[tuple[int, ...], ...] = ()
+
+    def densify(self, k: int) -> Callable[[Any], Any]:
+        """The torch call that lays dense input `dense_inputs[k]` out as the segment reads it."""
+        order = self.dense_orders[k] if k < len(self.dense_orders) else ()
+        return dense_as(order)
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,9 @@ def build_plan(fd: FusionDefinition, drafts: Sequence[Any]) -> SegmentedPlan:
         infos = [definition._infos[r.index] for r in definition.input_refs()]
         dense = tuple(i for i, (v, info) in enumerate(zip(d.sub.inputs, infos))
                       if v in from_aten and info.contiguity and False not in info.contiguity)
-        segments.append(Segment(definition, d.sub, d.scheduler, tuple(drops[k] + dead), dense))
+        orders = tuple(tuple(infos[i].stride_order or ()) for i in dense)
+        segments.append(Segment(definition, d.sub, d.scheduler, tuple(drops[k] + dead), dense,
+                                orders))  # fmt: skip
     text = ", ".join(f"{_kind(s)}[fusion {s.definition.id()}]" for s in segments)
     return SegmentedPlan(tuple(segments), tuple(r.index for r in fd.input_refs()), outputs,
                          f"{len(segments)} segments: {text}")  # fmt: skip
@@ -72,8 +85,8 @@ def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any
         if ctx is not None:
             ctx.segment = k  # a profile tells which segment each kernel ran for
         args = [env[v] for v in seg.sub.inputs]
-        for i in seg.dense_inputs:  # an ATen result read where strides are fixed
-            args[i] = args[i].contiguous()
+        for k, i in enumerate(seg.dense_inputs):  # an ATen result read where strides are fixed
+            args[i] = seg.densify(k)(args[i])
         # a segment reading no CUDA tensor (it only creates values) runs where the rest does
         outs = seg.definition.execute(args, device=None if run_device(args) else device)
         for v, value in zip(seg.sub.outputs, outs):
@@ -84,6 +97,24 @@ def run_segments(fd: FusionDefinition, plan: SegmentedPlan, inputs: Sequence[Any
             print(describe_segment(k, seg))
     # an input returned as an output is the input itself (Note [Outputs that alias inputs])
     return [env[v] for v in plan.output_states]
+
+
+def dense_as(order: Sequence[int]) -> Callable[[Any], Any]:
+    """A tensor laid out densely in stride order `order` (itself where it already is): torch's
+    memory formats for row-major and channels-last, a copy through the strides otherwise."""
+    if not order:
+        return torch.Tensor.contiguous
+    fmt = channels_last_format(len(order))
+    if fmt is not None and tuple(order) == channels_last_order(len(order)):
+        return lambda t: t.contiguous(memory_format=fmt)
+
+    def copy(t: Any) -> Any:
+        strides = strides_for(t.shape, order)
+        if all(n == 1 or s == x for n, s, x in zip(t.shape, t.stride(), strides)):
+            return t
+        return torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device).copy_(t)
+
+    return copy
 
 
 def run_device(values: Sequence[Any]) -> Any:

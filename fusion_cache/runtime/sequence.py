@@ -494,11 +494,11 @@ def _record_segments(plan: SegmentedPlan, values: Sequence[Any], slots: list[int
     for seg in plan.segments:
         args = [env[v] for v in seg.sub.inputs]
         arg_slots = [where[v] for v in seg.sub.inputs]
-        for i in getattr(seg, "dense_inputs", ()):  # an ATen result read where strides are fixed
-            args[i] = args[i].contiguous()
+        for k, i in enumerate(seg.dense_inputs):  # an ATen result read where strides are fixed
+            make = seg.densify(k)
+            args[i] = make(args[i])
             arg_slots[i] = b.slot()
-            b.steps.append(TensorStep(where[seg.sub.inputs[i]], arg_slots[i],
-                                      torch.Tensor.contiguous))  # fmt: skip
+            b.steps.append(TensorStep(where[seg.sub.inputs[i]], arg_slots[i], make))
         outs, out_slots = _record(seg.definition, args, arg_slots, b, device)
         for v, value, slot in zip(seg.sub.outputs, outs, out_slots):
             env[v], where[v] = value, slot

@@ -15,8 +15,11 @@ pytestmark = pytest.mark.gpu
 TOLERANCE = {"gpt2": 2e-2, "llama": 2e-2, "resnet18": 1e-3}
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "resnet18"])
-def test_losses_match_eager(name):
+@pytest.mark.parametrize("name", ["gpt2", "llama", "resnet18", "resnet18_channels_last"])
+def test_losses_match_eager(name, monkeypatch):
+    if name.endswith("_channels_last"):  # Note [Channels-last convolutions]
+        monkeypatch.setenv("FUSION_CACHE_CONV_LAYOUT", "channels_last")
+        name = name.removesuffix("_channels_last")
     case = next(c for c in model_cases(tiny=True) if c.name == name)
     eager = models.run_contender("eager", case, 4, "cuda")
     mine = models.run_contender("fusion_cache", case, 4, "cuda")

@@ -282,3 +282,26 @@ def test_cpu_scalar_tensors_beside_cuda_inputs(gen):
         fd2.add_output(fd2.ops.add(a, b))
     with pytest.raises(ValueError, match=r"input 1 is a 1-dim tensor on cpu"):
         fd2.execute([rand((5,), torch.float32, gen), torch.randn(5)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_channels_last_loop_in_memory_order(dtype, gen):
+    """Note [Loop in memory order]: channels-last inputs, a per-channel scale and a
+    channels-last output (a batch norm's epilogue, Note [Channels-last convolutions]) run as
+    one vectorized [N*H*W, C] loop, and match eager."""
+    x, y = (rand((8, 24, 10, 6), dtype, gen).to(memory_format=torch.channels_last)
+            for _ in range(2))
+    scale = rand((24,), torch.float32, gen)
+    with FusionDefinition() as fd:
+        a, b = (fd.define_tensor(sizes=list(x.shape), strides=list(x.stride()),
+                                 dtype=from_torch(dtype)) for _ in range(2))  # fmt: skip
+        s = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        out = fd.ops.relu(fd.ops.mul(fd.ops.add(a, b), fd.ops.broadcast(s, [True, False, True, True])))
+        fd.add_output(fd.ops.cast(out, from_torch(dtype)), stride_order=[3, 0, 2, 1])
+    got = fd.execute([x, y, scale])[0]
+    want = torch.relu((x.float() + y.float()) * scale[:, None, None]).to(dtype)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(got, want, rtol=TOL[dtype], atol=TOL[dtype])
+    plan = executor_for(fd).last_plan
+    assert "rank=2 " in plan.spec.description and "vec=1 " not in plan.spec.description, \
+        plan.spec.description

@@ -3,7 +3,16 @@ segments] in schedulers/aten.py), as torch's aten::convolution and aten::convolu
 any rank of spatial dims, stride, padding, dilation, groups, transposed with output padding.
 The layout parameters are Python ints fixed by the definition (records' keyword arguments);
 `convolution_backward` returns (grad_input, grad_weight, grad_bias) with None for a gradient
-`output_mask` does not ask for, as torch's does."""
+`output_mask` does not ask for, as torch's does.
+
+Note [Channels-last convolutions]: cuDNN runs its convolutions in NHWC on the H100; given NCHW
+tensors, torch converts each operand and the result around every call (ResNet-18's training
+step: 105 nchwToNhwc and 50 nhwcToNchw kernels, 0.9 ms). `channels_last=True` asks the call to
+take its activations (input, grad_output) in channels-last order: a no-op where they already
+are, and the results come back channels-last. The fusions around it then keep that layout
+(fusion_cache/ir/output_layout.py, `prefers_channels_last`), as inductor's layout optimization
+does, so the conversions happen once, at the first convolution's input. Recorded only when set,
+so definitions without it keep their ids."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -93,15 +102,16 @@ class ConvolutionOps(OpsBase):
         return ix, iw, kw
 
     def convolution(self, input, weight, bias=None, stride=(1,), padding=(0,), dilation=(1,),
-                    transposed=False, output_padding=(0,), groups=1):  # fmt: skip
+                    transposed=False, output_padding=(0,), groups=1, channels_last=False):  # fmt: skip
         """torch's aten::convolution: [N, C_in, *spatial] with a weight [C_out, C_in /
         groups, *kernel] ([C_in, C_out / groups, *kernel] transposed) and an optional bias
-        [C_out]."""
+        [C_out]. `channels_last`: Note [Channels-last convolutions]."""
         op = "convolution"
         x, w = self._tensor(input, op, "input"), self._tensor(weight, op, "weight")
         b = None if bias is None else self._tensor(bias, op, "bias")
         layout = conv_layout(self._info(x).ndim - 2, stride, padding, dilation, transposed,
                              output_padding, groups)  # fmt: skip
+        layout += _channels_last_kw(channels_last, self._info(x).ndim)
 
         def infer() -> list:
             ix, iw, kw = self._conv_infos(op, x, w, layout)
@@ -120,10 +130,11 @@ class ConvolutionOps(OpsBase):
 
     def convolution_backward(self, grad_output, input, weight, stride=(1,), padding=(0,),
                              dilation=(1,), transposed=False, output_padding=(0,), groups=1,
-                             output_mask=(True, True, True)):  # fmt: skip
+                             output_mask=(True, True, True), channels_last=False):  # fmt: skip
         """torch's aten::convolution_backward: (grad_input, grad_weight, grad_bias), None
         where `output_mask` does not ask for it; grad_bias is the sum over all dims but the
-        channels (the bias's size is the output's channel count)."""
+        channels (the bias's size is the output's channel count). `channels_last`: Note
+        [Channels-last convolutions]."""
         op = "convolution_backward"
         go = self._tensor(grad_output, op, "grad_output")
         x, w = self._tensor(input, op, "input"), self._tensor(weight, op, "weight")
@@ -149,8 +160,19 @@ class ConvolutionOps(OpsBase):
                      TensorInfo(ix.dtype, (igo.shape[1],)))  # fmt: skip
             return [g for g, m in zip(grads, mask) if m]
 
-        kwargs = (*layout, ("output_mask", mask))
+        kwargs = (*layout, ("output_mask", mask),
+                  *_channels_last_kw(channels_last, self._info(x).ndim))  # fmt: skip
         outs = self._apply(Record("op", op, (go, x, w), kwargs, self._out("T" * sum(mask))),
                            infer)  # fmt: skip
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         return tuple(outs.pop(0) if m else None for m in mask)
+
+
+def _channels_last_kw(asked: Any, ndim: int) -> tuple:
+    """The record's channels_last keyword: present only when set (Note [Channels-last
+    convolutions]); ranks torch has no channels-last format for refuse it."""
+    if not asked:
+        return ()
+    if ndim not in (4, 5):  # torch's channels_last and channels_last_3d
+        raise ValueError(f"convolution: channels_last needs a 4-D or 5-D input, got rank {ndim}")
+    return (("channels_last", True),)

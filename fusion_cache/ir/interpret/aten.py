@@ -23,6 +23,7 @@ from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.ops.aten import efficient_lse_length
 from fusion_cache.frontend.records import Record
 
+from ..output_layout import channels_last_format
 from .core import Interpreter, rule
 
 Maker = Callable[[Record, list], Callable[..., Any]]
@@ -245,19 +246,28 @@ def _conv_layout(r: Record) -> tuple:
                                          "output_padding", "groups"))  # fmt: skip
 
 
+def _activation(r: Record) -> Callable[[torch.Tensor], torch.Tensor]:
+    """How the call takes an activation: channels-last where the record asks (Note
+    [Channels-last convolutions]; a no-op for a tensor already so), else as it comes."""
+    if not r.kw("channels_last", False):
+        return lambda t: t
+    return lambda t: t.contiguous(memory_format=channels_last_format(t.dim()))
+
+
 @aten_call("convolution", single=True, binds=True)
 def convolution(r: Record, infos: list) -> Callable[..., torch.Tensor]:
-    layout = _conv_layout(r)
-    return lambda x, w, bias: torch.ops.aten.convolution(x, w, bias, *layout)
+    layout, take = _conv_layout(r), _activation(r)
+    return lambda x, w, bias: torch.ops.aten.convolution(take(x), w, bias, *layout)
 
 
 @aten_call("convolution_backward", binds=True)
 def convolution_backward(r: Record, infos: list) -> Callable[..., list]:
     """The gradients output_mask asks for, in order (torch's None for the others dropped);
     the bias's size is grad_output's channel count."""
-    layout, mask = _conv_layout(r), list(r.kw("output_mask"))
+    layout, mask, take = _conv_layout(r), list(r.kw("output_mask")), _activation(r)
 
     def call(go, x, w) -> list:
+        go, x = take(go), take(x)
         grads = torch.ops.aten.convolution_backward(go, x, w, [go.shape[1]], *layout, mask)
         return [g for g, m in zip(grads, mask) if m]
 
