@@ -14,9 +14,11 @@ the median of `--rounds` (a host-bound step pays this; the GPU work is not waite
   code pays for the same call;
 - each region call as a whole against the sum of its steps (the guard, constants, outputs).
 
-Totals are a step's: us in each kind of step, ours and bare, per ATen op as well. `--stub`
-(CPU): the GPU path's host side with stub launches (benchmarks.host_region); the ATen ops
-then run on the CPU, so compare their overhead (ours - bare), not their times.
+Totals are a step's: us in each kind of step, ours and bare, per ATen op as well, and the
+Python functions the region calls enter (deterministic, unlike times on a loaded CPU).
+`--stub` (CPU): the GPU path's host side with stub launches (benchmarks.host_region); the
+ATen ops then run on the CPU, so compare their overhead (ours - bare), not their times, and
+fusions that read no tensor run through execute() there (their device is the CPU).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from benchmarks import models
+from benchmarks.host_region import count_python_calls
 from benchmarks.model_defs import model_cases
 
 
@@ -121,7 +124,10 @@ def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) ->
                            "call_us": timed(lambda: region(*args)),
                            "waited_us": timed(lambda: region(*args), wait=True),
                            "guard_us": timed(lambda: guard.matches(args)),
-                           "sequence_us": timed(lambda: seq.run(args))}  # fmt: skip
+                           "sequence_us": timed(lambda: seq.run(args)),
+                           # deterministic where timings are not (a loaded CPU): the Python
+                           # functions one call enters
+                           "python_calls": count_python_calls(lambda: region(*args))}  # fmt: skip
     outs = seq.run(args)
     row["constants_us"] = timed(lambda: _with_constants(outs, constants, args)) if constants \
         else 0.0  # fmt: skip
@@ -142,6 +148,8 @@ def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) ->
             item["op"] = _aten_name(step) if kind in ("aten", "plan") else kind
             names, again = bare_calls(lambda s=step: s.run(env))
             item["bare_calls"] = names
+            if kind == "execute":
+                item["why"] = step.why
             item["bare_us"] = issue_us(again, device, reps, rounds)
         step.run(env)  # the values later steps read
         for slot in drop:
@@ -211,14 +219,16 @@ def summarize(calls: list[dict[str, Any]]) -> dict[str, Any]:
     parts = {k: sum(c.get(k, 0.0) for c in calls) for k in (
         "waited_us", "guard_us", "sequence_us", "constants_us", "in_order_us", "steps_us")}
     return {"regions_us": sum(c["call_us"] for c in calls), "wrappers_us": wrappers,
-            "parts": parts, "kinds": kinds, "aten_ops": ops}  # fmt: skip
+            "python_calls": sum(c["python_calls"] for c in calls), "parts": parts,
+            "kinds": kinds, "aten_ops": ops}  # fmt: skip
 
 
 def render(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [f"{result['model']}: step {result['step_ms']:.2f} ms; {result['region_calls']} "
              f"region calls issue {s['regions_us'] / 1e3:.2f} ms, of which wrappers "
-             f"(guard, constants, outputs) {s['wrappers_us'] / 1e3:.2f} ms"]  # fmt: skip
+             f"(guard, constants, outputs) {s['wrappers_us'] / 1e3:.2f} ms; "
+             f"{s['python_calls']} Python calls"]  # fmt: skip
     p = s["parts"]
     lines.append("  regions, ms: " + ", ".join(f"{k.removesuffix('_us')} {v / 1e3:.2f}"
                                                 for k, v in p.items()))  # fmt: skip
@@ -230,6 +240,8 @@ def render(result: dict[str, Any]) -> str:
     for op, o in sorted(s["aten_ops"].items(), key=lambda kv: -kv[1]["us"]):
         lines.append(f"    {op:<24} x{o['n']:<4.0f} ours {o['us'] / o['n']:6.1f} us  bare "
                      f"{o['bare_us'] / o['n']:6.1f} us a call")  # fmt: skip
+    whys = {st["why"] for c in result["calls"] for st in c["steps"] if st.get("why")}
+    lines += [f"  execute step: {why}" for why in sorted(whys)]
     return "\n".join(lines)
 
 

@@ -11,7 +11,9 @@ on the warm store and that process's steady step (`--warm-child`, run as a subpr
 regions and the ops fused and left to eager with their reasons, kernels compiled and loaded,
 plan misses and reference-evaluator runs (zero on a GPU). `fusion_cache_graphs` and
 `inductor_graphs` (opt-in, in --contenders) are fusion_cache and inductor with CUDA graphs
-(mode="reduce-overhead").
+(mode="reduce-overhead"); `fusion_cache_switched` and `fusion_cache_switched_graphs` (opt-in)
+are fusion_cache with every switch of Note [Unmeasured switches] (schedulers/tuning.py) on,
+timed beside the others in the same run.
 
 `--stub` (with --device cpu) is a model of the GPU path's host side on a machine without
 one: fusion_cache plans every region for the h100 profile (NVRTC compiles here, through
@@ -25,6 +27,7 @@ Results: DIR/models-<device>.json and .md (default benchmarks/results).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -35,7 +38,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,9 @@ from benchmarks.model_defs import ModelCase, model_cases
 
 RESULTS_DIR = Path(__file__).parent / "results"
 CONTENDERS = ("eager", "inductor", "fusion_cache")
-OPTIONAL = ("fusion_cache_graphs", "inductor_graphs")
+OPTIONAL = ("fusion_cache_graphs", "inductor_graphs", "fusion_cache_switched",
+            "fusion_cache_switched_graphs")
+SWITCHED = "_switched"  # Note [Unmeasured switches]: the contender with every switch on
 MEDIAN_FROM = 4  # steps 5.. (0-based 4..): the median skips compiles and warm-up
 
 
@@ -213,6 +218,10 @@ def free_gib(device: str) -> float | None:
 
 def run_contender(contender: str, case: ModelCase, steps: int, device: str,
                   stub: bool = False, profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    if SWITCHED in contender:
+        with switches_on():
+            return run_contender(contender.replace(SWITCHED, ""), case, steps, device, stub,
+                                 profile)  # fmt: skip
     if stub and contender.startswith("fusion_cache"):
         from benchmarks.host_region import stub_launches
 
@@ -256,6 +265,28 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
         row["kernels"] = kernel_keys()
     torch._dynamo.reset()
     return row
+
+
+@contextlib.contextmanager
+def switches_on() -> Iterator[None]:
+    """Every switch of Note [Unmeasured switches] on for the block. Plans made in memory
+    before and inside it are dropped on both sides: the same definitions plan otherwise."""
+    from fusion_cache import FusionCache
+    from schedulers.tuning import SWITCHES
+
+    names = [f"FUSION_CACHE_{name}" for name in SWITCHES]
+    saved = {n: os.environ.get(n) for n in names}
+    FusionCache.get().executors.clear()
+    os.environ.update({n: "1" for n in names})
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+        FusionCache.get().executors.clear()
 
 
 def reference_plans() -> dict[int, str]:
@@ -325,13 +356,14 @@ def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool,
 
 
 def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
-                   profile: Path | None = None) -> dict[str, Any]:  # fmt: skip
+                   profile: Path | None = None, extra_env: dict[str, str] | None = None,
+                   ) -> dict[str, Any]:  # fmt: skip
     cmd = [sys.executable, "-m", "benchmarks.models", "--warm-child", case.name,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
     cmd += ["--tiny"] if args.tiny else []
     cmd += ["--stub"] if args.stub else []
     cmd += ["--profile-stem", str(profile.resolve())] if profile is not None else []
-    env = dict(os.environ, FUSION_CACHE_DIR=store)
+    env = dict(os.environ, FUSION_CACHE_DIR=store, **(extra_env or {}))
     env.pop("FUSION_CACHE_DB_URL", None)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -366,6 +398,10 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
         if not args.warm_beside_cache:
             release_memory(args.device)
         out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store)
+        if args.warm_without_aot:  # the same warm store, AOTAutograd traced again: the baseline
+            print(f"{case.name}: fusion_cache, new process without the AOT cache ...", flush=True)
+            out["contenders"]["fusion_cache_warm_noaot"] = run_warm_child(
+                case, args, store, extra_env={"FUSION_CACHE_AOT_CACHE": "0"})
         if args.profile_warm:  # a third process, so that cProfile slows no figure above
             print(f"{case.name}: fusion_cache, profiled first step on the warm store ...",
                   flush=True)  # fmt: skip
@@ -454,7 +490,8 @@ def render_markdown(data: dict[str, Any]) -> str:
                 continue
             steady = {k: v[1:] for k, v in row["per_step"].items()}
             ratio = (f"{row['first_step_s'] / cold['first_step_s']:.2f}"
-                     if name == "fusion_cache_warm" and cold.get("first_step_s") else "-")
+                     if name.startswith("fusion_cache_warm") and cold.get("first_step_s")
+                     else "-")  # fmt: skip
             same = ("yes" if row.get("kernels") == cold.get("kernels") else "no") if name != (
                 "fusion_cache") else "-"  # fmt: skip
             launches = statistics.median(steady["kernel_launches"]) if steady["kernel_launches"] \
@@ -497,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="small models (the CPU test's)")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm-store process")
+    parser.add_argument("--warm-without-aot", action="store_true",
+                        help="also a new process on the warm store with FUSION_CACHE_AOT_CACHE=0 "
+                             "(fusion_cache_warm_noaot): what torch's AOTAutograd cache saves, "
+                             "in the same run (docs/restarts.md)")  # fmt: skip
     parser.add_argument("--warm-beside-cache", action="store_true",
                         help="start the warm-store process while this one holds its allocator's "
                              "cache (the condition a warm ResNet-18 once ran slower under)")

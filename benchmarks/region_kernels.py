@@ -1,13 +1,16 @@
 """How the regions of a model's training step segment for a GPU, without a GPU.
 
     python -m benchmarks.region_kernels [--models llama,gpt2] [--tiny] [--target h100] [-v]
+        [--switches]
 
 One training step runs on the CPU through backend="fusion_cache" (the regions run on the
 reference evaluator there); each region the backend lowered is then precompiled for the
 target profile on meta stand-ins of its traced inputs, and its plan counted: generated
 kernels, ATen segments (GEMM, attention: one torch call each) and reference segments (a
-defect on a GPU). With -v, each region's segments and schedulers. Sizes are the
-benchmark's unless --tiny. The counts are what a step launches from the regions; what the
+defect on a GPU). With -v, each region's segments and schedulers; with --switches, every
+switch of Note [Unmeasured switches] on. Sizes are the benchmark's unless --tiny. On the
+CPU, attention's backward gets two small fills of a random state the GPU's forward hands
+it instead (two kernels a layer counted here that a GPU step does not run). The counts are what a step launches from the regions; what the
 graph leaves to eager is not counted (none for the transformers).
 """
 from __future__ import annotations
@@ -119,7 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--target", default="h100")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--switches", action="store_true")
     args = parser.parse_args(argv)
+    if args.switches:
+        import os
+
+        from schedulers.tuning import SWITCHES
+
+        os.environ.update({f"FUSION_CACHE_{name}": "1" for name in SWITCHES})
     for name in args.models.split(","):
         plans = region_plans(name, args.tiny, args.target)
         for p in plans:

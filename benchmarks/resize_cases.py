@@ -209,6 +209,14 @@ def embedding_bwd_inputs(shape: Shape, dtype: torch.dtype, device: Any) -> list[
             _randn((vocab, dim), dtype, device)]  # fmt: skip
 
 
+def embedding_bwd_padded_inputs(shape: Shape, dtype: torch.dtype, device: Any) -> list[torch.Tensor]:
+    """As embedding_bwd_inputs, with the last quarter of each sequence on row 0 (padding): a
+    hot row of 2048 of the 8192 tokens, as a padded batch sends (Note [Row chains])."""
+    idx, grad, weight = embedding_bwd_inputs(shape, dtype, device)
+    idx[:, idx.shape[1] - idx.shape[1] // 4:] = 0
+    return [idx, grad, weight]
+
+
 def eager_embedding_bwd(idx: torch.Tensor, grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.embedding_dense_backward(grad, idx, weight.shape[0], -1, False)
 
@@ -293,10 +301,11 @@ def embedding_bwd_moved(inputs: list[torch.Tensor], outputs: list[torch.Tensor])
 
 
 # bytes a case must move where that is not every input and output once (Case.moved)
-MOVED = {"embedding_fwd": embedding_moved, "embedding_bwd": embedding_bwd_moved}
+MOVED = {"embedding_fwd": embedding_moved, "embedding_bwd": embedding_bwd_moved,
+         "embedding_bwd_padded": embedding_bwd_moved}
 # cases small enough that launch, ramp, tail and the flush's dirty lines weigh: timed beside
 # a device-to-device copy of their own bytes too (Case.size_matched, benchmarks.run)
-SIZE_MATCHED = {"embedding_fwd", "embedding_bwd"}
+SIZE_MATCHED = {"embedding_fwd", "embedding_bwd", "embedding_bwd_padded"}
 
 # name: (define, eager, inputs, shape of the benchmark, a small odd shape for the tests)
 RESIZE = {
@@ -310,6 +319,8 @@ RESIZE = {
                       (37, 24, 3, 5)),
     "embedding_bwd": (define_embedding_bwd, eager_embedding_bwd, embedding_bwd_inputs,
                       (50304, 768, 8, 1024), (37, 24, 3, 5)),
+    "embedding_bwd_padded": (define_embedding_bwd, eager_embedding_bwd,
+                             embedding_bwd_padded_inputs, (50304, 768, 8, 1024), (37, 24, 3, 8)),
     "ce_fwd": (define_ce, eager_ce, ce_inputs, (8192, 50304), (6, 37)),
     "ce_bwd": (define_ce_bwd, eager_ce_bwd, ce_bwd_inputs, (8192, 50304), (6, 37)),
     "cat3": (define_cat3, eager_cat3, cat3_inputs, (8192, 4096), (5, 12)),

@@ -1,7 +1,8 @@
 """Where a training step's GPU time goes: torch.profiler over steady steps, per contender.
 
     python -m benchmarks.step_kernels [--models gpt2,llama,resnet18]
-        [--contenders eager,inductor,fusion_cache,fusion_cache_graphs,inductor_graphs]
+        [--contenders eager,inductor,fusion_cache,fusion_cache_graphs,inductor_graphs,
+                      fusion_cache_switched,fusion_cache_switched_graphs]
         [--warmup 6] [--steps 3] [--top 30] [--out DIR]
 
 benchmarks.profile_model says where the host time goes; this says where the device time goes:
@@ -19,6 +20,7 @@ import statistics
 import time
 import warnings
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -97,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         text = []
         for contender in args.contenders.split(","):
             start = time.perf_counter()
-            per_kernel, walls = profile_contender(cases[name], contender, args.warmup, args.steps)
+            switched = models.switches_on() if models.SWITCHED in contender else nullcontext()
+            with switched:  # Note [Unmeasured switches]
+                per_kernel, walls = profile_contender(cases[name],
+                                                      contender.replace(models.SWITCHED, ""),
+                                                      args.warmup, args.steps)  # fmt: skip
             block = render(name, contender, per_kernel, walls, args.steps, args.top)
             print(block + f"\n  ({time.perf_counter() - start:.0f} s)", flush=True)
             text.append(block)

@@ -554,8 +554,9 @@ def _getter(indices: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple] | None
     """The values at `indices` of a list, as a tuple, in one C call where there are several."""
     if not indices:
         return None
-    if len(indices) == 1:  # a slice of one: a C call too, where a lambda would be a frame
-        return operator.itemgetter(slice(indices[0], indices[0] + 1))
+    if len(indices) == 1:  # indexing, not a slice: a sequence records on a dict of slots
+        (index,) = indices
+        return lambda env: (env[index],)
     return operator.itemgetter(*indices)
 
 

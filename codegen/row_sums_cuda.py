@@ -203,8 +203,54 @@ def render_link(index_dtype, index_type: str, what: str, wait: bool = False,
     return "\n".join(lines) + "\n"
 
 
+def render_fill_bounded(index_type: str, early: bool = False) -> str:
+    """Note [Row chains], bounded: head, count and slot words -1, the hot rows' sums 0."""
+    params = ["int* __restrict__ w", "idx_t count", "float* __restrict__ acc", "idx_t acc_count"]
+    lines = _head(FILL_NAME, params, index_type, early=early)
+    lines += ["  const idx_t p = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
+              "  if (p < count) w[p] = -1;",
+              "  if (p < acc_count) acc[p] = 0.0f;", "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_link_bounded(index_dtype, value_dtype, rest: int, vw: int, index_type: str, what: str,
+                        bound: int, wait: bool = False, early: bool = False) -> str:  # fmt: skip
+    """Note [Row chains], bounded: a row's first `bound` tokens push themselves on its list;
+    the next one takes a slot of float sums for the row (zeroed by the fill) and adds its
+    values there, and the later ones wait for that slot and add theirs, with atomics."""
+    it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
+    params = ["int* __restrict__ w", "int* __restrict__ next", "float* __restrict__ acc",
+              f"const {it}* __restrict__ index", "idx_t index_s",
+              f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
+              "idx_t N", "idx_t V", "idx_t H"]  # fmt: skip
+    lines = _head(LINK_NAME, params, index_type, wait, early)
+    lines.insert(1, RED_ADD)
+    lines.insert(2, f"#define VW {vw}")
+    what = what.replace('"', "'")
+    lines += ["  const idx_t t = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
+              "  if (t >= N) return;",
+              f'  const idx_t r = (idx_t)fc_check_index((long long)index[t * index_s], V, "{what}");',
+              "  const int at = atomicAdd(&w[V + r], 1) + 1;  // the token's place on its row",
+              f"  if (at < {bound}) {{",
+              "    next[t] = atomicExch(&w[r], (int)t);",
+              "    return;",
+              "  }",
+              "  int slot;",
+              f"  if (at == {bound}) {{",
+              "    slot = atomicAdd(&w[3 * V], 1) + 1;",
+              "    atomicExch(&w[2 * V + r], slot);",
+              "  } else {",
+              "    do { slot = *(volatile const int*)(w + 2 * V + r); } while (slot < 0);",
+              "  }",
+              "  float* sums = acc + (idx_t)slot * H;",
+              "  for (idx_t c = 0; c < H; c += VW) {"]  # fmt: skip
+    lines += ["  " + x for x in _value_offset(rest, vw) + _load_values("t", vt, vw)]
+    lines += ["    fc_red_add_vec<VW>(sums + c, v);", "  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
 def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wait: bool = False,
-                units: int = 1) -> str:  # fmt: skip
+                units: int = 1, bounded: bool = False) -> str:  # fmt: skip
     """Note [Row chains]: each output row, VW columns a thread: the fill plus the values of
     the tokens on the row's list, cast once. A thread takes `units` (row, column vector) units a
     block apart, their head words, first values and next tokens loaded before any is added,
@@ -214,7 +260,11 @@ def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wai
               "const int* __restrict__ next", f"const {vt}* __restrict__ value",
               "idx_t value_s", *_rest_params(rest, vw), "idx_t V", "idx_t H", "idx_t HV",
               "float fill"]  # fmt: skip
+    if bounded:  # the hot rows' sums; `head` starts the fill's words (Note [Row chains])
+        params[1:2] = ["const int* __restrict__ head", "const float* __restrict__ acc"]
     lines = _head(WALK_NAME, params, index_type, wait)
+    if bounded:  # a hot row's slot of sums, or -1
+        lines.append("  const int* __restrict__ slots = head + 2 * V;")
     load = "fc_load_vec_ro<VW>(value + at)" if vw > 1 else None
     lines.insert(2, "\n".join([  # after idx_t's typedef
         f"#define VW {vw}", f"#define WU {units}",
@@ -231,10 +281,12 @@ def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wai
             "    const idx_t c = (u - row * HV) * VW;"]  # fmt: skip
     lines += ["  const idx_t u0 = (idx_t)blockIdx.x * blockDim.x * WU + threadIdx.x;",
               "  int h[WU], t[WU];",
+              *(["  int sl[WU];"] if bounded else []),
               "#pragma unroll",
               "  for (int k = 0; k < WU; ++k) {",
               "    const idx_t u = u0 + (idx_t)k * blockDim.x;",
               "    h[k] = u < V * HV ? head[u / HV] : -1;",
+              *(["    sl[k] = u < V * HV ? slots[u / HV] : -1;"] if bounded else []),
               "  }",
               f"  fc_vec<{vt}, VW> raw[WU];",
               "#pragma unroll",
@@ -263,6 +315,11 @@ def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wai
               "      }",
               "      fc_row_add(s, now);",
               "    }",
+              *(["    if (sl[k] >= 0) {",
+                 "      const fc_vec<float, VW> a = fc_load_vec<VW>(acc + (idx_t)sl[k] * H + c);",
+                 "#pragma unroll",
+                 "      for (int j = 0; j < VW; ++j) s[j] += a[j];",
+                 "    }"] if bounded else []),
               f"    fc_vec<{ot}, VW> o;",
               "#pragma unroll",
               f"    for (int j = 0; j < VW; ++j) o[j] = fc_cast<{ot}>(s[j]);",

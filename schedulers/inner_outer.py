@@ -6,9 +6,15 @@ kernel also adds the values the column sums need into per-thread registers as it
 (Note [Column partials]); each block then writes one row of partial sums and one small
 finish kernel adds up every column sum's partials in a fixed order. Inputs are read once.
 
-Shape of what it takes: a rank-2 loop [rows, N]; reductions over dim 1 (any, with their
-epilogues), and sums over dim 0 of element-level values whose results are outputs, as they
-are or cast. Anything else is refused and the segmenter splits the fusion.
+Shape of what it takes: a loop [rows..., N]; reductions over its last dim (any, with their
+epilogues), and sums over every other dim of element-level values whose results are outputs,
+as they are or cast. Anything else is refused and the segmenter splits the fusion.
+
+Note [Leading dims as rows]: the row kernel collapses a loop's kept dims into its rows, so a
+column sum over [B, T] of a [B, T, C] loop (GPT-2's layer-norm weight and bias gradients,
+which autograd sums over both leading dims) is the same column sum as over the rows of
+[B * T, C]; taking rank 3 saves the two outer-reduction kernels that read the f32 values
+the row kernel had to write for them.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from .reduction import (
     lower_reduction,
     plan_reduction,
 )
-from .tuning import knob
+from .tuning import knob, switched_on
 
 NAME = "inner_outer"
 
@@ -63,19 +69,27 @@ def lower_inner_outer(fd: Any) -> InnerOuterProgram:
 
     records, infos = fd._records, fd._infos
     producer = {o.index: r for r in records for o in r.outputs}
-    column, row = [], 0
+    column, row, ranks = [], 0, set()
+    leading = switched_on("LEADING_ROWS")  # Note [Unmeasured switches]
     for r in records:
         if r.kind != "op" or r.name not in REDUCTIONS:
             continue
         src = infos[r.args[0].index]
-        dims = _dims(r, max(src.ndim, 1))
-        if src.ndim == 2 and dims == {0} and r.name == "sum" and not r.kw("keepdim", False):
+        rank = src.ndim
+        dims = _dims(r, max(rank, 1))
+        ranks.add(rank)
+        # Note [Leading dims as rows]: the row kernel takes the kept dims of a loop of any
+        # rank as its rows, so a sum over every dim but the last is a column sum
+        if (rank == 2 or leading) and rank >= 2 and dims == set(range(rank - 1)) and \
+                r.name == "sum" and not r.kw("keepdim", False):  # fmt: skip
             column.append(r)
-        elif src.ndim == 2 and dims == {1}:
+        elif (rank == 2 or leading) and rank >= 2 and dims == {rank - 1}:
             row += 1
         else:
             raise SchedulerRefused(f"{r.name} ({r.outputs[0]}) is neither a row reduction nor a "
-                                   "column sum of a rank-2 loop")  # fmt: skip
+                                   "column sum (over every dim but the last)")  # fmt: skip
+    if len(ranks) > 1:
+        raise SchedulerRefused(f"reductions of loops of ranks {sorted(ranks)}")
     if not column or not row:
         raise SchedulerRefused("needs both row reductions and column sums")
     graph = FusionGraph(fd)
@@ -176,7 +190,7 @@ def plan_inner_outer(program: InnerOuterProgram, values: Sequence[Any], env: dic
         return arg
 
     index = "i64" if "typedef long long idx_t" in kernel.source else "i32"
-    n = tuple(row_env[program.rows.stores[program.columns[0].store].state])[1]
+    n = tuple(row_env[program.rows.stores[program.columns[0].store].state])[-1]
     blocks = spec.workspaces[0][0] // n  # rows of partials: one a block (or cluster)
     sums, args = [], []
     for w, col in enumerate(program.columns):

@@ -491,7 +491,12 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         found = paired_halves(program, layout, sizes, dim_of, strides, ptrs, modes[:n_acc], vec)
         pair, pair_guards = found if found is not None else (None, None)
     live = tuple(tuple(x != 0 for x in s) for s in strides)
-    rows = _rows_a_thread(program, sizes, live, modes, knob("pointwise.rows", 1))
+    # Note [Broadcast rows]: paired halves with tables dead along the outermost dim (RoPE's
+    # cos/sin) take two rows a thread: bf16 [8, 32, 2048, 128] forward 2737 -> 2812 GB/s,
+    # backward 2761 -> 2825 on the H100 (four: 2769 and 2778; eight: 2732 and 2751; sweep
+    # of benchmarks/sweeps/resize_round5.json, 2026-11-27). Other kernels were not timed so.
+    rows = _rows_a_thread(program, sizes, live, modes,
+                          knob("pointwise.rows", 2 if pair is not None else 1))
     variant = PointwiseVariant(
         len(sizes), vec, itype, tuple(modes[:n_acc]),
         tuple(m if m in ("vec", "scatter", "atomic") else "strided" for m in modes[n_acc:]),

@@ -26,6 +26,17 @@ rows kernel adds, for each output row, the values of the tokens on its list, loa
 token's values before adding the current one's. No float workspace, no atomic adds, no add
 kernel; a row's sum is in list order, which varies between runs as the owner does above. A row
 named by k tokens walks a list of k: a hot row costs its threads k dependent loads.
+H100 (2026-11-27, sweep of benchmarks/sweeps/resize_round5.json, embedding 50304 x 768 bf16
+from 8192 uniform tokens, same run): 2148-2239 GB/s across rows.units 1/2/4 and rows.early,
+against 1827 for the four kernels (1.22x; kernel_times with events: link 13.7 + walk 42.0 us
+against claim 14.2 + add 15.8 + out 41.8). Not the default: a list is a pointer chase, each
+step an L2 round trip, so a padding row or a frequent token (hundreds of the 8192) would cost
+its threads hundreds of microseconds where the atomic adds above take a few; no hot-row
+timing was made. rows.bound = K bounds the lists (host-tested, not timed): a count word a
+row gives each token its place; the first K push themselves on the list, the next takes a
+slot of float sums (zeroed by the fill) and publishes it, and the later ones wait for it and
+add their values there with vector atomics; the rows kernel adds a hot row's slot. It costs
+the link kernel a second atomic round trip. rows.early alone: 1783 against 1827 (no gain).
 """
 from __future__ import annotations
 
@@ -130,6 +141,10 @@ def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dty
     block = (rs.BLOCK, 1, 1)
     linked = bool(n and h)
     units = max(1, int(knob("rows.units", 1)))  # (row, column vector) units a walk thread takes
+    bound = max(0, int(knob("rows.bound", 0)))  # list places a row (0: unbounded)
+    if bound:
+        return _plan_bounded(program, index, value, out_shape, out_dtype, index_type, rest_args,
+                             rest_types, vw, dep, early, units, bound)  # fmt: skip
     kernels = [KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type, early and linked),
                             blocks(v), block, ("ptr", it), (ArgRef("workspace", 0), v))]
     if linked:
@@ -150,6 +165,46 @@ def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dty
     return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), work, tuple(kernels),
                       f"{program.op} row chains from {program.fill!r} (Note [Row chains]), "
                       f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
+
+
+def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
+                  index_type: str, rest_args: list, rest_types: tuple, vw: int, dep: bool,
+                  early: bool, units: int, bound: int) -> LaunchSpec:  # fmt: skip
+    """Note [Row chains], bounded: lists of at most `bound` tokens, the rest of a hot row's
+    tokens added to a slot of float sums. Words: head [V], count [V], slot [V], slots used."""
+    n, v = index.shape[0], out_shape[0]
+    h = math.prod(out_shape[1:])
+    hv = h // vw
+    rest = len(out_shape) - 1
+    it = "i32" if index_type == "int" else "i64"
+    blocks = lambda count: (max(1, -(-count // rs.BLOCK)), 1, 1)  # noqa: E731
+    block = (rs.BLOCK, 1, 1)
+    linked = bool(n and h)
+    words, sums = 3 * v + 1, max(1, n // (bound + 1)) * h  # at most n / (bound + 1) hot rows
+    kernels = [KernelLaunch(rs.FILL_NAME, rs.render_fill_bounded(index_type, early and linked),
+                            blocks(max(words, sums)), block, ("ptr", it, "ptr", it),
+                            (ArgRef("workspace", 0), words, ArgRef("workspace", 2), sums))]
+    if linked:
+        what = f"{program.op} (T{program.out_state})"
+        kernels.append(KernelLaunch(
+            rs.LINK_NAME, rs.render_link_bounded(program.index_dtype, program.source_dtype, rest,
+                                                 vw, index_type, what, bound, dep, early),
+            blocks(n), block, ("ptr", "ptr", "ptr", "ptr", it, "ptr", it, *rest_types, it, it, it),
+            (ArgRef("workspace", 0), ArgRef("workspace", 1), ArgRef("workspace", 2), index.ref,
+             _s(index, 0), value.ref, _s(value, 0), *rest_args, n, v, h), dependent=dep))
+    if v and h:
+        kernels.append(KernelLaunch(
+            rs.WALK_NAME, rs.render_walk(out_dtype, program.source_dtype, rest, vw, index_type,
+                                         dep, units, bounded=True),
+            blocks(-(-v * hv // units)), block,
+            ("ptr", "ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
+            (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 2),
+             ArgRef("workspace", 1), value.ref, _s(value, 0), *rest_args, v, h, hv,
+             float(program.fill)), dependent=dep))  # fmt: skip
+    work = ((words, DataType.Int32), (max(1, n), DataType.Int32), (sums, DataType.Float))
+    return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), work, tuple(kernels),
+                      f"{program.op} row chains of at most {bound} from {program.fill!r} (Note "
+                      f"[Row chains]), vw={vw}, cast to {out_dtype!r}")  # fmt: skip
 
 
 def _s(t: Any, d: int) -> int:

@@ -24,6 +24,7 @@ from .base import SchedulerRefused
 from .pointwise import NAME as POINTWISE
 from .registry import plan_for, schedule
 from .transpose import NAME as TRANSPOSE
+from .tuning import switched_on
 
 # cheap elementwise work is worth redoing; these are not. Random ops are: the definitions
 # scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers
@@ -75,6 +76,7 @@ class _Segmenter:
         self.inputs = {ref.index for ref in fd.input_refs()}
         self.stand_in = stand_ins(fd, values, env)
         self.forbidden: list[tuple[int, frozenset[int]]] = []
+        self.views_to_readers = switched_on("VIEWS_TO_READERS")  # Note [Unmeasured switches]
         self._made: dict[frozenset[int], frozenset[int]] = {}
         records = fd._records
         for pos in self.graph.ops:
@@ -309,7 +311,7 @@ class _Segmenter:
                 for v in sorted(reads):
                     if v in self.inputs:
                         continue
-                    taken = self.views_taken(groups, v)
+                    taken = self.views_taken(groups, v) if self.views_to_readers else None
                     if taken is not None and self.views_pay(groups, taken):
                         groups, changed = taken, True
                         break

@@ -62,6 +62,8 @@ KNOBS: dict[str, str] = {
                   "atomic adds of shared rows and a rows kernel, Note [Row sums])",
     "rows.units": "(row, column vector) units a thread of the row chains' rows kernel takes, "
                   "their loads issued together (Note [Row chains])",
+    "rows.bound": "most tokens on a row's list in the row chains; a hot row's others add to "
+                  "float sums with atomics (Note [Row chains]; 0: unbounded)",
     "rows.early": "the row-sums kernels let the next, launched dependent, be placed at once "
                   "(griddepcontrol.launch_dependents at their start)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
@@ -140,3 +142,31 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
         yield
     finally:
         _local.values = before
+
+
+# Note [Unmeasured switches]: changes planned and tested on the CPU whose GPU time has not been
+# measured yet stay off until a GPU run decides; FUSION_CACHE_<NAME>=1 turns one on. Each
+# changes plans, so the segmenter's version (Note [Stored segmentations]) names the ones on.
+SWITCHES: dict[str, str] = {
+    "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
+                        "[Views go with their readers], schedulers/segmenter.py)",
+    "LEADING_ROWS": "inner-outer column sums over every dim but the last of a loop of any rank "
+                    "(Note [Leading dims as rows], schedulers/inner_outer.py)",
+    "CASTS_BEFORE_VIEWS": "the torch.compile backend moves casts ahead of the views they read "
+                          "(Note [Casts before views], fusion_cache/frontends/fx_casts.py)",
+    "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
+               "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
+}
+
+
+def switched_on(name: str) -> bool:
+    """Whether FUSION_CACHE_<name> turns the switch on (Note [Unmeasured switches])."""
+    import os
+
+    if name not in SWITCHES:
+        raise KeyError(f"unknown switch {name}; known: {sorted(SWITCHES)}")
+    return os.environ.get(f"FUSION_CACHE_{name}", "").strip().lower() not in ("", "0", "false")
+
+
+def switches_on() -> tuple[str, ...]:
+    return tuple(name for name in SWITCHES if switched_on(name))

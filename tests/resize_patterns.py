@@ -57,7 +57,8 @@ def _cat3_odd_inputs(dtype, device, shape):
 
 
 # an embedding's gradient: the row-sums kernels (fill, claim, add, out: Note [Row sums])
-PATTERNS = {name: _from_case(name, 4 if name == "embedding_bwd" else 1) for name in RESIZE}
+PATTERNS = {name: _from_case(name, 4 if name.startswith("embedding_bwd") else 1)
+            for name in RESIZE}  # fmt: skip
 PATTERNS["pad_unaligned"] = Pattern(
     _pad_unaligned, lambda dtype, device, shape: [torch.randn(shape).to(dtype=dtype, device=device)],
     lambda x: F.pad(x, [1, 2, 3, 1], value=0.5), 1, (5, 7), (8191, 4095))

@@ -149,6 +149,37 @@ def rms_norm_backward_eager(dy, x, rstd, w):
     return [dx.to(x.dtype), dw.to(w.dtype)]
 
 
+def rms_norm_backward_3d(dtype) -> FusionDefinition:
+    """RMS norm's backward over [B, T, C] as autograd hands it over: dx a reduction over C,
+    and dw and the sum of dy (a bias gradient) summed over both B and T."""
+    with FusionDefinition() as fd:
+        dy = fd.define_tensor(shape=[-1, -1, -1], dtype=DTYPES[dtype])
+        x = fd.define_tensor(shape=[-1, -1, -1], dtype=DTYPES[dtype])
+        rstd = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1], dtype=DTYPES[dtype])
+        dyf, xf = _up(fd, dy, dtype), _up(fd, x, dtype)
+        r = fd.ops.broadcast(rstd, [False, False, True])
+        g = fd.ops.mul(dyf, fd.ops.broadcast(_up(fd, w, dtype), [True, True, False]))
+        proj = fd.ops.div(fd.ops.sum(fd.ops.mul(g, xf), [2], keepdim=True), fd.ops.size(x, 2))
+        dx = fd.ops.mul(r, fd.ops.sub(g, fd.ops.mul(fd.ops.mul(xf, fd.ops.mul(r, r)), proj)))
+        dw = fd.ops.sum(fd.ops.mul(fd.ops.mul(dyf, xf), r), [0, 1])
+        for out in (dx, dw, fd.ops.sum(dyf, [0, 1])):
+            fd.add_output(_down(fd, out, dtype))
+    return fd
+
+
+def rms_norm_backward_3d_inputs(b, t, c, dtype, device="cpu", seed=0):
+    dy, x, rstd, w = rms_norm_backward_inputs(b * t, c, dtype, device, seed)
+    return [dy.view(b, t, c), x.view(b, t, c), rstd.view(b, t), w]
+
+
+def rms_norm_backward_3d_eager(dy, x, rstd, w):
+    b, t, c = x.shape
+    dx, dw = rms_norm_backward_eager(dy.reshape(b * t, c), x.reshape(b * t, c),
+                                     rstd.reshape(b * t), w)  # fmt: skip
+    return [dx.view(b, t, c), dw, dy.double().sum((0, 1)).to(w.dtype)]
+
+
 def chain_with_boundaries(count: int, dtype=torch.float32) -> FusionDefinition:
     """exp, *2, +1, neg... with a segment_set after each step but the last: `count`
     pointwise segments in a line."""

@@ -40,6 +40,7 @@ def fresh_dynamo(monkeypatch):
     register_backend()
     monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
     monkeypatch.delenv("FUSION_CACHE_AOT_CACHE", raising=False)
+    monkeypatch.delenv("FUSION_CACHE_AOT_FORM", raising=False)
     torch._dynamo.reset()
     dynamo_backend.reset_reports()
     yield
@@ -101,16 +102,99 @@ def test_a_fresh_torch_state_takes_the_graphs_from_the_cache():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_an_entry_holds_the_aten_graph_and_no_region():
+@pytest.mark.parametrize("form", ["", "1"])
+def test_an_entry_holds_no_region_plan_or_kernel(form, monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_AOT_FORM", form)
     _train(steps=1)
     files = [p for p in _entries() if p.is_file()]
     assert files
     for path in files:
         data = path.read_bytes()
-        # of this project, only the OutputCode's class: no RegionCall, definition, plan or
-        # kernel object, no store entry
-        assert set(re.findall(rb"fusion_cache[\w.]*", data)) == {b"fusion_cache.frontends.aot_cache"}
+        # of this project, only the OutputCode's class (and the form's node names): no
+        # RegionCall, definition, plan or kernel object, no store entry
+        ours = {b"fusion_cache.frontends.aot_cache"}
+        if form:
+            ours.add(b"fusion_cache.frontends.fused_form")
+            assert b'"kind":"op"' in data  # a region's records
+        assert set(re.findall(rb"fusion_cache[\w.]*", data)) == ours
         assert b"aten" in data
+
+
+def test_a_cached_graph_is_rebuilt_without_fusing_it_again(monkeypatch):
+    """Note [Fused graph form]: the warm graphs come from their forms, not from fuse_graph."""
+    monkeypatch.setenv("FUSION_CACHE_AOT_FORM", "1")
+    cold_losses, cold_weights, _ = _train()
+    _fresh_torch_state()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached graph was fused again")
+
+    monkeypatch.setattr(dynamo_backend, "fuse_graph", refuse)
+    warm_losses, warm_weights, warm = _train()
+    assert warm["hit"] == 1 and warm["bypass"] == 0, warm
+    assert warm_losses == cold_losses
+    for got, want in zip(warm_weights, cold_weights):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert all(r["fuse_s"] < 5 for r in dynamo_backend.reports())
+
+
+def test_a_graph_without_a_form_is_kept_as_its_aten_graph(monkeypatch):
+    """Where describe cannot hold a fused graph, the entry keeps the aten graph, fused again
+    on load."""
+    from fusion_cache.frontends import fused_form
+
+    monkeypatch.setenv("FUSION_CACHE_AOT_FORM", "1")
+    monkeypatch.setattr(fused_form, "describe", lambda *args: None)
+    cold_losses, cold_weights, _ = _train()
+    cold_reports = dynamo_backend.reports()
+    _fresh_torch_state()
+    warm_losses, warm_weights, warm = _train()
+    assert warm["hit"] == 1 and warm["bypass"] == 0, warm
+    assert [r["fused_ops"] for r in dynamo_backend.reports()] == [
+        r["fused_ops"] for r in cold_reports]
+    assert warm_losses == cold_losses
+    for got, want in zip(warm_weights, cold_weights):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_rebuilt_region_lowers_its_graph_again_for_other_strides():
+    """A rebuilt region holds its subgraph pickled: a call with strides other than the traced
+    ones unpickles it and defines the region again (Note [Region call])."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusion_cache.frontends.aot_cache import dump_graph, load_graph
+    from fusion_cache.frontends.fused_form import describe, rebuild
+
+    def fn(x, b):
+        return F.gelu(x * 2.0 + b).sum(-1)
+
+    x, b = torch.randn(6, 8), torch.randn(8)
+    gm = make_fx(fn, tracing_mode="fake")(x, b)
+    report = dynamo_backend.fuse_graph(gm)
+    assert report["regions"] == 1
+    form = describe(gm, report, dump_graph)
+    assert form is not None
+    fused, (region,), again = rebuild(form, load_graph)
+    assert again["fused_ops"] == report["fused_ops"]
+    assert region._region_graph is None  # not unpickled until needed
+    torch.testing.assert_close(fused(x, b), fn(x, b))
+    assert region.redefined == 0
+    xt = torch.randn(8, 6).t()  # the same sizes, transposed strides
+    torch.testing.assert_close(fused(xt, b), fn(xt, b))
+    assert region.redefined == 1 and region._region_graph is not None
+
+
+def test_a_fusing_knob_keeps_its_own_entries(monkeypatch):
+    """FUSION_CACHE_EAGER_OPS changes the regions: a form fused under another setting is
+    never taken."""
+    _train(steps=1)
+    _fresh_torch_state()
+    monkeypatch.setenv("FUSION_CACHE_EAGER_OPS", "gelu,gelu_backward")
+    eager_losses, *_ = _train(backend=None)
+    losses, _, counted = _train()
+    assert counted["hit"] == 0 and counted["miss"] == 1, counted
+    assert losses == pytest.approx(eager_losses, rel=1e-5)
+    assert not any("gelu" in op for r in dynamo_backend.reports() for op in r["fused_ops"])
 
 
 def test_the_knob_turns_the_cache_off(monkeypatch):

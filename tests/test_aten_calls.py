@@ -275,3 +275,45 @@ def test_the_segments_dump_keeps_the_segment_by_segment_run(cpu_as_gpu, monkeypa
         assert "segment 0: fusion" in capsys.readouterr().out
     assert not executor_for(fd).replays
     torch.testing.assert_close(out, torch.bmm(a, b).relu())
+
+
+VIEWS = {
+    "transpose": (lambda x: x.t(), (6, 4), "t"),
+    "permute": (lambda x: x.permute(2, 0, 1), (2, 3, 5), "permute"),
+    "permute_with_unit_dims": (lambda x: x.permute(1, 0, 3, 2), (1, 3, 1, 5), "permute"),
+    "view": (lambda x: x.view(6, 20), (2, 3, 4, 5), "view"),
+    "slice": (lambda x: x[1:], (4, 6), None),  # another storage offset: as_strided
+    "column": (lambda x: x[:, 2], (5, 4), None),
+    "expand": (lambda x: x.unsqueeze(0).expand(3, 4, 6), (4, 6), None),
+    "same_layout": (lambda x: x[:], (4, 6), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_view_recipe_makes_the_same_view(name):
+    """A prepared operand's view method (view_recipe) gives exactly the view the records
+    made (sizes, strides, offset), or there is none and as_strided makes it."""
+    from fusion_cache.runtime.aten_calls import view_recipe
+
+    make, shape, method = VIEWS[name]
+    root = torch.randn(*shape)
+    view = make(root)
+    meta = torch.empty_strided(root.shape, root.stride(), device="meta")
+    recipe = view_recipe(meta, make(meta))
+    assert (recipe and recipe[0].__name__) == method, recipe
+    if recipe is not None:
+        got = recipe[0](root, *recipe[1])
+        assert (got.shape, got.stride(), got.storage_offset()) == (
+            view.shape, view.stride(), view.storage_offset())  # fmt: skip
+        assert got.data_ptr() == view.data_ptr() and torch.equal(got, view)
+
+
+def test_a_transposed_operand_is_made_by_its_view_method(cpu_as_gpu):  # noqa: F811
+    """The GEMM of a permuted input calls t(), not as_strided, and gives torch's answer."""
+    a = torch.randn(8, 4)
+    fd = _single(lambda fd, a: fd.ops.matmul(a, fd.ops.permute(a, [1, 0])), a)
+    (out,) = fd.execute([a])
+    ((_, plan),) = aten_plans(fd)
+    fn, specs, _ = plan.call.direct
+    assert [view[0] for _, view in specs if view is not None] == [torch.Tensor.t]
+    torch.testing.assert_close(out, a @ a.t(), **TOL[torch.float32])

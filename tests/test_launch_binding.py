@@ -219,3 +219,23 @@ def test_another_thread_replays_a_bound_launch_through_the_unbound_route():
         t.start()
         t.join()
     assert seen == [True] * 4
+
+
+@pytest.mark.parametrize("pointers", [((1, 5),), ((1, 5), (2, 9))], ids=["one", "two"])
+def test_bound_launch_reads_a_dict_of_slots(pointers):
+    """A launch sequence records its first run on a dict of slot -> value (sparse slot
+    numbers), later runs on a list: a bound launch reads both, one pointer or several (an
+    itemgetter of a slice, once tried for the one-pointer case, raised TypeError on a dict and
+    broke the recording of fusions that read no tensor on the GPU)."""
+    types = ("i32", "ptr", "ptr")[: 1 + len(pointers)]
+    driver = _FakeDriver(types)
+    template = (3, *[None] * len(pointers))
+    launch = _kernel(driver).bind((1, 1, 1), (1, 1, 1), types, template, pointers, ())
+    slots = {5: torch.randn(2), 9: torch.randn(3)}
+    launch(slots)
+    want = [3, *[slots[s].data_ptr() for _, s in pointers]]
+    assert driver.calls[-1]["args"] == want
+    env = [None] * 10
+    env[5], env[9] = slots[5], slots[9]
+    launch(env)
+    assert driver.calls[-1]["args"] == want

@@ -35,15 +35,21 @@ def _check_losses(row: dict, eager: dict) -> None:
 
 
 def test_gpt2_with_a_warm_process(tmp_path):
-    data = _run(tmp_path, "--models", "gpt2")
+    data = _run(tmp_path, "--models", "gpt2", "--warm-without-aot")
     (gpt,) = data["models"]
     rows = gpt["contenders"]
-    for name in ("fusion_cache", "fusion_cache_warm"):
+    for name in ("fusion_cache", "fusion_cache_warm", "fusion_cache_warm_noaot"):
         _check_losses(rows[name], rows["eager"])
         assert rows[name]["regions"] > 0 and rows[name]["ops_fused"] > 0
         assert rows[name]["median_ms"] > 0 and rows[name]["first_step_s"] > 0
-    # the same graphs, regions and fusions in the new process
+    # the same graphs, regions and fusions in the new process, with torch's AOTAutograd cache
+    # (Note [AOT cache]) and without it
     assert rows["fusion_cache_warm"]["fused_ops"] == rows["fusion_cache"]["fused_ops"]
+    assert rows["fusion_cache_warm_noaot"]["fused_ops"] == rows["fusion_cache"]["fused_ops"]
+    assert rows["fusion_cache"]["aot_cache"]["saved"] == 1
+    assert rows["fusion_cache_warm"]["aot_cache"]["hit"] == 1
+    assert rows["fusion_cache_warm_noaot"]["aot_cache"] == {"hit": 0, "miss": 0, "bypass": 0,
+                                                            "saved": 0}  # fmt: skip
     # ops left to eager are listed with reasons (none since embedding_fwd and
     # index_put_accumulate landed: GPT-2's embedding and its backward fuse too)
     assert isinstance(rows["fusion_cache"]["eager_ops"], dict)
@@ -59,3 +65,12 @@ def test_llama_and_resnet(tmp_path):
         assert set(rows) == {"eager", "fusion_cache"}
         _check_losses(rows["fusion_cache"], rows["eager"])
         assert rows["fusion_cache"]["max_loss_diff"] < 1e-3
+
+
+def test_llama_with_the_switches_on(tmp_path):
+    """Note [Unmeasured switches]: the contender with every switch on trains as eager does."""
+    data = _run(tmp_path, "--models", "llama", "--no-warm", "--contenders",
+                "eager,fusion_cache_switched")  # fmt: skip
+    rows = data["models"][0]["contenders"]
+    _check_losses(rows["fusion_cache_switched"], rows["eager"])
+    assert rows["fusion_cache_switched"]["regions"] > 0

@@ -167,6 +167,7 @@ def test_cpu_inputs_replay_through_execute():
     fd, inputs = _inputs("pointwise")
     seq, outs = sequence_for(fd, inputs)
     assert [type(s) for s in seq.steps] == [ExecuteStep]
+    assert "execute of fusion" in seq.describe() and "no CUDA tensor" in seq.steps[0].why
     x, b = torch.randn(8, 64), torch.randn(64)
     got = seq.run([x, b])
     y = x + b

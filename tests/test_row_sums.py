@@ -133,3 +133,40 @@ def test_row_chains_compile_for_h100(monkeypatch):
         refs = fd.precompile(inputs, target="h100")
     assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_link", "fc_rows_walk"]
     assert "fc_launch_dependents();" in refs[0].source.split("end prelude")[1]
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rest", [[24], [7], [3, 8]], ids=["vector", "odd", "two_dims"])
+def test_bounded_row_chains_against_index_put(dtype, rest, monkeypatch):
+    """Note [Row chains] with lists of at most 4 (knob rows.bound): rows of 20 and 9 tokens
+    take slots of float sums for their overflow, rows of 4 or fewer do not."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n = 37, 90
+    g = torch.Generator().manual_seed(5)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    idx[:20] = 5
+    idx[30:39] = 36
+    idx[50:54] = 2
+    value = torch.randn((n, *rest), generator=g).to(dtype)
+    fd = _embedding_grad(vocab, rest, dtype, 0.25)
+    with overriding({"rows.chain": True, "rows.bound": 4, "rows.units": 2}):
+        (got,) = run_plan_on_host(fd, [idx, value])
+    assert "at most 4" in executor_for(fd).last_plan.spec.description
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, dtype), rtol=tol, atol=tol)
+
+
+def test_bounded_row_chains_compile_for_h100(monkeypatch):
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
+    inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
+              torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
+    with overriding({"rows.chain": True, "rows.bound": 16}):
+        refs = fd.precompile(inputs, target="h100")
+    assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_link", "fc_rows_walk"]
+    assert "red.global.add.v4.f32" in refs[1].source

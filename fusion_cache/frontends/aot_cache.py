@@ -9,17 +9,20 @@ it can pickle: with `bundled_autograd_cache` the entry holds the OutputCode itse
 
 `FusedGraph` is that OutputCode. What it pickles is the aten graph AOTAutograd gave the
 backend (torch.fx's GraphPickler: nodes, aten ops, fake-tensor metadata), taken before
-`fuse_graph` rewrote it: no kernel, plan, region object or store entry. Loading it
-(`post_compile`) runs `fuse_graph` again, which finds every definition, plan and cubin in
-the fusion store by key, as a cold process would have written them. So the store stays
-bytes and JSON only (DESIGN.md, the store), an entry is as valid as the aten graph it
-holds whatever this project's version, and a store emptied meanwhile only means compiles.
+`fuse_graph` rewrote it, and fused again on load; or with FUSION_CACHE_AOT_FORM=1 the fused
+graph's form (Note [Fused graph form] in fused_form.py: the aten calls around the regions,
+and each region's definition records, input specs and constants), whose records are
+replayed on load. No kernel, plan, region object or store entry: fusion ids, segmentations
+and cubins come from the fusion store by key, as a cold process wrote them. So the store stays bytes and JSON only (DESIGN.md, the store), and a
+store emptied meanwhile only means compiles.
 
 The entry's key is torch's (the dynamo graph, its inputs' metadata, torch's and inductor's
-configuration) plus `cache_key_tag`, to which the backend adds `TAG` so that another
-backend's entry for the same graph (aot_eager's, bundled too) is never taken for one of
-this backend's. Bump `TAG` when what AOTAutograd is asked for changes (decompositions, the
-partitioner). FUSION_CACHE_AOT_CACHE=0 turns it off; torch's own switches
+configuration) plus `cache_key_tag`, to which the backend adds its tag (`backend_tag`): the
+form's version and a hash of the sources that make records (the frontend and the lowerings),
+so an entry written by other lowerings is never replayed, and another backend's entry for the
+same graph (aot_eager's, bundled too) is never taken for this one's; and the knobs that
+change how a graph is fused (`knobs_tag`). FUSION_CACHE_AOT_CACHE=0 turns it off (so does
+FUSION_CACHE_DUMP=graph, whose listing comes from fusing); torch's own switches
 (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1, torch._functorch.config.enable_autograd_cache) too.
 The CUDA-graph mode (Note [CUDA-graph mode]) does not use it.
 """
@@ -27,18 +30,54 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import torch
 from torch.fx import GraphModule
 
 ENV = "FUSION_CACHE_AOT_CACHE"
-TAG = "fusion_cache-aot-2"  # 2: input mutations kept (Note [Buffer updates in place])
+FORM_ENV = "FUSION_CACHE_AOT_FORM"
+# bump when what AOTAutograd is asked for changes; 2: input mutations kept (Note [Buffer
+# updates in place])
+TAG = "fusion_cache-aot-2"
+
+
+@functools.cache
+def backend_tag() -> str:
+    """TAG, the fused form's version, and a hash of the sources whose changes change the
+    records a graph lowers to: the frontend (records, ops) and the backend (lowerings)."""
+    from .fused_form import FORM
+
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted([*root.glob("frontend/**/*.py"), *root.glob("frontends/*.py")]):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return f"{TAG}-form{FORM}-{digest.hexdigest()[:16]}"
+
+
+def knobs_tag() -> str:
+    """The knobs that change how a graph is fused (FUSION_CACHE_SINGLE_NODE,
+    FUSION_CACHE_EAGER_OPS): a fused form is kept for the knobs it was fused under."""
+    from .dynamo_backend import single_node_allowed
+    from .fx_support import eager_ops
+
+    return f"single{int(single_node_allowed())}-eager[{','.join(sorted(eager_ops()))}]"
 
 
 def aot_cache_wanted() -> bool:
-    """Whether the backend puts its graphs in torch's AOTAutograd cache (default: yes)."""
+    """Whether the backend puts its graphs in torch's AOTAutograd cache (default: yes; not
+    with FUSION_CACHE_DUMP=graph, which prints what fusing a graph decides)."""
+    from fusion_cache.frontend.options import dump_enabled
+
+    if dump_enabled("graph"):
+        return False
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -56,13 +95,15 @@ _OutputCode = _output_code_base() or object
 @dataclasses.dataclass
 class FusedGraph(_OutputCode):  # type: ignore[misc, valid-type]
     """One aten graph as the backend runs it (its regions fused), and as torch's cache
-    keeps it: the graph before fusion, pickled (Note [AOT cache])."""
+    keeps it (Note [AOT cache]): the fused graph's form (Note [Fused graph form]), or where
+    it has none, the aten graph before fusion, pickled."""
 
     kind: str = "forward"
+    form: dict | None = None
     aten_graph: bytes = b""
     # the fused graph's boxed call; None in a pickled or not yet loaded entry
     _run: Callable[[list], Any] | None = dataclasses.field(default=None, compare=False)
-    unsaved: str = ""  # why the graph could not be pickled (then it is not saved)
+    unsaved: str = ""  # why the graph could not be kept (then it is not saved)
 
     def __post_init__(self) -> None:
         # torch passes the inputs as one list; an attribute of the instance, as the wrappers
@@ -74,26 +115,40 @@ class FusedGraph(_OutputCode):  # type: ignore[misc, valid-type]
 
     def prepare_for_serialization(self) -> None:
         if self.unsaved:  # torch counts it a bypass and keeps running the live graph
-            raise RuntimeError(f"fusion_cache: the aten graph could not be pickled: "
-                               f"{self.unsaved}")  # fmt: skip
+            raise RuntimeError(f"fusion_cache: the graph could not be kept: {self.unsaved}")
         self._run = None  # torch pickles a shallow copy: the live one keeps running
 
     def post_compile(self, example_inputs: Sequence[Any], constants: Any,
                      graph_kwargs: Any) -> None:  # fmt: skip
-        if self._run is None:  # loaded from the cache: fuse the aten graph again
-            self._run = fused_call(load_graph(self.aten_graph), self.kind)
+        if self._run is not None:
+            return
+        if self.form is not None:  # loaded from the cache: rebuild the fused graph
+            from .dynamo_backend import record_rebuilt
+            from .fused_form import rebuild
+
+            start = time.perf_counter()
+            gm, regions, report = rebuild(self.form, load_graph)
+            record_rebuilt(report, regions, time.perf_counter() - start)
+            self._run = make_boxed_func(gm.forward)
+        else:  # the aten graph: fuse it again
+            self._run = fused_call(load_graph(self.aten_graph), self.kind)[0]
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass  # no Triton kernels
 
 
-def fused_call(gm: GraphModule, kind: str) -> Callable[[list], Any]:
-    from functorch.compile import make_boxed_func
+def make_boxed_func(fn: Callable) -> Callable[[list], Any]:
+    from functorch.compile import make_boxed_func as boxed
 
+    return boxed(fn)
+
+
+def fused_call(gm: GraphModule, kind: str) -> tuple[Callable[[list], Any], dict[str, Any]]:
+    """fuse_graph on gm, in place: its boxed call and the report."""
     from .dynamo_backend import fuse_graph
 
-    fuse_graph(gm, kind)
-    return make_boxed_func(gm.forward)
+    report = fuse_graph(gm, kind)
+    return make_boxed_func(gm.forward), report
 
 
 def dump_graph(gm: GraphModule) -> bytes:
@@ -109,22 +164,45 @@ def load_graph(data: bytes) -> GraphModule:
 
     gm = GraphPickler.loads(data, FakeTensorMode(shape_env=ShapeEnv()))
     if not isinstance(gm, GraphModule):
-        raise TypeError(f"a cached aten graph unpickled to {type(gm).__name__}")
+        raise TypeError(f"a cached graph unpickled to {type(gm).__name__}")
     return gm
+
+
+def copy_graph(gm: GraphModule) -> GraphModule:
+    """A GraphModule over a copy of gm's graph (node metadata shared, not copied)."""
+    graph = torch.fx.Graph()
+    value, output = graph.graph_copy(gm.graph, {}, return_output_node=True)
+    graph.output(value, type_expr=output.type).meta = dict(output.meta)
+    return GraphModule(gm, graph)
+
+
+def form_wanted() -> bool:
+    """FUSION_CACHE_AOT_FORM=1: entries keep the fused graph's form (Note [Fused graph form])
+    rather than the aten graph. Off by default: not yet timed on a GPU."""
+    return os.environ.get(FORM_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def compile_cached(gm: GraphModule, kind: str) -> FusedGraph:
     """The backend's compiler for one aten graph, as torch's AOTAutograd cache wants it.
-    The graph is pickled before fuse_graph rewrites it in place (torch hands the backward
-    compiler a copy of the backward graph, and keeps no use of the forward's)."""
+    The aten graph is pickled before fuse_graph rewrites it in place (torch hands the
+    backward compiler a copy of the backward graph, and keeps no use of the forward's); with
+    the form, a copy is fused, and the aten graph kept only where the form cannot be."""
+    code = FusedGraph(kind)
     try:
-        data: bytes | None = dump_graph(gm)
-    except Exception as err:  # noqa: BLE001 - an unpicklable graph runs, uncached
-        data, why = None, f"{type(err).__name__}: {err}"
-    code = FusedGraph(kind, data or b"")
-    if data is None:
-        code.unsaved = why
-    code._run = fused_call(gm, kind)
+        if form_wanted():
+            from .fused_form import describe
+
+            fused = copy_graph(gm)
+            code._run, report = fused_call(fused, kind)
+            code.form = describe(fused, report, dump_graph)
+            if code.form is None:
+                code.aten_graph = dump_graph(gm)
+        else:
+            code.aten_graph = dump_graph(gm)
+    except Exception as err:  # noqa: BLE001 - a graph that cannot be kept runs, uncached
+        code.form, code.unsaved = None, f"{type(err).__name__}: {err}"
+    if code._run is None:
+        code._run = fused_call(gm, kind)[0]
     return code
 
 
@@ -159,7 +237,8 @@ def cache_settings() -> Iterator[None]:
     import torch.compiler.config as compiler_config
 
     tag = compiler_config.cache_key_tag
-    tag = f"{tag}+{TAG}" if tag else TAG
+    ours = f"{backend_tag()}-{knobs_tag()}"
+    tag = f"{tag}+{ours}" if tag else ours
     with functorch_config.patch(bundled_autograd_cache=True,
                                 force_non_lazy_backward_lowering=True), \
             compiler_config.patch(cache_key_tag=tag), _without_inductor_backends():  # fmt: skip

@@ -139,8 +139,11 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
         run_outside._boxed_call = True  # type: ignore[attr-defined]
         return run_outside
 
+    from .recompute import aot_options
+
     backend = aot_autograd(fw_compiler=forward, bw_compiler=backward,
-                           inference_compiler=functools.partial(forward, kind="inference"))
+                           inference_compiler=functools.partial(forward, kind="inference"),
+                           **aot_options())  # Note [Recompute in the backward]
     return backend(gm, example_inputs)
 
 

@@ -12,6 +12,8 @@ op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=gra
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
 definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute; FUSION_CACHE_AOT_CACHE=0
 keeps the compiled graphs out of torch's AOTAutograd cache (Note [AOT cache]).
+FUSION_CACHE_MIN_CUT=1 and FUSION_CACHE_CASTS_BEFORE_VIEWS=1: Note [Unmeasured switches] in
+schedulers/tuning.py.
 """
 from __future__ import annotations
 
@@ -35,10 +37,13 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from fusion_cache.frontend.options import dump_enabled
 from fusion_cache.ir.output_layout import channels_last_order, strides_for
 from fusion_cache.runtime.compile_ahead import compile_regions
+from schedulers.tuning import switched_on
 
+from . import recompute
 from .aot_cache import aot_cache_wanted, cache_settings, serializable_compilers
 from .aten_library import conv_layout_knob
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
+from .fx_casts import casts_before_views
 from .fx_region import RegionCall, build_region, dense_order, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
@@ -103,6 +108,19 @@ def reset_reports() -> None:
         _reports.clear()
 
 
+def record_rebuilt(fields: dict[str, Any], regions: list, seconds: float) -> None:
+    """The report of a graph rebuilt from torch's AOTAutograd cache (Note [Fused graph
+    form]): what fuse_graph reported of it, with this process's regions and rebuild time."""
+    kept = ("regions", "ops_fused", "ops_eager", "views_eager", "eager_reasons", "fused_ops",
+            "eager_ops")  # fmt: skip
+    report = GraphReport(fields["graph"], next(_counter), **{k: fields[k] for k in kept})
+    report.fusion_ids = [r.fusion_id for r in regions]
+    report.regions_list = list(regions)
+    report.fuse_s = seconds
+    with _lock:
+        _reports.append(report)
+
+
 def single_node_allowed() -> bool:
     return os.environ.get("FUSION_CACHE_SINGLE_NODE", "").strip() not in ("", "0", "false")
 
@@ -125,7 +143,9 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
     # Note [Buffer updates in place] (aten_ops.py): copy_ of batch norm's running statistics
     # stays in the graph, and the regions write them in place
     keep = {"keep_inference_input_mutations": True}
-    compilers = serializable_compilers() if aot_cache_wanted() else None
+    recompute_options = recompute.aot_options()  # Note [Recompute in the backward]
+    # the AOT cache keys no partitioner: a graph split by the min-cut stays out of it
+    compilers = serializable_compilers() if aot_cache_wanted() and not recompute_options else None
     if compilers is not None:  # Note [AOT cache]: a restart skips AOTAutograd
         with cache_settings():
             return aot_autograd(**compilers, **keep)(gm, example_inputs)
@@ -133,6 +153,7 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
+        **recompute_options,
         **keep,
     )
     return backend(gm, example_inputs)
@@ -155,6 +176,8 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     """Replace the fusable regions of an aten graph by calls of RegionCalls, in place."""
     start = time.perf_counter()
     report = GraphReport(kind, next(_counter))
+    if switched_on("CASTS_BEFORE_VIEWS"):  # Note [Unmeasured switches]
+        casts_before_views(gm)  # Note [Casts before views]
     support = FusionSupport()
     _updates_in_place(gm)
     proposed = _propose(gm, support)

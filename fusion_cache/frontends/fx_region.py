@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -312,17 +312,23 @@ class RegionCall:
     Module.__call__'s hook checks on every step.
     """
 
-    def __init__(self, name: str, gm: GraphModule, fd: FusionDefinition,
-                 specs: tuple[InputSpec, ...], constants: Constants = ()) -> None:  # fmt: skip
+    def __init__(self, name: str, gm: GraphModule | Callable[[], GraphModule],
+                 fd: FusionDefinition, specs: tuple[InputSpec, ...], constants: Constants = (),
+                 returns_tuple: bool | None = None) -> None:  # fmt: skip
+        """`gm`: the region's subgraph, or what loads it when first needed (a region rebuilt
+        from torch's AOTAutograd cache, Note [AOT cache], given `returns_tuple`)."""
         self.__name__ = self.__qualname__ = name  # FX's code generator names calls by these
         self.__module__ = __name__
-        self.region_graph = gm
+        self._region_graph = gm if isinstance(gm, GraphModule) else None
+        self._load_graph = None if isinstance(gm, GraphModule) else gm
         self._definitions: dict[tuple, tuple[FusionDefinition, Constants]] = {
             specs: (fd, constants)}
         self.fusion_id = fd.id()
-        # the submodule returned a tuple or a single value: the caller indexes accordingly
-        output = next(n for n in gm.graph.nodes if n.op == "output")
-        self._returns_tuple = isinstance(output.args[0], (tuple, list))
+        if returns_tuple is None:
+            # the submodule returned a tuple or a single value: the caller indexes accordingly
+            output = next(n for n in self.region_graph.graph.nodes if n.op == "output")
+            returns_tuple = isinstance(output.args[0], (tuple, list))
+        self._returns_tuple = returns_tuple
         self._sequences: dict[tuple, tuple[Guard, LaunchSequence, Constants]] = {}
         self._last: tuple[Guard, LaunchSequence, Constants] | None = None
         self.record_s = 0.0  # spent recording sequences (planning, compiling, loading)
@@ -363,6 +369,23 @@ class RegionCall:
             found = self._definitions[key] = build_region(self.region_graph, key)
             self.redefined += counted
         return found
+
+    @property
+    def region_graph(self) -> GraphModule:
+        if self._region_graph is None:
+            self._region_graph = self._load_graph()  # type: ignore[misc]
+            self._load_graph = None
+        return self._region_graph
+
+    @property
+    def traced(self) -> tuple[tuple[InputSpec, ...], FusionDefinition, Constants]:
+        """The specs the region was lowered for, its definition and constants for them."""
+        specs, (fd, constants) = next(iter(self._definitions.items()))
+        return specs, fd, constants
+
+    @property
+    def returns_tuple(self) -> bool:
+        return self._returns_tuple
 
     @property
     def sequences(self) -> list[LaunchSequence]:

@@ -435,11 +435,14 @@ def plan_signature(values: Sequence[Any]) -> str:
 
 def segmenter_version() -> str:
     """What a stored segmentation was found with: the format and the schedulers a group
-    could be given to (a build with another scheduler list searches again). 2: views go
-    with their readers (Note [Views go with their readers] in schedulers/segmenter.py)."""
+    could be given to (a build with another scheduler list searches again), and the
+    switches on (Note [Unmeasured switches] in schedulers/tuning.py)."""
     from schedulers.registry import SCHEDULERS
+    from schedulers.tuning import switches_on
 
-    return "fc-segments-2:" + ",".join(name for name, *_ in SCHEDULERS)
+    on = switches_on()  # Note [Unmeasured switches]
+    return "fc-segments-1:" + ",".join(name for name, *_ in SCHEDULERS) + (
+        f"+{','.join(on)}" if on else "")
 
 
 def home_device(values: Sequence[Any]) -> int:

@@ -230,6 +230,8 @@ class AtenStep:
                 args.append(view)
             elif view is None:
                 args.append(env[slot])
+            elif len(view) == 2:  # a view method (view_recipe in aten_calls.py)
+                args.append(view[0](env[slot], *view[1]))
             else:
                 t = env[slot]
                 args.append(t.as_strided(view[0], view[1], t.storage_offset() + view[2]))
@@ -250,13 +252,16 @@ class AtenStep:
 
 class ExecuteStep:
     """A fusion run through execute(): what the sequence does not replay as launches.
-    `device`: where a fusion reading no CUDA tensor runs (a segment creating values)."""
+    `device`: where a fusion reading no CUDA tensor runs (a segment creating values); `why`:
+    why it is not replayed as launches (describe() and benchmarks.host_steps show it: each
+    costs execute()'s checks and lookups, tens of microseconds on the H100's host)."""
 
-    __slots__ = ("fd", "reads", "writes", "count", "device")
+    __slots__ = ("fd", "reads", "writes", "count", "device", "why")
 
     def __init__(self, fd: FusionDefinition, reads: tuple[int, ...], writes: tuple[int, ...],
-                 device: torch.device | None = None) -> None:  # fmt: skip
+                 device: torch.device | None = None, why: str = "") -> None:  # fmt: skip
         self.fd, self.reads, self.writes, self.count, self.device = fd, reads, writes, 0, device
+        self.why = why
 
     def run(self, env: list) -> None:
         outs = self.fd.execute([env[s] for s in self.reads], device=self.device)
@@ -308,8 +313,10 @@ class LaunchSequence:
 
     def describe(self) -> str:
         kinds = [type(s).__name__.removesuffix("Step").lower() for s in self.steps]
+        whys = "".join(f"; execute of fusion {s.fd._fid}: {s.why}" for s in self.steps
+                       if isinstance(s, ExecuteStep))  # fmt: skip
         return (f"fusion {self.fusion_id}: {len(self.steps)} steps ({', '.join(kinds)}), "
-                f"{self.launches} launches")  # fmt: skip
+                f"{self.launches} launches{whys}")  # fmt: skip
 
 
 def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> tuple:
@@ -370,7 +377,7 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
     """Run `fd` on `values` (in `slots`) and append its steps; its outputs and their slots.
     `device`: where the run is, for a fusion that reads no CUDA tensor."""
     device = None if _on_gpu(values) else device
-    plan = _plan(fd, values, device)
+    plan, why = _plan(fd, values, device)
     # random numbers (seeds that advance each run) and outputs that alias inputs (views made
     # after the launch) are the executor's launch to handle: replayed through it
     ex = executor_for(fd) if plan is not None else None
@@ -385,8 +392,9 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
                 s.run(env)
         except (ValueError, TypeError):
             raise
-        except Exception:  # a launch the driver refused: execute() falls back, or raises
+        except Exception as err:  # a launch the driver refused: execute() falls back, or raises
             del b.steps[start:]
+            why = f"its launch failed when recorded: {type(err).__name__}: {err}"
         else:
             executor_for(fd).last_plan = plan
             fd._cache.counters["kernel_launches"] += step.count
@@ -400,31 +408,37 @@ def _record(fd: FusionDefinition, values: Sequence[Any], slots: list[int], b: _B
         b.steps.append(PlanStep(ex, plan, tuple(slots), writes) if call is None else
                        AtenStep(call, tuple(slots), writes))  # fmt: skip
         return outs, list(writes)
+    elif plan is not None:
+        why = (f"a {type(plan).__name__}" + (" with random numbers or aliased outputs" if special
+               else "") + " of a fusion reading no tensor")  # fmt: skip
     # CPU inputs, the reference evaluator, a plan kind not recorded here: execute() each time
     outs = fd.execute(list(values), device=device)
     writes = tuple(b.slot() for _ in outs)
-    b.steps.append(ExecuteStep(fd, tuple(slots), writes, device))
+    b.steps.append(ExecuteStep(fd, tuple(slots), writes, device, why))
     return outs, list(writes)
 
 
-def _plan(fd: FusionDefinition, values: Sequence[Any], device: torch.device | None) -> Any:
-    """The executor's plan for CUDA inputs (or, reading none, for `device`); None where
-    execute() is to run instead."""
+def _plan(fd: FusionDefinition, values: Sequence[Any],
+          device: torch.device | None) -> tuple[Any, str]:  # fmt: skip
+    """The executor's plan for CUDA inputs (or, reading none, for `device`), or None where
+    execute() is to run instead, and why."""
     on_device = device is not None and device.type == "cuda"
     if not (on_device or _on_gpu(values)):
-        return None
+        return None, "no CUDA tensor and no CUDA device"
     ex = executor_for(fd)
-    if ex.dumps or getattr(getattr(ex, "aliases", None), "all_views", False):
-        return None  # the dump knobs print from execute's own path; views need no plan
+    if ex.dumps:
+        return None, "dumps print from execute's own path"
+    if getattr(getattr(ex, "aliases", None), "all_views", False):
+        return None, "views of its inputs: no plan"
     try:
         if on_device:  # a fusion reading no tensor runs on the current device: this one
             with torch.cuda.device(device):
-                return ex.plan(values, ex.key(values))
-        return ex.plan(values, ex.key(values))
+                return ex.plan(values, ex.key(values)), ""
+        return ex.plan(values, ex.key(values)), ""
     except (ValueError, TypeError):
         raise
-    except Exception:  # codegen or compile failures: execute() falls back, or raises
-        return None
+    except Exception as err:  # codegen or compile failures: execute() falls back, or raises
+        return None, f"no plan: {type(err).__name__}: {err}"
 
 
 def _kernel_step(plan: LaunchPlan, slots: list[int], b: _Builder) -> KernelStep:

@@ -30,6 +30,19 @@ def test_losses_match_eager(name, monkeypatch):
     assert mine["counters"]["kernel_launches"] > 0
 
 
+@pytest.mark.parametrize("contender", ["fusion_cache_switched", "fusion_cache_switched_graphs"])
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_losses_match_eager_with_the_switches_on(name, contender):
+    """Note [Unmeasured switches]: every switch on (views to readers, casts before views, the
+    min-cut partitioner, column sums over leading dims), with and without CUDA graphs."""
+    case = next(c for c in model_cases(tiny=True) if c.name == name)
+    eager = models.run_contender("eager", case, 4, "cuda")
+    mine = models.run_contender(contender, case, 4, "cuda")
+    for got, want in zip(mine["losses"], eager["losses"]):
+        assert got == pytest.approx(want, rel=TOLERANCE[name])
+    assert mine["counters"]["reference_runs"] == 0, mine["eager_ops"]
+
+
 @pytest.mark.parametrize("name", ["gpt2", "resnet18"])
 def test_cuda_graph_mode_replays_and_matches_eager(name):
     """mode="reduce-overhead": losses as eager's, and once the graphs are captured a step

@@ -14,6 +14,9 @@ from segment_patterns import (
     max_then_scale,
     max_then_scale_eager,
     rms_norm_backward,
+    rms_norm_backward_3d,
+    rms_norm_backward_3d_eager,
+    rms_norm_backward_3d_inputs,
     rms_norm_backward_eager,
     rms_norm_backward_inputs,
     row_sum_spread,
@@ -125,6 +128,21 @@ def test_rms_norm_backward(dtype, rows, cols):
         description = executor_for(fd).last_plan.spec.description
         assert "read each pass" in description or "in shared memory" in description, description
     check(fd.execute(inputs), got, dtype)  # the cached plan: same partials, same order
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("b,t,c", [(8, 256, 768), (3, 5, 1000), (2, 1024, 4097)])
+def test_column_sums_over_two_leading_dims(dtype, b, t, c, monkeypatch):
+    # Note [Leading dims as rows]: dw and the bias gradient summed over [B, T] of a
+    # [B, T, C] loop, beside the row reduction, in the inner-outer kernels
+    monkeypatch.setenv("FUSION_CACHE_LEADING_ROWS", "1")  # Note [Unmeasured switches]
+    fd = rms_norm_backward_3d(dtype)
+    inputs = rms_norm_backward_3d_inputs(b, t, c, dtype, device="cuda", seed=31)
+    before = counters()
+    got = fd.execute(inputs)
+    assert counters()["reference_runs"] == before["reference_runs"]
+    assert executor_for(fd).scheduler == "inner_outer"
+    check(got, rms_norm_backward_3d_eager(*inputs), dtype)
 
 
 LONG_ROWS = [(norm, dt, rows, cols, 2) for norm in ("layer", "rms")

@@ -1,0 +1,102 @@
+"""Note [Recompute in the backward] and Note [Casts before views]: what the backend's
+forward graphs save for the backward, the nll_loss gradient written without the
+log-probabilities, and casts moved ahead of views, each against torch eager on random
+inputs."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+from fusion_cache.frontends import recompute
+from fusion_cache.frontends.fx_casts import casts_before_views
+
+aten = torch.ops.aten
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_nll_loss_backward_matches_torch(reduction):
+    n, c = 24, 17
+    logp = torch.randn(n, c, generator=_gen(1)).log_softmax(1)
+    target = torch.randint(0, c, (n,), generator=_gen(2))
+    target[::5] = -100  # ignored rows
+    grad = torch.randn(n if reduction == 0 else (), generator=_gen(3))
+    total = (target != -100).sum().to(torch.float32)
+    want = aten.nll_loss_backward(grad, logp, target, None, reduction, -100, total)
+    got = recompute._nll_loss_backward(grad, logp, target, None, reduction, -100, total)
+    torch.testing.assert_close(got, want)
+
+
+def test_weighted_nll_loss_backward_stays_torch_op():
+    logp, target = torch.randn(4, 3).log_softmax(1), torch.tensor([0, 1, 2, 1])
+    out = recompute._nll_loss_backward(torch.tensor(1.0), logp, target, torch.ones(3), 1, -100,
+                                       torch.tensor(4.0))  # fmt: skip
+    assert out is NotImplemented
+
+
+def _saved_and_grads(fn, *args):
+    """(the forward graph's outputs' (shape, dtype), output, input grads) under the backend's
+    partitioner and decompositions."""
+    saved = []
+
+    def fw(gm, example):
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        saved.extend((tuple(a.meta["val"].shape), a.meta["val"].dtype) for a in out.args[0]
+                     if hasattr(a, "meta") and isinstance(a.meta.get("val"), torch.Tensor))
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=lambda gm, ex: make_boxed_func(gm.forward),
+                           partition_fn=recompute.partition_fn(),
+                           decompositions=recompute.decompositions())  # fmt: skip
+    torch._dynamo.reset()
+    args = [a.detach().requires_grad_(a.is_floating_point()) for a in args]
+    out = torch.compile(fn, backend=backend)(*args)
+    out.backward()
+    return saved, out, [a.grad for a in args if a.requires_grad]
+
+
+def test_cross_entropy_saves_bf16_logits_not_fp32_log_softmax():
+    n, d, c = 16, 8, 96
+    x = torch.randn(n, d, generator=_gen(4)).to(torch.bfloat16)
+    w = torch.randn(d, c, generator=_gen(5)).to(torch.bfloat16)
+    t = torch.randint(0, c, (n,), generator=_gen(6))
+
+    def loss(x, w, t):
+        return F.cross_entropy((x @ w).float(), t)
+
+    saved, out, grads = _saved_and_grads(loss, x, w, t)
+    assert (n, c) in {s for s, _ in saved}
+    assert not [s for s, dt in saved if s == (n, c) and dt == torch.float32], saved
+    xe, we = x.clone().requires_grad_(), w.clone().requires_grad_()
+    want = loss(xe, we, t)
+    want.backward()
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(grads[0], xe.grad)
+    torch.testing.assert_close(grads[1], we.grad)
+
+
+def test_casts_move_ahead_of_views():
+    def rope_like(a, b):
+        return torch.stack((a * 2.0, b - 1.0), dim=-1).flatten(2).to(torch.bfloat16).sin()
+
+    graphs = []
+
+    def fw(gm, example):
+        moved = casts_before_views(gm)
+        graphs.append((moved, [n.target for n in gm.graph.nodes if n.op == "call_function"]))
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    a, b = torch.randn(3, 4, 5, generator=_gen(7)), torch.randn(3, 4, 5, generator=_gen(8))
+    got = torch.compile(rope_like, backend=aot_autograd(fw_compiler=fw))(a, b)
+    torch.testing.assert_close(got, rope_like(a, b))
+    moved, targets = graphs[0]
+    assert moved == 1
+    cast = targets.index(aten._to_copy.default)
+    assert targets[cast + 1] == aten.view.default  # the view now reads the cast
