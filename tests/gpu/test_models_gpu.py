@@ -13,10 +13,14 @@ pytestmark = pytest.mark.gpu
 # bf16 (GPT-2 under autocast, Llama-style in bf16 weights) rounds differently from eager's
 # kernels; f32 (ResNet-18) agrees closely for the first steps
 TOLERANCE = {"gpt2": 2e-2, "llama": 2e-2, "resnet18": 1e-3}
+# channels-last convolutions run other cuDNN algorithms than eager's NCHW ones, in TF32 by
+# torch's default: H100, 04:15 UTC, a 1.03e-3 relative difference at the fourth step
+CHANNELS_LAST_TOLERANCE = 5e-3
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama", "resnet18", "resnet18_channels_last"])
 def test_losses_match_eager(name, monkeypatch):
+    tolerance = TOLERANCE.get(name, CHANNELS_LAST_TOLERANCE)
     if name.endswith("_channels_last"):  # Note [Channels-last convolutions]
         monkeypatch.setenv("FUSION_CACHE_CONV_LAYOUT", "channels_last")
         name = name.removesuffix("_channels_last")
@@ -24,7 +28,7 @@ def test_losses_match_eager(name, monkeypatch):
     eager = models.run_contender("eager", case, 4, "cuda")
     mine = models.run_contender("fusion_cache", case, 4, "cuda")
     for got, want in zip(mine["losses"], eager["losses"]):
-        assert got == pytest.approx(want, rel=TOLERANCE[name])
+        assert got == pytest.approx(want, rel=tolerance)
     assert mine["regions"] > 0
     assert mine["counters"]["reference_runs"] == 0, mine["eager_ops"]
     assert mine["counters"]["kernel_launches"] > 0
