@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from benchmarks.cases import CASES
-from benchmarks.resize_cases import _down, _t, _up, rope_inputs
+from benchmarks.resize_cases import define_rope, rope_inputs
 from benchmarks.run import compiled_for, gbps, make_timer, measure_copy_ceiling
 from fusion_cache import DataType, FusionDefinition
 
@@ -53,24 +53,10 @@ def gradient_rows(timer: Callable) -> None:
             print(f"  {name:45s} {ms * 1e3:7.1f} us {gbps(nbytes, ms):6.0f} GB/s")
 
 
-def define_rope_tables(fd: Any, tables: torch.dtype) -> None:
-    """benchmarks.resize_cases.define_rope with cos/sin tables of `tables`, cast up."""
-    x, cos, sin = _t(fd, 4, torch.bfloat16), _t(fd, 2, tables), _t(fd, 2, tables)
-    b, h, s, d = fd.ops.tensor_sizes(x)
-    half = fd.ops.div(d, 2)
-    xf = _up(fd, x)
-    x1 = fd.ops.slice(xf, [0, 0, 0, 0], [b, h, s, half])
-    x2 = fd.ops.slice(xf, [0, 0, 0, half], [b, h, s, d])
-    rot = fd.ops.cat([fd.ops.neg(x2), x1], -1)
-    c = fd.ops.broadcast_in_dim(_up(fd, cos), [b, h, s, d], [2, 3])
-    si = fd.ops.broadcast_in_dim(_up(fd, sin), [b, h, s, d], [2, 3])
-    fd.add_output(_down(fd, fd.ops.add(fd.ops.mul(xf, c), fd.ops.mul(rot, si)), torch.bfloat16))
-
-
 def rope_tables(timer: Callable) -> None:
     for tables in (torch.float32, torch.bfloat16):
         with FusionDefinition() as fd:
-            define_rope_tables(fd, tables)
+            define_rope(fd, torch.bfloat16, ROPE, tables)
         x, cos, sin = rope_inputs(ROPE, torch.bfloat16, "cuda")
         inputs = [x, cos.to(tables), sin.to(tables)]
         ms = median_ms(timer, lambda fd=fd, inputs=inputs: fd.execute(inputs))

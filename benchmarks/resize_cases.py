@@ -45,16 +45,18 @@ def _ids(shape: Shape, high: int, device: Any) -> torch.Tensor:
 # ---- RoPE: x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2])
 
 
-def define_rope(fd: Any, dtype: torch.dtype, shape: Shape) -> None:
-    x, cos, sin = _t(fd, 4, dtype), _t(fd, 2, torch.float32), _t(fd, 2, torch.float32)
+def define_rope(fd: Any, dtype: torch.dtype, shape: Shape,
+                tables: torch.dtype = torch.float32) -> None:  # fmt: skip
+    """`tables`: the cos/sin tables' dtype (16-bit ones are cast up)."""
+    x, cos, sin = _t(fd, 4, dtype), _t(fd, 2, tables), _t(fd, 2, tables)
     b, h, s, d = fd.ops.tensor_sizes(x)
     half = fd.ops.div(d, 2)
     xf = _up(fd, x)
     x1 = fd.ops.slice(xf, [0, 0, 0, 0], [b, h, s, half])
     x2 = fd.ops.slice(xf, [0, 0, 0, half], [b, h, s, d])
     rot = fd.ops.cat([fd.ops.neg(x2), x1], -1)
-    c = fd.ops.broadcast_in_dim(cos, [b, h, s, d], [2, 3])
-    si = fd.ops.broadcast_in_dim(sin, [b, h, s, d], [2, 3])
+    c = fd.ops.broadcast_in_dim(_up(fd, cos), [b, h, s, d], [2, 3])
+    si = fd.ops.broadcast_in_dim(_up(fd, sin), [b, h, s, d], [2, 3])
     fd.add_output(_down(fd, fd.ops.add(fd.ops.mul(xf, c), fd.ops.mul(rot, si)), dtype))
 
 
