@@ -147,6 +147,10 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # Note [Unmeasured switches]: changes planned and tested on the CPU whose GPU time has not been
 # measured yet stay off until a GPU run decides; FUSION_CACHE_<NAME>=1 turns one on. Each
 # changes plans, so the segmenter's version (Note [Stored segmentations]) names the ones on.
+# H100, 2026-11-27 (benchmarks.models, contender fusion_cache_switched, all four on, same run):
+# GPT-2 14.22 ms a step against 8.84 off, Llama-style 9.00 against 7.79, ResNet-18 10.19 against
+# 9.80, with fewer launches (GPT-2 156 against 183, Llama 77 against 106); losses as eager's (GPU
+# test). Which switch costs the time is not known yet: time each alone before turning one on.
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
