@@ -78,3 +78,14 @@ def take(key: str) -> tuple[bytes, bool] | None:
 def pending() -> int:
     with _pending_lock:
         return len(_pending)
+
+
+def drain() -> int:
+    """Wait for every pending compile and drop it (its cubin is in the store already): for a
+    process, or a test, that lowered regions it will not run. Returns how many there were."""
+    with _pending_lock:
+        futures = list(_pending.values())
+        _pending.clear()
+    for future in futures:
+        future.exception()  # waits; a failed compile is compiled again, in place, when needed
+    return len(futures)
