@@ -64,11 +64,16 @@ def backend_tag() -> str:
 
 def knobs_tag() -> str:
     """The knobs that change how a graph is fused (FUSION_CACHE_SINGLE_NODE,
-    FUSION_CACHE_EAGER_OPS): a fused form is kept for the knobs it was fused under."""
+    FUSION_CACHE_EAGER_OPS, FUSION_CACHE_CONV_LAYOUT, the switches of Note [Unmeasured
+    switches]): a fused form is kept for the knobs it was fused under."""
+    from schedulers.tuning import switches_on
+
+    from .aten_library import conv_layout_knob
     from .dynamo_backend import single_node_allowed
     from .fx_support import eager_ops
 
-    return f"single{int(single_node_allowed())}-eager[{','.join(sorted(eager_ops()))}]"
+    return (f"single{int(single_node_allowed())}-eager[{','.join(sorted(eager_ops()))}]"
+            f"-conv[{conv_layout_knob()}]-switches[{','.join(switches_on())}]")
 
 
 def aot_cache_wanted() -> bool:
