@@ -259,8 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.stub and not torch.cuda.is_available():
         parser.error("no CUDA GPU: pass --stub (CPU, stub launches)")
     device = "cpu" if args.stub else "cuda"
+    threads = torch.get_num_threads()
     if args.stub:
         torch.set_num_threads(1)  # the CPU's ops as steady as its Python
+    try:
+        return _split_models(args, device)
+    finally:  # torch's compile caches key on the thread count: leave the caller's as it was
+        torch.set_num_threads(threads)
+
+
+def _split_models(args: argparse.Namespace, device: str) -> int:
     results = []
     if args.stub:
         from benchmarks.host_region import stub_launches
