@@ -37,3 +37,20 @@ def fresh_store(tmp_path, monkeypatch):
     except ImportError:
         pass
     yield tmp_path / "fusion_cache"
+
+
+@pytest.fixture
+def fresh_dynamo(monkeypatch):
+    """The torch.compile backend registered, dynamo's caches and the backend's reports
+    emptied, and the knobs that change what it fuses or caches unset (the tests set theirs)."""
+    import torch._dynamo
+
+    from fusion_cache.frontends import dynamo_backend, register_backend
+
+    register_backend()
+    for knob in ("DUMP", "SINGLE_NODE", "AOT_CACHE", "AOT_FORM"):
+        monkeypatch.delenv(f"FUSION_CACHE_{knob}", raising=False)
+    torch._dynamo.reset()
+    dynamo_backend.reset_reports()
+    yield
+    torch._dynamo.reset()

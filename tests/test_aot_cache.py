@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from benchmarks import models
 from benchmarks.model_defs import model_cases
 from fusion_cache import FusionCache
-from fusion_cache.frontends import dynamo_backend, register_backend
+from fusion_cache.frontends import dynamo_backend
 from fusion_cache.frontends.aot_cache import cache_counters
 
 
@@ -33,18 +33,7 @@ class Block(nn.Module):
         return (x + self.fc2(F.gelu(self.fc1(self.norm(x))))).square().mean()
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo(monkeypatch):
-    import torch._dynamo
-
-    register_backend()
-    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
-    monkeypatch.delenv("FUSION_CACHE_AOT_CACHE", raising=False)
-    monkeypatch.delenv("FUSION_CACHE_AOT_FORM", raising=False)
-    torch._dynamo.reset()
-    dynamo_backend.reset_reports()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 def _fresh_torch_state() -> None:

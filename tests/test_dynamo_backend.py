@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fusion_cache.frontend.ops import Operators
-from fusion_cache.frontends import dynamo_backend, register_backend
+from fusion_cache.frontends import dynamo_backend
 
 # with the fusion's ATen ops, GEMMs and attention join the regions (aten_library.py)
 HAS_ATEN = hasattr(Operators, "matmul")
@@ -52,17 +52,7 @@ class Model(nn.Module):
         return self.head(self.mlp(self.attn(x)))
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo(monkeypatch):
-    import torch._dynamo
-
-    register_backend()
-    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
-    monkeypatch.delenv("FUSION_CACHE_SINGLE_NODE", raising=False)
-    torch._dynamo.reset()
-    dynamo_backend.reset_reports()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 def _train(model: nn.Module, steps: int, data: list[torch.Tensor]) -> list[tuple]:
