@@ -26,6 +26,7 @@ import torch
 from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.validate import validate_inputs
 
+from .aten_calls import reinterpret
 from .aten_segments import AtenPlan
 from .executor import executor_for
 from .plans import LaunchPlan
@@ -232,9 +233,8 @@ class AtenStep:
                 args.append(env[slot])
             elif len(view) == 2:  # a view method (view_recipe in aten_calls.py)
                 args.append(view[0](env[slot], *view[1]))
-            else:
-                t = env[slot]
-                args.append(t.as_strided(view[0], view[1], t.storage_offset() + view[2]))
+            else:  # Note [Operand views]
+                args.append(reinterpret(env[slot], *view))
         out = self.fn(*args)
         if self.picks is None:
             env[self.write] = out
