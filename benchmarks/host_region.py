@@ -277,7 +277,7 @@ def allocations_only(seq: Any) -> Callable[[], None]:
     from fusion_cache.runtime.sequence import KernelStep
 
     allocs = [(step.empty, a) for step in seq.steps if isinstance(step, KernelStep)
-              for a in step.allocs]  # fmt: skip
+              for a in (*step.fresh, *((s, (n,), (1,), d) for s, n, d in step.arenas))]
 
     def run() -> None:
         for empty, (_, shape, stride, dtype) in allocs:

@@ -384,7 +384,14 @@ def test_view_outputs_come_back_as_views_not_copies():
     it (as eager makes them), not as fusion outputs of their own."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from fusion_cache.frontends.fx_region import DerivedOutput, RegionCall, build_region, spec_of
+    from fusion_cache.frontends import fx_region
+    from fusion_cache.frontends.fx_region import (
+        DerivedOutput,
+        RecordedView,
+        RegionCall,
+        build_region,
+        spec_of,
+    )
 
     def fn(x, w):
         y = x * 2.0
@@ -398,8 +405,8 @@ def test_view_outputs_come_back_as_views_not_copies():
     assert [k for k, v in constants if isinstance(v, DerivedOutput)] == [0, 1, 2, 4]
     assert constants.hidden == 2 and len(fd.output_records()) == 3  # y, and z, x + 1 hidden
     region = RegionCall("r", gm, fd, specs, constants)
-    for _ in range(2):  # the recording call and a replay
-        x, w = torch.randn(4, 6), torch.randn(3, 6)
+    for k in range(3):  # the recording call and replays, the last on a w at a storage offset
+        x, w = torch.randn(4, 6), torch.randn(3, 6) if k < 2 else torch.randn(22)[4:].view(3, 6)
         got, want = region(x, w), fn(x, w)
         assert len(got) == len(want)
         for g, e in zip(got, want):
@@ -407,6 +414,31 @@ def test_view_outputs_come_back_as_views_not_copies():
             torch.testing.assert_close(g, e)
         assert got[0].untyped_storage().data_ptr() == got[3].untyped_storage().data_ptr()
         assert got[1].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+        assert got[1].data_ptr() == w.data_ptr()
+    # replays make the views from the layouts the first call gave (Note [Recorded views])
+    recorded = [k for k, v in region._last[2] if isinstance(v, RecordedView)]
+    assert recorded == ([0, 1, 2, 4] if fx_region._reinterpret is not None else [])
+
+
+def test_a_recorded_view_of_a_source_laid_out_otherwise_takes_its_methods():
+    """Note [Recorded views]: a fusion output's strides are checked on each call; where they
+    differ from the recorded ones (an ATen result torch lays out), the view methods run."""
+    from fusion_cache.frontends.fx_region import (
+        Constants,
+        DerivedOutput,
+        RecordedView,
+        _with_constants,
+    )
+
+    derived = DerivedOutput(0, False, ((torch.Tensor.t, ()),))
+    view = RecordedView(0, False, (6, 4), (1, 6), 0, (6, 1), derived)
+    constants = Constants([(1, view)])
+    a = torch.randn(4, 6)
+    got = _with_constants([a], constants, ())
+    assert got[0] is a and torch.equal(got[1], a.t()) and got[1].stride() == (1, 6)
+    b = torch.randn(6, 4).t()  # (4, 6) with strides (1, 4): the recorded layout would be wrong
+    got = _with_constants([b], constants, ())
+    assert torch.equal(got[1], b.t()) and got[1].stride() == b.t().stride()
 
 
 @pytest.mark.parametrize("dims", [(0,), (0, 1)])

@@ -312,3 +312,49 @@ def test_aten_step_of_several_outputs_replays_execute():
         assert torch.equal(got, ref)
     ref = torch.nn.functional.scaled_dot_product_attention(q2, k2, v2, is_causal=True)
     torch.testing.assert_close(again[0], ref)
+
+
+def test_kernel_only_intermediates_share_an_arena():
+    """Note [Shared intermediates]: a chain of five segments hands four intermediates along;
+    the replay carves them from one arena, allocated once, where two alive at the same step
+    never meet and the first and third (never alive together) share an address; replays
+    run with the arena dropped after its last carve."""
+    fd, inputs = sp.chain_with_boundaries(5), [torch.randn(16, 32)]
+    log: list = []
+    with stub_launches(log=log):
+        seq, _ = sequence_for(fd, inputs)
+        kernels = [s for s in seq.steps if isinstance(s, KernelStep)]
+        assert [len(s.arenas) for s in kernels] == [1, 0, 0, 0, 0]
+        assert [len(s.carves) for s in kernels] == [1, 1, 1, 1, 0]
+        assert [len(s.fresh) for s in kernels] == [0, 0, 0, 0, 1]
+        ((arena, size, dtype),) = kernels[0].arenas
+        assert size * dtype.itemsize == 2 * 16 * 32 * 4  # two blocks of 16x32 f32
+        assert arena in {s for d in seq.drops for s in d}
+        for _ in range(2):
+            log.clear()
+            (out,) = seq.run(inputs)
+            assert out.shape == inputs[0].shape
+            ptrs = [[a for a, t in zip(args, types) if t == "ptr"] for *_, types, args in log]
+            # launch k reads what launch k-1 wrote; each writes elsewhere than it reads
+            assert all(p[0] != p[1] for p in ptrs), ptrs
+            assert all(ptrs[k][0] == ptrs[k - 1][1] for k in range(1, 5)), ptrs
+            assert ptrs[0][1] == ptrs[2][1] and ptrs[1][1] == ptrs[3][1]
+
+
+def test_arena_layout_keeps_live_blocks_apart():
+    """Blocks alive at a common step never overlap, offsets are aligned, the arena holds
+    them all; blocks that never meet may share bytes."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        blocks = []
+        for i in range(int(torch.randint(2, 12, (), generator=g))):
+            first = int(torch.randint(0, 10, (), generator=g))
+            last = first + int(torch.randint(0, 5, (), generator=g))
+            blocks.append((i, first, last, int(torch.randint(1, 5000, (), generator=g)), None))
+        offsets, total = seq_mod._layout(blocks)
+        assert all(o % seq_mod.ARENA_ALIGN == 0 for o in offsets)
+        for (_, f1, l1, n1, _), o1 in zip(blocks, offsets):
+            assert o1 + n1 <= total
+            for (_, f2, l2, n2, _), o2 in zip(blocks, offsets):
+                if (f1, l1, n1, o1) != (f2, l2, n2, o2) and f1 <= l2 and f2 <= l1:
+                    assert o1 + n1 <= o2 or o2 + n2 <= o1

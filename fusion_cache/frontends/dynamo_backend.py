@@ -43,6 +43,7 @@ from . import recompute
 from .aot_cache import aot_cache_wanted, cache_settings, serializable_compilers
 from .aten_library import conv_layout_knob
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
+from .eager_views import fast_views
 from .fx_casts import casts_before_views
 from .fx_region import RegionCall, build_region, dense_order, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
@@ -225,6 +226,8 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
             report.eager_reasons[node.name] = why
     if dump_enabled("graph"):
         _print_listing(report, listing, labels)
+    if fast_views(gm):  # Note [Eager views]
+        gm.recompile()
     report.fuse_s = time.perf_counter() - start
     with _lock:
         _reports.append(report)

@@ -28,6 +28,7 @@ from fusion_cache.frontend.definition import FusionDefinition
 from fusion_cache.frontend.records import records_from_json, records_to_json
 from fusion_cache.frontend.replay import replay_records
 
+from .eager_views import METHODS, aten_op_of, fast_views
 from .fx_region import REGION_MAX_RECORDS, Constants, DerivedOutput, InputSpec, RegionCall
 
 FORM = 1  # bump when the form changes: an entry of another form is fused again
@@ -40,6 +41,7 @@ class NodeName(str):
 _LITERALS = (type(None), bool, int, float, str, torch.dtype, torch.device, torch.layout,
              torch.memory_format)  # fmt: skip
 _BUILTINS = {"getitem": operator.getitem}
+_VIEW_OPS = frozenset(METHODS.values())
 
 
 class Unsupported(ValueError):
@@ -69,8 +71,8 @@ def _node(node: Node, regions: list[RegionCall]) -> tuple:
     elif isinstance(node.target, RegionCall):
         regions.append(node.target)
         target = ("region", len(regions) - 1)
-    elif isinstance(node.target, torch._ops.OpOverload):
-        op = node.target
+    elif isinstance(node.target, torch._ops.OpOverload) or node.target in _VIEW_OPS:
+        op = aten_op_of(node)  # a view's Tensor method (Note [Eager views]): its aten op
         target = ("op", op._schema.name.replace("::", "."), op._overloadname)
     elif node.target is operator.getitem:
         target = ("builtin", "getitem")
@@ -149,7 +151,10 @@ def rebuild(form: dict[str, Any], load: Callable[[bytes], GraphModule],
             node = graph.create_node(op, _target(target, regions), live(args), live(kwargs),
                                      name=name)  # fmt: skip
         env[name] = node
-    return GraphModule(torch.nn.Module(), graph), regions, form["report"]
+    gm = GraphModule(torch.nn.Module(), graph)
+    if fast_views(gm):  # Note [Eager views]
+        gm.recompile()
+    return gm, regions, form["report"]
 
 
 def _target(target: tuple, regions: list[RegionCall]) -> Any:

@@ -287,13 +287,76 @@ def _is_fusion_tensor(value: Any, inputs: set) -> bool:
 def _with_constants(outs: list, constants: Constants, args: Sequence[Any]) -> list:
     """The region's outputs: the fusion's own, with its constants and derived outputs put
     in their places and its hidden outputs dropped."""
-    hidden = getattr(constants, "hidden", 0)
-    result = list(outs[: len(outs) - hidden]) if hidden else list(outs)
+    hidden = constants.hidden if constants.__class__ is Constants else 0
+    result = outs[: len(outs) - hidden] if hidden else outs[:]  # outs is read below
     for k, value in constants:
-        if value.__class__ is DerivedOutput:
+        cls = value.__class__
+        if cls is RecordedView:  # Note [Recorded views]
+            t = args[value.source] if value.from_input else outs[value.source]
+            if value.strides is None or t.stride() == value.strides:
+                value = _reinterpret(t, value.size, value.stride, value.offset)
+            else:
+                value = value.derived.make(outs, args)
+        elif cls is DerivedOutput:
             value = value.make(outs, args)
         result.insert(k, value)
     return result
+
+
+# Note [Recorded views]: a derived output (Note [View outputs]) replayed through its Tensor
+# methods costs a dispatcher call a view (2 to 4 us each on the H100's host; a Llama-style
+# step returns about 60 of them). Its sizes, strides and storage offset past its source's
+# are fixed by the source's layout: a region input's the guard checks, a fusion output's the
+# sequence allocates (checked on each call all the same: an ATen segment's result, such as an
+# attention output, is laid out by torch). So after the first call of a signature the view is
+# made in one C call, torch's `_reinterpret_tensor` (the one inductor's generated code makes
+# its views with), from the layout that call gave; a view chain that copied (a reshape of a
+# layout it cannot view) keeps its methods.
+try:
+    from torch._C._dynamo.guards import _reinterpret_tensor as _reinterpret
+except ImportError:  # not in this torch (a private API): the methods stay
+    _reinterpret = None
+
+
+@dataclass(frozen=True)
+class RecordedView:
+    """A DerivedOutput's view as its first call made it (Note [Recorded views]): `strides`,
+    the source's strides to check (None for a region input: the guard checks them)."""
+
+    source: int
+    from_input: bool
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    strides: tuple[int, ...] | None
+    derived: DerivedOutput
+
+
+def record_views(constants: Constants, outs: Sequence[Any], args: Sequence[Any],
+                 made: Sequence[Any]) -> Constants:  # fmt: skip
+    """`constants` with each derived output that `made` (the region's outputs of the call on
+    `outs` and `args`) shows to be a view of its source replaced by its RecordedView."""
+    if _reinterpret is None or not any(v.__class__ is DerivedOutput for _, v in constants):
+        return constants
+    recorded = []
+    for k, value in constants:
+        if value.__class__ is DerivedOutput:
+            src = args[value.source] if value.from_input else outs[value.source]
+            view = made[k]
+            if (isinstance(src, torch.Tensor) and isinstance(view, torch.Tensor)
+                    and view.dtype == src.dtype and view.device == src.device
+                    and _same_storage(view, src)):  # fmt: skip
+                value = RecordedView(value.source, value.from_input, tuple(view.shape),
+                                     view.stride(), view.storage_offset() - src.storage_offset(),
+                                     None if value.from_input else src.stride(), value)
+        recorded.append((k, value))
+    result = Constants(recorded)
+    result.hidden = constants.hidden
+    return result
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
 
 
 class RegionCall:
@@ -356,8 +419,11 @@ class RegionCall:
             start = time.perf_counter()
             fd, constants = self.definition_for(args)
             seq, outs = sequence_for(fd, args)
-            entry = self._last = self._sequences[key] = (Guard(args), seq, constants)
+            made = _with_constants(outs, constants, args) if constants else outs
+            constants = record_views(constants, outs, args, made)
+            self._last = self._sequences[key] = (Guard(args), seq, constants)
             self.record_s += time.perf_counter() - start
+            return made
         return _with_constants(outs, entry[2], args) if entry[2] else outs
 
     def definition_for(self, args: Sequence[Any], counted: bool = True,

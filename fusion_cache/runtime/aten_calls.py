@@ -86,8 +86,7 @@ class PreparedCall:
                 elif len(view) == 2:  # a view method (view_recipe)
                     args.append(view[0](values[pos], *view[1]))
                 else:
-                    t = values[pos]
-                    args.append(t.as_strided(view[0], view[1], t.storage_offset() + view[2]))
+                    args.append(reinterpret(values[pos], *view))
             out = fn(*args)
             return [out] if picks is None else [out[i] for i in picks]
         env = dict(self.constants)
@@ -212,7 +211,8 @@ def _direct(op: Record, call: Callable, single: bool, outputs: tuple[int, ...], 
             if a.index not in operands:
                 return None
             pos, size, stride, delta = operands[a.index]
-            specs.append((pos, None if size is None else recipes[a.index] or (size, stride, delta)))
+            view = (size, stride, delta) if _reinterpret is not None else recipes[a.index]
+            specs.append((pos, None if size is None else view or (size, stride, delta)))
         elif isinstance(a, Ref) and a.index in fixed:
             specs.append((None, fixed[a.index]))
         elif isinstance(a, Ref) and a.index in position:  # a float or bool read each run
@@ -222,6 +222,25 @@ def _direct(op: Record, call: Callable, single: bool, outputs: tuple[int, ...], 
         else:
             specs.append((None, a))
     return call, tuple(specs), picks
+
+
+# Note [Operand views]: where this torch has it, an operand viewed from an input is made by
+# `_reinterpret_tensor` (the C call inductor's generated code makes its views with: no
+# dispatcher, no argument parsing; half a view method's host time) from the sizes, strides
+# and offset the plan prepared; the run checks the input's strides first, so the layout is
+# the prepared one. Not an autograd view, which the runs, under no_grad, do not need.
+try:
+    from torch._C._dynamo.guards import _reinterpret_tensor as _reinterpret
+except ImportError:  # not in this torch (a private API): view methods and as_strided
+    _reinterpret = None
+
+
+def _as_strided(t: torch.Tensor, size: tuple, stride: tuple, delta: int) -> torch.Tensor:
+    return t.as_strided(size, stride, t.storage_offset() + delta)
+
+
+# an operand's view of (sizes, strides, offset past the input's own)
+reinterpret: Callable[..., torch.Tensor] = _reinterpret or _as_strided
 
 
 def view_recipe(root: torch.Tensor, view: torch.Tensor) -> tuple | None:
