@@ -364,10 +364,39 @@ def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Part
     for n in nodes:
         if item(n):
             piece[n] = piece[n.args[0]]
+    if switched_on("LONE_CONVOLUTIONS"):  # Note [Unmeasured switches]
+        _join_lone_cuts(nodes, piece, item, consumers)
     runs: dict[int, list[Node]] = {}
     for n in nodes:
         runs.setdefault(piece[n], []).append(n)
     return [Partition(nodes=runs[k]) for k in sorted(runs)]
+
+
+def _join_lone_cuts(nodes: list[Node], piece: dict[Node, float], item: Callable[[Node], bool],
+                    consumers: Callable[[Node], list[Node]]) -> None:  # fmt: skip
+    """Note [Lone convolutions]: a convolution that shares its piece with none of its producers
+    (ResNet-18's shortcut convolution, whose input's other reader ends the piece before; the
+    stem's, which reads the model's input) would be a region of one op, left to eager. It
+    joins the piece of its latest producer in the partition, beside that piece's own
+    convolution, or with none there, its earliest consumer's. Either keeps every edge's piece
+    number from falling: the producer's piece is at most its own, the consumers' at least."""
+    members = set(nodes)
+    for n in nodes:
+        if item(n) or not _ends_piece(n):
+            continue
+        feeds = [m.args[0] if item(m) else m for m in n.all_input_nodes if m in members]
+        if any(piece[m] == piece[n] for m in feeds):
+            continue
+        later = [piece[c] for c in consumers(n)]
+        if feeds:
+            piece[n] = max(piece[m] for m in feeds)
+        elif later:
+            piece[n] = min(later)
+        else:
+            continue
+        for u in n.users:  # its items go with it
+            if item(u):
+                piece[u] = piece[n]
 
 
 def _connected_parts(part: Partition) -> list[Partition]:
