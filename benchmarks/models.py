@@ -285,14 +285,19 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     return row
 
 
+# the switches the _switched contenders turn on (--switches; None: every one)
+SWITCHED_ONLY: list[str] | None = None
+
+
 @contextlib.contextmanager
 def switches_on() -> Iterator[None]:
-    """Every switch of Note [Unmeasured switches] on for the block. Plans made in memory
-    before and inside it are dropped on both sides: the same definitions plan otherwise."""
+    """The switches of Note [Unmeasured switches] (SWITCHED_ONLY, or every one) on for the
+    block. Plans made in memory before and inside it are dropped on both sides: the same
+    definitions plan otherwise."""
     from fusion_cache import FusionCache
     from schedulers.tuning import SWITCHES
 
-    names = [f"FUSION_CACHE_{name}" for name in SWITCHES]
+    names = [f"FUSION_CACHE_{name}" for name in SWITCHED_ONLY or SWITCHES]
     saved = {n: os.environ.get(n) for n in names}
     FusionCache.get().executors.clear()
     os.environ.update({n: "1" for n in names})
@@ -475,7 +480,8 @@ def render_markdown(data: dict[str, Any]) -> str:
              "process on the warm fusion store). Loss diff: the largest over the steps; "
              "eager_again is eager's own run-to-run deviation (Note [Loss deviation]); "
              + ("deterministic cuDNN, no TF32 for every contender."
-                if meta.get("deterministic") else "torch's default cuDNN and TF32 settings."),
+                if meta.get("deterministic") else "torch's default cuDNN and TF32 settings.")
+             + f" Switches of the _switched contenders: {meta.get('switched', 'all')}.",
              "",
              "| model | contender | step ms | first step s | loss diff vs eager | regions | "
              "ops fused / eager | kernels compiled / loaded | reference runs |",
@@ -564,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-beside-cache", action="store_true",
                         help="start the warm-store process while this one holds its allocator's "
                              "cache (the condition a warm ResNet-18 once ran slower under)")
+    parser.add_argument("--switches", default=None,
+                        help="comma list of the switches the _switched contenders turn on "
+                             "(default: every one of Note [Unmeasured switches])")
     parser.add_argument("--deterministic", action="store_true",
                         help="deterministic cuDNN, no TF32, for every contender (Note [Loss "
                              "deviation]): loss differences then measure numerics, not noise")
@@ -588,6 +597,13 @@ def main(argv: list[str] | None = None) -> int:
                           args.profile_stem)  # fmt: skip
     if args.stub and args.device != "cpu":
         parser.error("--stub runs on the CPU (--device cpu)")
+    if args.switches:
+        from schedulers.tuning import SWITCHES
+
+        global SWITCHED_ONLY
+        SWITCHED_ONLY = [n for n in args.switches.split(",") if n]
+        if set(SWITCHED_ONLY) - set(SWITCHES):
+            parser.error(f"unknown switches {sorted(set(SWITCHED_ONLY) - set(SWITCHES))}")
     args.contenders = [c for c in args.contenders.split(",") if c]
     unknown = set(args.contenders) - set(CONTENDERS + OPTIONAL)
     if unknown:
@@ -599,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     data: dict[str, Any] = {"meta": {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "torch": torch.__version__, "steps": args.steps, "tiny": args.tiny, "stub": args.stub,
-        "deterministic": args.deterministic,
+        "deterministic": args.deterministic, "switched": args.switches or "all",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }, "models": []}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
