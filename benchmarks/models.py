@@ -597,11 +597,11 @@ def main(argv: list[str] | None = None) -> int:
                           args.profile_stem)  # fmt: skip
     if args.stub and args.device != "cpu":
         parser.error("--stub runs on the CPU (--device cpu)")
-    if args.switches:
+    global SWITCHED_ONLY
+    SWITCHED_ONLY = [n for n in args.switches.split(",") if n] if args.switches else None
+    if SWITCHED_ONLY:
         from schedulers.tuning import SWITCHES
 
-        global SWITCHED_ONLY
-        SWITCHED_ONLY = [n for n in args.switches.split(",") if n]
         if set(SWITCHED_ONLY) - set(SWITCHES):
             parser.error(f"unknown switches {sorted(set(SWITCHED_ONLY) - set(SWITCHES))}")
     args.contenders = [c for c in args.contenders.split(",") if c]
