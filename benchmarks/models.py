@@ -6,7 +6,9 @@
 Per model (benchmarks/model_defs.py) and contender, from the same initial weights on the same
 batches: the step time (the median of steps 5 to the last), the first step (cold: compiles
 included, on an empty fusion store and empty inductor caches), the loss of every step and
-its largest difference from eager's. For fusion_cache also: the first step of a new process
+its largest difference from eager's. `eager_again` is eager run a second time: its
+difference is eager's own run-to-run deviation, the floor under every other contender's
+(Note [Loss deviation]). For fusion_cache also: the first step of a new process
 on the warm store and that process's steady step (`--warm-child`, run as a subprocess), the
 regions and the ops fused and left to eager with their reasons, kernels compiled and loaded,
 plan misses and reference-evaluator runs (zero on a GPU). `fusion_cache_graphs` and
@@ -19,6 +21,14 @@ timed beside the others in the same run.
 one: fusion_cache plans every region for the h100 profile (NVRTC compiles here, through
 the store), stub kernels launch nothing, and the eager ops run on the CPU; losses are
 meaningless, plans, compiles, fallbacks and host times are not.
+
+Note [Loss deviation]: a loss difference from eager is meaningful only beside eager's own.
+By default cuDNN may pick nondeterministic convolution algorithms (atomics in the weight and
+input gradients) and runs f32 convolutions in TF32, so two eager runs of ResNet-18 from the
+same weights on the same batches part after a few steps, and every contender inherits that.
+`--deterministic` sets cudnn.deterministic, no cudnn.benchmark and no TF32 (cuDNN and
+cuBLAS) for every contender of the run, the warm process included: eager_again then shows
+what nondeterminism is left, and a contender's difference beyond it is its own numerics.
 
 A step: zero_grad, forward (under bf16 autocast for GPT-2), backward, SGD step, synchronize.
 Results: DIR/models-<device>.json and .md (default benchmarks/results).
@@ -48,7 +58,7 @@ import torch
 from benchmarks.model_defs import ModelCase, model_cases
 
 RESULTS_DIR = Path(__file__).parent / "results"
-CONTENDERS = ("eager", "inductor", "fusion_cache")
+CONTENDERS = ("eager", "eager_again", "inductor", "fusion_cache")
 OPTIONAL = ("fusion_cache_graphs", "inductor_graphs", "fusion_cache_switched",
             "fusion_cache_switched_graphs")
 SWITCHED = "_switched"  # Note [Unmeasured switches]: the contender with every switch on
@@ -56,6 +66,14 @@ MEDIAN_FROM = 4  # steps 5.. (0-based 4..): the median skips compiles and warm-u
 
 
 # ---- one training run -------------------------------------------------------------------------
+
+
+def set_deterministic() -> None:
+    """Note [Loss deviation]: the same convolution algorithms and f32 math in every run."""
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def sync(device: str) -> None:
@@ -129,7 +147,7 @@ def compiled(contender: str, model: torch.nn.Module) -> Callable:
     import torch._dynamo
 
     torch._dynamo.reset()
-    if contender == "eager":
+    if contender in ("eager", "eager_again"):
         return model
     if contender == "inductor":
         return torch.compile(model)
@@ -267,14 +285,19 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     return row
 
 
+# the switches the _switched contenders turn on (--switches; None: every one)
+SWITCHED_ONLY: list[str] | None = None
+
+
 @contextlib.contextmanager
 def switches_on() -> Iterator[None]:
-    """Every switch of Note [Unmeasured switches] on for the block. Plans made in memory
-    before and inside it are dropped on both sides: the same definitions plan otherwise."""
+    """The switches of Note [Unmeasured switches] (SWITCHED_ONLY, or every one) on for the
+    block. Plans made in memory before and inside it are dropped on both sides: the same
+    definitions plan otherwise."""
     from fusion_cache import FusionCache
     from schedulers.tuning import SWITCHES
 
-    names = [f"FUSION_CACHE_{name}" for name in SWITCHES]
+    names = [f"FUSION_CACHE_{name}" for name in SWITCHED_ONLY or SWITCHES]
     saved = {n: os.environ.get(n) for n in names}
     FusionCache.get().executors.clear()
     os.environ.update({n: "1" for n in names})
@@ -362,6 +385,7 @@ def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
     cmd += ["--tiny"] if args.tiny else []
     cmd += ["--stub"] if args.stub else []
+    cmd += ["--deterministic"] if args.deterministic else []
     cmd += ["--profile-stem", str(profile.resolve())] if profile is not None else []
     env = dict(os.environ, FUSION_CACHE_DIR=store, **(extra_env or {}))
     env.pop("FUSION_CACHE_DB_URL", None)
@@ -453,7 +477,12 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines = [f"# Training steps: {meta['device']} ({meta['date']})", "",
              f"torch {meta['torch']}; {meta['steps']} steps; step time = median of steps "
              f"{MEDIAN_FROM + 1}-{meta['steps']}; first step cold (empty caches) and warm (a new "
-             "process on the warm fusion store).", "",
+             "process on the warm fusion store). Loss diff: the largest over the steps; "
+             "eager_again is eager's own run-to-run deviation (Note [Loss deviation]); "
+             + ("deterministic cuDNN, no TF32 for every contender."
+                if meta.get("deterministic") else "torch's default cuDNN and TF32 settings.")
+             + f" Switches of the _switched contenders: {meta.get('switched', 'all')}.",
+             "",
              "| model | contender | step ms | first step s | loss diff vs eager | regions | "
              "ops fused / eager | kernels compiled / loaded | reference runs |",
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -541,6 +570,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-beside-cache", action="store_true",
                         help="start the warm-store process while this one holds its allocator's "
                              "cache (the condition a warm ResNet-18 once ran slower under)")
+    parser.add_argument("--switches", default=None,
+                        help="comma list of the switches the _switched contenders turn on "
+                             "(default: every one of Note [Unmeasured switches])")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="deterministic cuDNN, no TF32, for every contender (Note [Loss "
+                             "deviation]): loss differences then measure numerics, not noise")
     parser.add_argument("--stub", action="store_true",
                         help="CPU only: plan for h100, launch nothing (the host side's model)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -555,11 +590,20 @@ def main(argv: list[str] | None = None) -> int:
                              "(profile-cold-<model>.prof/.txt; its figures are slowed by it)")
     parser.add_argument("--profile-stem", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.deterministic:
+        set_deterministic()
     if args.warm_child:
         return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub,
                           args.profile_stem)  # fmt: skip
     if args.stub and args.device != "cpu":
         parser.error("--stub runs on the CPU (--device cpu)")
+    global SWITCHED_ONLY
+    SWITCHED_ONLY = [n for n in args.switches.split(",") if n] if args.switches else None
+    if SWITCHED_ONLY:
+        from schedulers.tuning import SWITCHES
+
+        if set(SWITCHED_ONLY) - set(SWITCHES):
+            parser.error(f"unknown switches {sorted(set(SWITCHED_ONLY) - set(SWITCHES))}")
     args.contenders = [c for c in args.contenders.split(",") if c]
     unknown = set(args.contenders) - set(CONTENDERS + OPTIONAL)
     if unknown:
@@ -571,10 +615,12 @@ def main(argv: list[str] | None = None) -> int:
     data: dict[str, Any] = {"meta": {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "torch": torch.__version__, "steps": args.steps, "tiny": args.tiny, "stub": args.stub,
+        "deterministic": args.deterministic, "switched": args.switches or "all",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }, "models": []}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = ("-tiny" if args.tiny else "") + ("-stub" if args.stub else "")
+    suffix = ("-tiny" if args.tiny else "") + ("-stub" if args.stub else "") + (
+        "-deterministic" if args.deterministic else "")
     stem = args.out / f"models-{device_slug(args.device)}{suffix}"
     for case in cases:
         data["models"].append(run_model(case, args))

@@ -158,6 +158,12 @@ SWITCHES: dict[str, str] = {
                     "(Note [Leading dims as rows], schedulers/inner_outer.py)",
     "CASTS_BEFORE_VIEWS": "the torch.compile backend moves casts ahead of the views they read "
                           "(Note [Casts before views], fusion_cache/frontends/fx_casts.py)",
+    "COUNTERS_REGION": "the torch.compile backend updates a graph's counters (batch norm's "
+                       "num_batches_tracked) in one region of one kernel (Note [Counter "
+                       "updates], fusion_cache/frontends/fx_counters.py)",
+    "LONE_CONVOLUTIONS": "the torch.compile backend puts a convolution that would be a region "
+                         "of one op into a neighbour's region (Note [Lone convolutions], "
+                         "fusion_cache/frontends/dynamo_backend.py)",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
 }

@@ -74,3 +74,27 @@ def test_llama_with_the_switches_on(tmp_path):
     rows = data["models"][0]["contenders"]
     _check_losses(rows["fusion_cache_switched"], rows["eager"])
     assert rows["fusion_cache_switched"]["regions"] > 0
+
+
+def test_eager_again_and_deterministic(tmp_path):
+    """Note [Loss deviation]: eager run a second time is a contender (its loss diff is eager's
+    own deviation, 0 on the CPU), and --deterministic names itself in the results."""
+    import torch
+
+    flags = [(torch.backends.cudnn, n) for n in ("deterministic", "benchmark", "allow_tf32")]
+    flags.append((torch.backends.cuda.matmul, "allow_tf32"))
+    saved = [getattr(m, n) for m, n in flags]
+    out = tmp_path / "results"
+    try:
+        assert models.main(["--tiny", "--device", "cpu", "--steps", "2", "--out", str(out),
+                            "--caches", str(tmp_path / "caches"), "--models", "resnet18",
+                            "--no-warm", "--deterministic", "--contenders",
+                            "eager,eager_again"]) == 0  # fmt: skip
+    finally:  # the process's settings: the next test gets torch's defaults back
+        for (m, n), v in zip(flags, saved):
+            setattr(m, n, v)
+    (path,) = out.glob("models-*-tiny-deterministic.json")
+    data = json.loads(path.read_text())
+    assert data["meta"]["deterministic"] is True
+    assert data["models"][0]["contenders"]["eager_again"]["max_loss_diff"] == 0.0
+    assert "deterministic cuDNN" in path.with_suffix(".md").read_text()

@@ -12,7 +12,8 @@ op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=gra
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
 definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute; FUSION_CACHE_AOT_CACHE=0
 keeps the compiled graphs out of torch's AOTAutograd cache (Note [AOT cache]).
-FUSION_CACHE_MIN_CUT=1 and FUSION_CACHE_CASTS_BEFORE_VIEWS=1: Note [Unmeasured switches] in
+FUSION_CACHE_MIN_CUT=1, FUSION_CACHE_CASTS_BEFORE_VIEWS=1 and FUSION_CACHE_COUNTERS_REGION=1: Note
+[Unmeasured switches] in
 schedulers/tuning.py.
 """
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .aten_library import conv_layout_knob
 from .cuda_graphs import compile_with_cuda_graphs, cuda_graphs_wanted
 from .eager_views import fast_views
 from .fx_casts import casts_before_views
+from .fx_counters import counters_region, updates_in_place
 from .fx_region import RegionCall, build_region, dense_order, spec_of
 from .fx_support import FusionSupport, base_name, is_getitem, is_view
 from .lowering import LoweringError
@@ -180,7 +182,7 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     if switched_on("CASTS_BEFORE_VIEWS"):  # Note [Unmeasured switches]
         casts_before_views(gm)  # Note [Casts before views]
     support = FusionSupport()
-    _updates_in_place(gm)
+    updates_in_place(gm)  # Note [Counter updates]
     proposed = _propose(gm, support)
     labels: dict[Node, str] = {}
     kept = _keep_worthwhile(proposed, labels)
@@ -210,6 +212,8 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
         for n in ops:
             report.fused_ops[base_name(n)] = report.fused_ops.get(base_name(n), 0) + 1
         report.fusion_ids.append(region.fusion_id)
+    if switched_on("COUNTERS_REGION"):  # Note [Unmeasured switches]
+        _fuse_counters(gm, ahead, kind, report, labels)
     gm.recompile()
     ahead_start = time.perf_counter()
     report.planned_ahead = compile_regions(ahead)  # Note [Compiles ahead]
@@ -234,36 +238,37 @@ def fuse_graph(gm: GraphModule, kind: str = "forward") -> dict[str, Any]:
     return report.as_dict()
 
 
-_aten = torch.ops.aten
-# x.copy_(op(x, scalar)) -> op_(x, scalar): eager's one in-place kernel instead of two
-_IN_PLACE = {_aten.add.Tensor: _aten.add_.Tensor, _aten.sub.Tensor: _aten.sub_.Tensor,
-             _aten.mul.Tensor: _aten.mul_.Tensor}  # fmt: skip
-
-
-def _updates_in_place(gm: GraphModule) -> None:
-    """Note [Buffer updates in place]: a counter's update (batch norm's num_batches_tracked
-    += 1) reaches the graph as copy_(x, add(x, 1)), two eager kernels; where the add has no
-    other reader and x's dtype, it is one in-place add at the copy's place (after every read
-    of x, as the copy was)."""
-    graph = gm.graph
-    for node in list(graph.nodes):
-        if node.op != "call_function" or base_name(node) != "copy_" or len(node.args) != 2:
-            continue
-        dst, src = node.args
-        if not (isinstance(src, Node) and src.op == "call_function" and src.target in _IN_PLACE
-                and len(src.users) == 1 and not src.kwargs and len(src.args) == 2
-                and src.args[0] is dst and isinstance(src.args[1], (int, float))):  # fmt: skip
-            continue
-        want, got = dst.meta.get("val"), src.meta.get("val")
-        if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)
-                and want.dtype == got.dtype and want.shape == got.shape):  # fmt: skip
-            continue
-        with graph.inserting_before(node):
-            update = graph.call_function(_IN_PLACE[src.target], (dst, src.args[1]))
-        update.meta = dict(node.meta)
-        node.replace_all_uses_with(update)
-        graph.erase_node(node)
-        graph.erase_node(src)
+def _fuse_counters(gm: GraphModule, ahead: list, kind: str, report: GraphReport,
+                   labels: dict[Node, str]) -> None:  # fmt: skip
+    """Note [Counter updates]: the graph's counters updated by one region, called at the last
+    update's place; where it does not lower, the updates stay eager add_ and say why."""
+    found = counters_region(gm)
+    if found is None:
+        return
+    updates, sub = found
+    # fuse_by_partitions sorted the graph into new nodes: the labels name the old ones
+    names = {u.name for u in updates}
+    for old in [n for n in labels if n.name in names]:
+        del labels[old]
+    name = f"{_PREFIX}counters"
+    gm.add_submodule(name, sub)
+    with gm.graph.inserting_after(updates[-1]):
+        call = gm.graph.call_module(name, tuple(u.args[0] for u in updates))
+    region = _lower_region(gm, name, ahead, kind)
+    if isinstance(region, str):
+        gm.graph.erase_node(call)
+        gm.delete_submodule(name)
+        for u in updates:
+            labels[u] = f"counters' region did not lower: {region}"
+        return
+    _call_region(gm, name, region)
+    for u in updates:
+        report.fused_ops[base_name(u)] = report.fused_ops.get(base_name(u), 0) + 1
+        gm.graph.erase_node(u)
+    report.regions_list.append(region)
+    report.regions += 1
+    report.ops_fused += len(updates)
+    report.fusion_ids.append(region.fusion_id)
 
 
 def _propose(gm: GraphModule, support: FusionSupport) -> list[Partition]:
@@ -362,10 +367,39 @@ def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Part
     for n in nodes:
         if item(n):
             piece[n] = piece[n.args[0]]
+    if switched_on("LONE_CONVOLUTIONS"):  # Note [Unmeasured switches]
+        _join_lone_cuts(nodes, piece, item, consumers)
     runs: dict[int, list[Node]] = {}
     for n in nodes:
         runs.setdefault(piece[n], []).append(n)
     return [Partition(nodes=runs[k]) for k in sorted(runs)]
+
+
+def _join_lone_cuts(nodes: list[Node], piece: dict[Node, float], item: Callable[[Node], bool],
+                    consumers: Callable[[Node], list[Node]]) -> None:  # fmt: skip
+    """Note [Lone convolutions]: a convolution that shares its piece with none of its producers
+    (ResNet-18's shortcut convolution, whose input's other reader ends the piece before; the
+    stem's, which reads the model's input) would be a region of one op, left to eager. It
+    joins the piece of its latest producer in the partition, beside that piece's own
+    convolution, or with none there, its earliest consumer's. Either keeps every edge's piece
+    number from falling: the producer's piece is at most its own, the consumers' at least."""
+    members = set(nodes)
+    for n in nodes:
+        if item(n) or not _ends_piece(n):
+            continue
+        feeds = [m.args[0] if item(m) else m for m in n.all_input_nodes if m in members]
+        if any(piece[m] == piece[n] for m in feeds):
+            continue
+        later = [piece[c] for c in consumers(n)]
+        if feeds:
+            piece[n] = max(piece[m] for m in feeds)
+        elif later:
+            piece[n] = min(later)
+        else:
+            continue
+        for u in n.users:  # its items go with it
+            if item(u):
+                piece[u] = piece[n]
 
 
 def _connected_parts(part: Partition) -> list[Partition]:
