@@ -24,6 +24,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -181,7 +182,17 @@ def trace(name: str, tiny: bool, stub: bool, warmup: int) -> dict[str, Any]:
             out["launches"] = [f"{k[0]} {k[1]} {k[2]}" for k in log[: len(log) // 2]]
         if device == "cuda":
             out["profile"] = _kernel_profile(run_step)
+    if not stub:  # eager in the same process, after: its steps beside the backend's
+        out["eager_ms"], out["eager_host_ms"] = _eager_steps(case, device, warmup)
     return out
+
+
+def _eager_steps(case: Any, device: str, steps: int) -> tuple[list[float], list[float]]:
+    model = models.initial_model(case, device)
+    hosts: list[float] = []
+    _, times = models.train(model, list(model.parameters()), case,
+                            models.batches_for(case, steps, device), device, hosts=hosts)
+    return [t * 1e3 for t in times], [t * 1e3 for t in hosts]
 
 
 def diff(cold: dict[str, Any], warm: dict[str, Any]) -> list[str]:
@@ -203,6 +214,16 @@ def diff(cold: dict[str, Any], warm: dict[str, Any]) -> list[str]:
         same = cold["launches"] == warm.get("launches")
         lines.append(f"kernel launches: cold {len(cold['launches'])}, warm "
                      f"{len(warm.get('launches', []))}, same sequence: {same}")  # fmt: skip
+    def median(values: list[float]) -> str:
+        tail = values[5:] or values
+        return f"{statistics.median(tail):.2f}" if tail else "-"
+
+    for run, data in (("cold", cold), ("warm", warm)):
+        lines.append(f"{run}: started {time.strftime('%H:%M:%S', time.gmtime(data['started']))} "
+                     f"UTC; first step {data['steps_ms'][0] / 1e3:.2f} s; steps 6+ median "
+                     f"{median(data['steps_ms'])} ms, host {median(data['host_ms'])} ms; eager "
+                     f"in the same process {median(data.get('eager_ms', []))} ms, host "
+                     f"{median(data.get('eager_host_ms', []))} ms")  # fmt: skip
     sa, sb = cold.get("state", {}), warm.get("state", {})
     for k in sorted(set(sa) | set(sb)):
         if sa.get(k) != sb.get(k):
@@ -213,6 +234,11 @@ def diff(cold: dict[str, Any], warm: dict[str, Any]) -> list[str]:
         hosts = " ".join(f"{t:.1f}" for t in data.get("host_ms", []))
         lines.append(f"{run}: steps ms {steps}; of which host before the sync {hosts}; "
                      f"AOT cache {data['aot_cache']}")
+        if "eager_ms" in data:
+            eager = " ".join(f"{t:.1f}" for t in data["eager_ms"])
+            eager_host = " ".join(f"{t:.1f}" for t in data["eager_host_ms"])
+            lines.append(f"{run}: eager after it, same process: steps ms {eager}; host "
+                         f"{eager_host}")
         if prof:
             launched = sum(r[0] for r in prof["kernels"].values())
             lines.append(f"{run}: profiled step {prof['wall_ms']:.2f} ms wall, kernels "
@@ -242,11 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--stub", action="store_true", help="CPU, plans for h100, stub launches")
     parser.add_argument("--warmup", type=int, default=6)
-    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--out", type=Path, default=Path("."), help="the diff's folder")
+    parser.add_argument("--traces", type=Path, default=None,
+                        help="the two traces' folder (default: --out; they run to MBs)")
     parser.add_argument("--run", choices=("cold", "warm"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"step-trace-{args.model}"
+    traces = args.traces or args.out
+    for folder in (args.out, traces):
+        folder.mkdir(parents=True, exist_ok=True)
+    stem = traces / f"step-trace-{args.model}"
     if args.run is not None:  # one process: trace and write
         data = trace(args.model, args.tiny, args.stub, args.warmup)
         Path(f"{stem}-{args.run}.json").write_text(json.dumps(data, indent=0))
@@ -254,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     models.fresh_caches(None)  # sets the store and torch's cache dirs in os.environ
     for run in ("cold", "warm"):  # each a new process: cold fills the caches, warm reads them
         cmd = [sys.executable, "-m", "benchmarks.step_trace", "--run", run, "--model",
-               args.model, "--warmup", str(args.warmup), "--out", str(args.out)]  # fmt: skip
+               args.model, "--warmup", str(args.warmup), "--out", str(args.out),
+               "--traces", str(traces)]  # fmt: skip
         cmd += ["--tiny"] if args.tiny else []
         cmd += ["--stub"] if args.stub else []
         root = str(Path(__file__).resolve().parents[1])
@@ -264,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     warm = json.loads(Path(f"{stem}-warm.json").read_text())
     text = "\n".join(diff(cold, warm))
     print(text)
-    Path(f"{stem}-diff.txt").write_text(text + "\n")
+    (args.out / f"step-trace-{args.model}-diff.txt").write_text(text + "\n")
     return 0
 
 
