@@ -93,8 +93,11 @@ def initial_model(case: ModelCase, device: str) -> torch.nn.Module:
 
 def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase, batches: list,
           device: str, after_step: Callable[[], None] | None = None,
-          profile: Path | None = None) -> tuple[list[float], list[float]]:  # fmt: skip
-    """Loss and seconds of each step; `after_step()` runs after each, outside the timing.
+          profile: Path | None = None, hosts: list[float] | None = None,
+          ) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Loss and seconds of each step; `after_step()` runs after each, outside the timing;
+    `hosts` gets each step's seconds before its closing synchronize (its host time where
+    the step is host-bound: set against the step's, it tells host from device).
     `profile`: the first step runs under cProfile, its stats written there (.prof, and the
     heaviest functions by cumulative time as .txt)."""
     import cProfile
@@ -113,6 +116,8 @@ def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase, ba
             loss = model(*batch)
         loss.backward()
         opt.step()
+        if hosts is not None:
+            hosts.append(time.perf_counter() - start)
         sync(device)
         times.append(time.perf_counter() - start)
         if profiler is not None:
@@ -261,17 +266,19 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     fn = compiled(contender, model)
     compilation_time_metrics.clear()
     watch = StepWatch()
+    hosts: list[float] = []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # recompile notes and the like: the results say it
             losses, times = train(fn, list(model.parameters()), case, batches, device, watch,
-                                  profile)  # fmt: skip
+                                  profile, hosts)  # fmt: skip
     finally:
         watch.close()
     after = fusion_counters()
     row: dict[str, Any] = {
         "losses": losses, "step_s": times, "first_step_s": times[0],
         "median_ms": statistics.median(times[MEDIAN_FROM:] or times) * 1e3,
+        "host_s": hosts, "host_median_ms": statistics.median(hosts[MEDIAN_FROM:] or hosts) * 1e3,
         "free_gib_at_start": free, "tracing_s": tracing_times(),
     }  # fmt: skip
     row["per_step"] = {k: [r[k] for r in watch.rows] for k in watch.rows[0]} if watch.rows else {}
@@ -505,12 +512,13 @@ def render_markdown(data: dict[str, Any]) -> str:
               "the backward's where the AOT cache is on (else it is compiled later, in the step); "
               "steps 2+ of each run: plan misses, compiles, reference runs, dynamo recompiles "
               "and garbage-collection ms (all should be 0 but gc), Python launches a step "
-              "(0 once CUDA graphs replay)", "",
+              "(0 once CUDA graphs replay); host ms: a step's time before its closing synchronize "
+              "(median, as step ms): near step ms where the step is host-bound", "",
               "| model | run | first step s | of which lowering s / first region calls s | "
-              "dynamo s | AOT cache hit / miss | step ms | warm/cold first | kernels as cold | "
+              "dynamo s | AOT cache hit / miss | step ms | host ms | warm/cold first | kernels as cold | "
               "misses | compiles | ref runs | recompiles | gc ms | launches/step | "
               "free GiB at start |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in data["models"]:
         rows = m["contenders"]
         cold = rows.get("fusion_cache", {})
@@ -531,7 +539,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {m['model']} | {name} | {_s(row['first_step_s'])} "
                 f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} "
                 f"| {_s(row.get('tracing_s', {}).get('_compile.compile_inner'))} "
-                f"| {aot} | {_ms(row['median_ms'])} "
+                f"| {aot} | {_ms(row['median_ms'])} | {_ms(row.get('host_median_ms'))} "
                 f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
                 f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
                 f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} "

@@ -173,6 +173,31 @@ def test_a_rebuilt_region_lowers_its_graph_again_for_other_strides():
     assert region.redefined == 1 and region._region_graph is not None
 
 
+def test_a_rebuilt_region_keeps_every_definition_it_held():
+    """A definition built before the form was taken (at lowering, for the strides a first
+    call brings: dynamo_backend._first_call_inputs) is kept with the traced one, so a call
+    with those strides needs no subgraph after a restart (Note [Fused graph form])."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusion_cache.frontends.aot_cache import dump_graph, load_graph
+    from fusion_cache.frontends.fused_form import describe, rebuild
+
+    def fn(x, b):
+        return F.gelu(x * 2.0 + b).sum(-1)
+
+    x, b = torch.randn(6, 8), torch.randn(8)
+    xt = torch.randn(8, 6).t()  # the same sizes, transposed strides
+    gm = make_fx(fn, tracing_mode="fake")(x, b)
+    report = dynamo_backend.fuse_graph(gm)
+    gm(xt, b)  # defines the region for xt's strides too
+    form = describe(gm, report, dump_graph)
+    fused, (region,), _ = rebuild(form, load_graph)
+    assert len(region.definitions) == 2
+    for args in ((xt, b), (x, b)):
+        torch.testing.assert_close(fused(*args), fn(*args))
+    assert region.redefined == 0 and region._region_graph is None
+
+
 def test_a_fusing_knob_keeps_its_own_entries(monkeypatch):
     """FUSION_CACHE_EAGER_OPS changes the regions: a form fused under another setting is
     never taken."""

@@ -5,10 +5,12 @@ cache]) had to unpickle each aten graph (a fake tensor for every node) and fuse 
 partition, cut the regions out as submodules, lower each into a definition. Yet all that
 decides a region is its definition's records, and the graph around the regions is a list of
 aten calls. So the cache keeps the fused graph: its nodes in order (each an aten op, a
-Python builtin or region i, with its arguments) and per region the records (the canonical
-JSON the trie and the store key them by), the input specs it was lowered for, its
-constants, and its subgraph pickled by torch.fx's GraphPickler, unpickled only if a call
-brings other strides and the region must be lowered again. Rebuilding replays the records
+Python builtin or region i, with its arguments) and per region its definitions: the records
+(the canonical JSON the trie and the store key them by), the input specs each was lowered
+for (the traced ones, and those the first call brings where they differ: a backward's saved
+views come as a forward region's row-major outputs), its constants; and its subgraph
+pickled by torch.fx's GraphPickler, unpickled only if a call brings strides no definition
+was kept for and the region must be lowered again. Rebuilding replays the records
 (the fusion id comes from the store, as for any definition) and makes the outer graph's
 nodes: no fake tensor, no partitioner, no lowering. No region object, plan or kernel is kept.
 
@@ -31,7 +33,9 @@ from fusion_cache.frontend.replay import replay_records
 from .eager_views import METHODS, aten_op_of, fast_views
 from .fx_region import REGION_MAX_RECORDS, Constants, DerivedOutput, InputSpec, RegionCall
 
-FORM = 1  # bump when the form changes: an entry of another form is fused again
+# bump when the form changes: an entry of another form is fused again; 2: every definition
+# a region holds at describe time, not only the traced one
+FORM = 2
 
 
 class NodeName(str):
@@ -98,15 +102,23 @@ def _plain(value: Any) -> Any:
 
 
 def _region(region: RegionCall, dump: Callable[[GraphModule], bytes]) -> dict[str, Any]:
-    specs, fd, constants = region.traced
     return {
         "name": region.__name__,
+        # the traced definition first, then those built at lowering for the strides the
+        # first call brings (dynamo_backend._first_call_inputs): a rebuilt region then
+        # unpickles its subgraph only for strides no process has seen
+        "definitions": [_definition(*d) for d in region.definitions],
+        "returns_tuple": region.returns_tuple,
+        "graph": dump(region.region_graph),
+    }  # fmt: skip
+
+
+def _definition(specs: tuple, fd: FusionDefinition, constants: Any) -> dict[str, Any]:
+    return {
         "records": records_to_json(fd.records),
         "specs": [(s.dtype, s.sizes, s.strides, s.cpu_scalar, s.is_tensor) for s in specs],
         "constants": [_constant(k, v) for k, v in constants],
         "hidden": getattr(constants, "hidden", 0),
-        "returns_tuple": region.returns_tuple,
-        "graph": dump(region.region_graph),
     }  # fmt: skip
 
 
@@ -170,15 +182,23 @@ def _target(target: tuple, regions: list[RegionCall]) -> Any:
 
 
 def _rebuilt_region(region: dict[str, Any], load: Callable[[bytes], GraphModule]) -> RegionCall:
+    traced, *more = [_rebuilt_definition(d) for d in region["definitions"]]
+    data = region["graph"]
+    call = RegionCall(region["name"], lambda: load(data), *traced,
+                      returns_tuple=region["returns_tuple"])  # fmt: skip
+    for fd, specs, constants in more:
+        call.define(specs, fd, constants)
+    return call
+
+
+def _rebuilt_definition(kept: dict[str, Any]) -> tuple[FusionDefinition, tuple, Constants]:
     fd = FusionDefinition(max_length=REGION_MAX_RECORDS)
     with fd:
-        replay_records(fd, records_from_json(region["records"]))
-    specs = tuple(InputSpec(*s) for s in region["specs"])
+        replay_records(fd, records_from_json(kept["records"]))
+    specs = tuple(InputSpec(*s) for s in kept["specs"])
     constants = Constants(
         (k, DerivedOutput(p[0], p[1], tuple((getattr(torch.Tensor, m), a) for m, a in p[2])))
         if kind == "derived" else (k, p)
-        for k, kind, p in region["constants"])  # fmt: skip
-    constants.hidden = region["hidden"]
-    data = region["graph"]
-    return RegionCall(region["name"], lambda: load(data), fd, specs, constants,
-                      returns_tuple=region["returns_tuple"])  # fmt: skip
+        for k, kind, p in kept["constants"])  # fmt: skip
+    constants.hidden = kept["hidden"]
+    return fd, specs, constants

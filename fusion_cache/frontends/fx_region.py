@@ -450,6 +450,17 @@ class RegionCall:
         return specs, fd, constants
 
     @property
+    def definitions(self) -> list[tuple[tuple[InputSpec, ...], FusionDefinition, Constants]]:
+        """Every definition built so far (the traced one first), with its specs and constants."""
+        return [(specs, fd, constants) for specs, (fd, constants) in self._definitions.items()]
+
+    def define(self, specs: tuple[InputSpec, ...], fd: FusionDefinition,
+               constants: Constants) -> None:  # fmt: skip
+        """Take a definition built elsewhere for `specs` (one a fused form kept, Note [Fused
+        graph form]), so a call with them needs no subgraph."""
+        self._definitions.setdefault(specs, (fd, constants))
+
+    @property
     def returns_tuple(self) -> bool:
         return self._returns_tuple
 
