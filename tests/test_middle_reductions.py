@@ -615,3 +615,32 @@ def test_a_softmax_over_a_middle_dim_of_a_pad_plans_and_compiles():
     x = torch.randn(6, 5, 4)
     (got,) = fd.execute([x])
     torch.testing.assert_close(got, torch.softmax(torch.nn.functional.pad(x, [0, 0, 1, 2]), 1))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_column_norm_rows_in_smem_under_the_knob(dtype, persistent):
+    """Note [Column rows in smem] under colnorm.smem: each thread copies its rows to its own
+    shared-memory slots with cp.async (two buffers where clusters loop over tiles) and reads
+    them back in every pass; no row stays in registers. Softmax and a standardization
+    (Welford: three passes) compile and replay, tails of rows and columns included."""
+    knobs = {"colnorm.smem": True, "colnorm.persistent": persistent}
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((5, 4000, 136), dtype, 31)
+    with overriding(knobs):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert "rows in smem" in spec.description
+    assert ("next tile in flight" in spec.description) == persistent
+    kernel = spec.kernels[0]
+    ty, rt, _ = column_norm_rows(spec)
+    assert kernel.shared_mem == kernel.block[0] * ty * rt * 16 * (2 if persistent else 1)
+    body = kernel.source.split("end prelude")[1]
+    assert body.count("fc_cp_async16(") == (2 if persistent else 1)
+    assert "x0[it]" not in body and "x0_n" not in body
+    assert body.count("fc_cp_async_wait<") == 1
+    build, ref = standardize(dim=1)
+    fd2 = define(build, dtype, 3)
+    y = (rand((3, 3000, 200), seed=32) * 3 + 1).to(dtype)
+    with overriding(knobs):
+        spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
+    assert "rows in smem" in spec.description

@@ -111,13 +111,22 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # mbarriers instead of a cluster barrier (Note [Column exchange]; 1633 -> 1757; f32
     # 2489). benchmarks/sweeps/layouts_perf3.json, 2026-11-26
     persistent = bool(knob("colnorm.persistent", not narrow)) and cluster > 1
+    # Note [Column rows in smem] (codegen/reduction/column_norm.py): rows copied to shared
+    # memory by cp.async instead of kept in registers, in dynamic shared memory (two buffers
+    # where clusters loop over tiles; the exchange's static arrays take about 18 KB more);
+    # 16-byte vectors of every cached input. Off until measured
+    staged = len(cached) * rows * ty * tx * 16 * (2 if persistent else 1)
+    smem = (bool(knob("colnorm.smem", False)) and staged <= 160 * 1024
+            and all(modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
+                    for i in cached))  # fmt: skip
     push = bool(knob("colnorm.push", narrow)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
                                 min_blocks, bool(knob("colnorm.online", True)),
-                                persistent, push, bool(knob("colnorm.reuse_exp", False)))  # fmt: skip
+                                persistent, push, bool(knob("colnorm.reuse_exp", False)) and not smem,
+                                smem)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
@@ -133,7 +142,8 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         wave = wave if groups == wave and not profile.measured_wave else 0
     kernel = KernelLaunch(COLUMN_NORM_NAME, render_column_norm(program, variant),
                           (groups * cluster, 1, 1), (tx, ty, 1),
-                          column_norm_arg_types(program, variant), tuple(args))  # fmt: skip
+                          column_norm_arg_types(program, variant), tuple(args),
+                          staged if smem else 0)  # fmt: skip
     return LaunchSpec(NAME, tuple(p.outputs), (), (kernel,),
                       variant.describe() + describe_views(program.views, p.env), wave)
 
