@@ -106,7 +106,7 @@ KNOBS: dict[str, str] = {
                     "16-bit rows)",
     "colnorm.blocks_per_sm": "blocks an SM a persistent column norm's wave is planned for",
     "colnorm.smem": "a column norm's rows copied to shared memory by cp.async instead of kept in "
-                    "registers, one tile a block (Note [Column rows in smem]; off until measured)",
+                    "registers (Note [Column rows in smem]; default: 16-bit rows)",
     "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",
