@@ -77,9 +77,9 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # in smem 1505-1562. f32 kept its rows in registers: in smem 2413-2435 against 2652-2658.
     # The exps kept (colnorm.reuse_exp) take registers: those keep the rows there too
     reuse_exp = bool(knob("colnorm.reuse_exp", False))
-    smem = bool(knob("colnorm.smem", narrow and not reuse_exp)) and all(
+    smem = bool(knob("colnorm.smem", narrow and not reuse_exp)) and profile.arch >= 80 and all(
         modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
-        for i in cached)  # fmt: skip
+        for i in cached)  # cp.async: sm_80 on  # fmt: skip
     # a row of the tile 128 bytes wide (whole lines; 64 for rows in smem), at most a warp of
     # threads, fewer where the kept run is shorter
     tx = knob("colnorm.tx", max(1, min((64 if smem else 128) // (vec * widest), 32,
