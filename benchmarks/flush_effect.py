@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from benchmarks.cases import CASES
-from benchmarks.run import CEILING_BYTES, call_times_ms, seed_for
+from benchmarks.run import CEILING_BYTES, call_times_ms, compiled_for, seed_for
 
 DEFAULT_CASES = ["rms_norm_bwd_bf16_16384x4096", "layer_norm_bwd_bf16_16384x4096",
                  "layer_norm_bwd_bf16_4096x16384", "sum_outer_f32_4096x16384",
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.flush_effect", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cases", nargs="*", default=DEFAULT_CASES, metavar="CASE")
+    parser.add_argument("--baselines", action="store_true",
+                        help="also time each case's eager function and its torch.compile")
     args = parser.parse_args(argv)
     from triton.testing import do_bench
 
@@ -58,14 +60,20 @@ def main(argv: list[str] | None = None) -> int:
         inputs = case.inputs("cuda")
         fd = case.build()
         fd.execute(inputs)  # compile before timing
-        fusions.append((case, fd, inputs))
+        runs = {"fusion": lambda fd=fd, inputs=inputs: fd.execute(inputs)}
+        if args.baselines:
+            runs["eager"] = lambda case=case, inputs=inputs: case.eager(*inputs)
+            runs["compile"] = compiled_for(case, inputs)
+        fusions.append((case, runs))
     print(f"{torch.cuda.get_device_name()}: GB/s (% of the copy ceiling of the same timer)")
     for label, timer in timers.items():
         ceiling = 2 * CEILING_BYTES / timer(lambda: dst.copy_(src)) / 1e6
         print(f"{label}: copy of 1 GiB {ceiling:.0f} GB/s")
-        for case, fd, inputs in fusions:
-            rate = case.bytes_moved / timer(lambda fd=fd, inputs=inputs: fd.execute(inputs)) / 1e6
-            print(f"  {case.name:36s} {rate:6.0f} ({100 * rate / ceiling:.1f}%)")
+        for case, runs in fusions:
+            for kind, fn in runs.items():
+                rate = case.bytes_moved / timer(fn) / 1e6
+                name = case.name if kind == "fusion" else f"  {kind}"
+                print(f"  {name:36s} {rate:6.0f} ({100 * rate / ceiling:.1f}%)")
     return 0
 
 

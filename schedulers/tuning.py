@@ -105,6 +105,8 @@ KNOBS: dict[str, str] = {
                     "(as persistent ones do), not a cluster barrier and remote loads (default: "
                     "16-bit rows)",
     "colnorm.blocks_per_sm": "blocks an SM a persistent column norm's wave is planned for",
+    "colnorm.smem": "a column norm's rows copied to shared memory by cp.async instead of kept in "
+                    "registers (Note [Column rows in smem]; default: 16-bit rows)",
     "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",

@@ -460,7 +460,8 @@ def test_column_norm_clusters_loop_over_tiles_with_the_next_in_flight(dtype):
     softmax (one exchange a tile) and a standardization (Welford: three) compile and replay."""
     fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand((6, 4096, 520), dtype, 23)
-    with overriding({"colnorm.persistent": True}):
+    registers = {"colnorm.persistent": True, "colnorm.smem": False}  # rows in smem: below
+    with overriding(registers):
         spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
     assert "next tile in flight" in spec.description
     cluster = column_norm_rows(spec)[2]
@@ -472,7 +473,7 @@ def test_column_norm_clusters_loop_over_tiles_with_the_next_in_flight(dtype):
     build, ref = standardize(dim=1)
     fd2 = define(build, F32, 3)
     y = rand((3, 3000, 200), seed=24) * 3 + 1
-    with overriding({"colnorm.persistent": True}):
+    with overriding(registers):
         spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
     assert "next tile in flight" in spec.description
 
@@ -490,14 +491,18 @@ def test_column_norm_defaults_loop_over_tiles_in_f32_and_push_in_bf16(dtype, kin
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.vec": 4}, {"colnorm.vec": 4, "colnorm.cluster": 16,
                                                            "colnorm.ty": 32}], ids=str)  # fmt: skip
 def test_bf16_column_norm_reads_values_through_their_words(knobs):
-    """A bf16 row kept in registers is read a float at a time from its 32-bit words
-    (fc_bf16_at), in every pass; colnorm.vec narrows the vectors."""
+    """A bf16 row, in registers or read back from shared memory (16-byte vectors, Note
+    [Column rows in smem]), is read a float at a time from its 32-bit words (fc_bf16_at), in
+    every pass; colnorm.vec narrows the vectors (8-byte ones stay in registers)."""
     fd = define(softmax(dim=1)[0], BF16, 3)
     x = rand((3, 1000, 136), BF16, 28)
     with overriding(knobs):
         spec = check(fd, [x], [torch.softmax(x.float(), 1).to(BF16)], kernel="fc_column_norm")
     body = spec.kernels[0].source.split("end prelude")[1]
-    assert body.count("fc_bf16_at(x0[it], j)") == 3 and "fc_to_float(x0" not in body
+    in_smem = "colnorm.vec" not in knobs
+    assert ("rows in smem" in spec.description) == in_smem
+    row = "x0_r" if in_smem else "x0[it]"
+    assert body.count(f"fc_bf16_at({row}, j)") == 3 and "fc_to_float(x0" not in body
     assert f"#define FC_VEC {knobs.get('colnorm.vec', 8)}" in body
 
 
@@ -516,16 +521,22 @@ def test_softmax_column_norm_keeps_its_exps_under_the_knob(dtype):
     assert "exp2f(" not in out_pass and re.search(r"v\d+_e\[it\]\[j\] \* v\d+_b_f\[j\]", out_pass)
 
 
-@pytest.mark.parametrize("dtype, blocks", [(BF16, 3), (F32, 0)])
-def test_16bit_column_norms_of_256_threads_ask_for_three_blocks_an_sm(dtype, blocks):
-    """16-bit rows in blocks of 256 threads: __launch_bounds__ minimum 3 (80 registers, three
-    blocks an SM instead of two); 32-bit ones loop over tiles and leave it unset."""
+@pytest.mark.parametrize("dtype, knobs, tx, blocks", [(BF16, {}, 4, 4),
+                                                     (BF16, {"colnorm.smem": False}, 8, 3),
+                                                     (F32, {}, 8, 0)], ids=str)  # fmt: skip
+def test_column_norm_blocks_and_the_blocks_an_sm_they_ask_for(dtype, knobs, tx, blocks):
+    """16-bit rows go to shared memory (Note [Column rows in smem]) in blocks of 4x32 threads
+    (64-byte rows) asking for four an SM; kept in registers, in blocks of 256 threads asking
+    for three (80 registers, three blocks an SM instead of two); 32-bit ones loop over tiles
+    and leave it unset."""
     fd = define(softmax(dim=1)[0], dtype, 3)
-    fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
+    with overriding(knobs):
+        fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
     spec = executor_for(fd).last_plan.spec
     kernel = spec.kernels[0]
-    assert kernel.block == (8, 32, 1) and column_norm_rows(spec) == (32, 8, 16)
-    bounds = "__launch_bounds__(256, 3)" if blocks else "__launch_bounds__(256)"
+    assert kernel.block == (tx, 32, 1) and column_norm_rows(spec) == (32, 8, 16)
+    assert ("rows in smem" in spec.description) == (dtype == BF16 and not knobs)
+    bounds = f"__launch_bounds__({tx * 32}, {blocks})" if blocks else f"__launch_bounds__({tx * 32})"
     assert bounds in kernel.source and (f"{blocks} blocks/SM" in spec.description) == bool(blocks)
 
 
@@ -615,3 +626,32 @@ def test_a_softmax_over_a_middle_dim_of_a_pad_plans_and_compiles():
     x = torch.randn(6, 5, 4)
     (got,) = fd.execute([x])
     torch.testing.assert_close(got, torch.softmax(torch.nn.functional.pad(x, [0, 0, 1, 2]), 1))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_column_norm_rows_in_smem_under_the_knob(dtype, persistent):
+    """Note [Column rows in smem] under colnorm.smem: each thread copies its rows to its own
+    shared-memory slots with cp.async (two buffers where clusters loop over tiles) and reads
+    them back in every pass; no row stays in registers. Softmax and a standardization
+    (Welford: three passes) compile and replay, tails of rows and columns included."""
+    knobs = {"colnorm.smem": True, "colnorm.persistent": persistent}
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    x = rand((5, 4000, 136), dtype, 31)
+    with overriding(knobs):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert "rows in smem" in spec.description
+    assert ("next tile in flight" in spec.description) == persistent
+    kernel = spec.kernels[0]
+    ty, rt, _ = column_norm_rows(spec)
+    assert kernel.shared_mem == kernel.block[0] * ty * rt * 16 * (2 if persistent else 1)
+    body = kernel.source.split("end prelude")[1]
+    assert body.count("fc_cp_async16(") == (2 if persistent else 1)
+    assert "x0[it]" not in body and "x0_n" not in body
+    assert body.count("fc_cp_async_wait<") == 1
+    build, ref = standardize(dim=1)
+    fd2 = define(build, dtype, 3)
+    y = (rand((3, 3000, 200), seed=32) * 3 + 1).to(dtype)
+    with overriding(knobs):
+        spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
+    assert "rows in smem" in spec.description

@@ -53,6 +53,7 @@ class _ColumnNorm:
         self.sites = 0  # cluster exchanges so far (each its own pair of mbarriers)
         self.reused: dict[str, str] = {}  # var -> its value kept from an earlier pass
         self.pushed = (v.persistent or v.push) and v.cluster > 1  # Note [Column exchange]
+        self.smem_declared = False  # Note [Column rows in smem]: fc_rows declared
         # the fold's shared-memory shape, as an outer kernel of the same threads has it
         self.fold = OuterVariant(v.tx, v.ty, v.vec, 1, v.index_type, (), ())
 
@@ -88,6 +89,8 @@ class _ColumnNorm:
             self.load_rows()
             if v.push and v.cluster > 1:  # every peer's mbarriers exist; the loads overlapped that
                 L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
+            if v.rows_in_smem:  # Note [Column rows in smem]: the thread's own copies landed
+                L.append("  fc_cp_async_wait<0>();")
         self.column_stage(0)
         online = softmax_reductions(program) if v.online and v.cluster > 1 else None
         for stage in range(1, program.stages + 1):
@@ -149,6 +152,9 @@ class _ColumnNorm:
         if v.cluster > 1:  # Note [Column exchange]: the mbarriers, before any block sends
             self.bars_at = len(L)
             L.append("  fc_cluster_bars_init(fc_xbars, FC_SITES);")
+        if v.rows_in_smem:
+            self.smem_tile_loop_head(n)
+            return
         L.extend(f"  {self.row_type(i)} x{i}_n[FC_RT];" for i in v.cached)
         L.append("  {")
         L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
@@ -177,6 +183,38 @@ class _ColumnNorm:
         self.load_rows("_n", declared=True)
         L.append("  }")
 
+    def smem_tile_loop_head(self, n: int) -> None:
+        """Note [Column rows in smem], clusters looping over tiles: two buffers of slots, the
+        next tile's rows copied into one while the current one's are read from the other.
+        Each thread reads back only its own slots, and only after its copies of that tile
+        completed (cp.async.wait_group 1 leaves the next tile's group in flight)."""
+        L = self.L
+        self.declare_smem_rows()
+        L.append("  {")
+        L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("    const bool col_ok = cb < cols;")
+        L.append(f"    idx_t col[{n}];")
+        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.copy_rows_to_smem("0")
+        L.append("  }")
+        if self.v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
+            L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
+        L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
+        L.append("  const unsigned buf = iter & 1u;")
+        L.append("  if (tile + tile_step < tiles) {  // the next tile's rows, in flight meanwhile")
+        L.append("    const idx_t cb = ((tile + tile_step) * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("    const bool col_ok = cb < cols;")
+        L.append(f"    idx_t col[{n}];")
+        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.copy_rows_to_smem("(buf ^ 1u)", commit=False)
+        L.append("  }")
+        L.append("  fc_cp_async_commit();  // possibly empty: the wait below counts groups")
+        L.append("  fc_cp_async_wait<1>();")
+        L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("  const bool col_ok = cb < cols;")
+        L.append(f"  idx_t col[{n}];")
+        L.append("  column_offsets(col_ok ? cb : 0, col);")
+
     def row_type(self, i: int) -> str:
         mt = MEMORY_TYPE[self.program.accesses[i].dtype]
         return f"fc_vec<{mt}, FC_VEC>" if self.v.modes[i] != "bcast" else mt
@@ -185,6 +223,10 @@ class _ColumnNorm:
         """Every element-level input's RT rows of the thread's columns, all loads at once,
         into x{i}{suffix}."""
         program, v, L = self.program, self.v, self.L
+        if v.rows_in_smem:
+            assert not suffix, "rows in smem: one tile a block"
+            self.copy_rows_to_smem()
+            return
         if not declared:
             L.extend(f"  {self.row_type(i)} x{i}{suffix}[FC_RT];" for i in v.cached)
         L.append("#pragma unroll")
@@ -205,14 +247,60 @@ class _ColumnNorm:
                          f"ok ? a{i}[{at} + j * a{i}{self.inner}] : {mt}();")  # fmt: skip
         L.append("  }")
 
+    def copy_rows_to_smem(self, buffer: str = "0", commit: bool = True) -> None:
+        """Note [Column rows in smem]: each thread copies its RT row vectors of every
+        cached input with cp.async into x{i}_s, slot (it, ty, tx), and later reads back only
+        its own slots (so waiting for its own copies is all the synchronisation needed).
+        The rows hold no registers while in flight or between passes: the thread keeps only
+        its columns' state, so more blocks fit an SM than with the rows in registers (Note
+        [Column norms]: bf16 softmax over dim 1 was capped at three blocks of 256 an SM).
+        A warp reads 32 consecutive 16-byte slots: no bank conflicts."""
+        v, L = self.v, self.L
+        self.declare_smem_rows()
+        L.append("  {")
+        for n, i in enumerate(v.cached):
+            L.append(f"  uint4* const x{i}_s = fc_rows + {buffer} * fc_rows_buf + {n} * FC_RT * FC_TY * FC_TX;")
+        L.append("#pragma unroll")
+        L.append("  for (int it = 0; it < FC_RT; ++it) {")
+        L.append("    const idx_t k = k_base + (idx_t)it * FC_TY;")
+        L.append("    const bool ok = col_ok && k < N;")
+        for i in v.cached:
+            L.append(f"    fc_cp_async16(&x{i}_s[(it * FC_TY + threadIdx.y) * FC_TX + threadIdx.x], "
+                     f"a{i} + (ok ? col[{i}] + k * a{i}_k : 0), ok);")  # fmt: skip
+        L.append("  }")
+        L.append("  }")
+        if commit:
+            L.append("  fc_cp_async_commit();")
+
+    def declare_smem_rows(self) -> None:
+        v, L = self.v, self.L
+        if not self.smem_declared:
+            self.smem_declared = True
+            bufs = "[2]" if v.persistent else ""
+            L.append(f"  extern __shared__ uint4 fc_rows[];  // {bufs}[cached][RT][TY][TX] 16-byte slots")
+            L.append(f"  const unsigned fc_rows_buf = {len(v.cached)} * FC_RT * FC_TY * FC_TX;")
+
+    def smem_row_reads(self) -> list[str]:
+        """Row `it` of each cached input read back from its shared-memory slots."""
+        buffer = "buf" if self.v.persistent else "0"
+        out = []
+        for n, i in enumerate(self.v.cached):
+            out.append(f"const uint4* const x{i}_s = fc_rows + {buffer} * fc_rows_buf + "
+                       f"{n} * FC_RT * FC_TY * FC_TX;")  # fmt: skip
+            vt = f"fc_vec<{MEMORY_TYPE[self.program.accesses[i].dtype]}, FC_VEC>"
+            out.append(f"const {vt} x{i}_r = *reinterpret_cast<const {vt}*>("
+                       f"&x{i}_s[(it * FC_TY + threadIdx.y) * FC_TX + threadIdx.x]);")  # fmt: skip
+        return out
+
     def elem_load(self, i: int) -> str:
         """Element j of row it of access i; a bf16 one as a float read through its 32-bit
         word (fc_bf16_at)."""
         if self.v.modes[i] == "bcast":
             return f"x{i}[it]"
+        row = f"x{i}_r" if self.v.rows_in_smem else f"x{i}[it]"
         if MEMORY_TYPE[self.program.accesses[i].dtype] == "fc_bf16" and self.v.vec % 2 == 0:
-            return f"fc_bf16_at(x{i}[it], j)"
-        return f"x{i}[it][j]"
+            return f"fc_bf16_at({row}, j)"
+        return f"{row}[j]"
 
     def col_load(self, i: int) -> str:
         return f"a{i}[col[{i}] + j * a{i}{self.inner}]"
@@ -251,6 +339,8 @@ class _ColumnNorm:
         L.append("#pragma unroll")
         L.append("  for (int it = 0; it < FC_RT; ++it) {")
         L.append("    const bool ok = col_ok && k_base + (idx_t)it * FC_TY < N;")
+        if self.v.rows_in_smem:
+            L.extend("    " + x for x in self.smem_row_reads())
         L.extend("    " + x for x in before)
         L.append("#pragma unroll")
         L.append("    for (int j = 0; j < FC_VEC; ++j) {")
@@ -310,7 +400,9 @@ class _ColumnNorm:
             L.append(f"  __shared__ {ctype} part_{var}[FC_TX * FC_VEC];")
             L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
             if pushed:
-                L.append(f"  __shared__ {ctype} slot_{var}[2][FC_CLUSTER][FC_TX * FC_VEC];")
+                # one tile a block uses buffer 0 only
+                slots = 2 if self.v.persistent else 1
+                L.append(f"  __shared__ {ctype} slot_{var}[{slots}][FC_CLUSTER][FC_TX * FC_VEC];")
         L.append("  if (threadIdx.y == 0) {")
         L.append("#pragma unroll")
         L.append("    for (int j = 0; j < FC_VEC; ++j) {")

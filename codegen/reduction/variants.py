@@ -164,6 +164,7 @@ class ColumnNormVariant:
     persistent: bool = False  # resident clusters loop over tiles (Note [Column tiles in flight])
     push: bool = False  # partials pushed through mbarriers, as persistent ones (Note [Column exchange])
     reuse_exp: bool = False  # softmax's exp(x - M) from the sum pass's (Note [Online column softmax])
+    rows_in_smem: bool = False  # rows staged in shared memory by cp.async (Note [Column rows in smem])
 
     def describe(self) -> str:
         return (f"column norm: {self.tx}x{self.ty} threads, vec {self.vec}, {self.rows} rows a "
@@ -172,5 +173,6 @@ class ColumnNormVariant:
                 f"{', next tile in flight' if self.persistent else ''}"
                 f"{', partials pushed' if self.push and not self.persistent else ''}"
                 f"{', exps kept' if self.reuse_exp else ''}"
+                f"{', rows in smem' if self.rows_in_smem else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}")  # fmt: skip

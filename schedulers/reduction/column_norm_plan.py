@@ -67,9 +67,22 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         aligned = p.ptrs[k] % (vec * ELEMENT_BYTES[dt]) == 0 and p.ks[k] % vec == 0 and all(
             x % vec == 0 for x in s[:-1])  # fmt: skip
         modes.append("bcast" if s[-1] == 0 else "vec" if s[-1] == 1 and aligned else "strided")
-    # a row of the tile 128 bytes wide (whole lines), at most a warp of threads, fewer where
-    # the kept run is shorter
-    tx = knob("colnorm.tx", max(1, min(128 // (vec * widest), 32,
+    narrow = any(ELEMENT_BYTES[program.accesses[i].dtype] < 4 for i in cached)
+    # Note [Column rows in smem] (codegen/reduction/column_norm.py): 16-bit rows are copied to
+    # shared memory by cp.async, one tile a block, in blocks of 64-byte rows asking for four
+    # an SM. bf16 softmax [32, 4096, 512] over dim 1 on the H100 (benchmarks/results/
+    # sweep-layouts6.json, 2026-11-27, ceiling 2994 GB/s): 1984 GB/s (4x32 threads, 66
+    # registers; 1978 asking for eight) against 1905-1914 for the rows in registers (8x32
+    # threads, three blocks an SM); 128-byte rows in smem 1891, clusters looping over tiles
+    # in smem 1505-1562. f32 kept its rows in registers: in smem 2413-2435 against 2652-2658.
+    # The exps kept (colnorm.reuse_exp) take registers: those keep the rows there too
+    reuse_exp = bool(knob("colnorm.reuse_exp", False))
+    smem = bool(knob("colnorm.smem", narrow and not reuse_exp)) and profile.arch >= 80 and all(
+        modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16
+        for i in cached)  # cp.async: sm_80 on  # fmt: skip
+    # a row of the tile 128 bytes wide (whole lines; 64 for rows in smem), at most a warp of
+    # threads, fewer where the kept run is shorter
+    tx = knob("colnorm.tx", max(1, min((64 if smem else 128) // (vec * widest), 32,
                                        _pow2_at_least(-(-n_inner // vec)))))
     # registers of kept values a thread (16-bit values two to a register): 8 rows of 16
     # bytes. bf16 softmax [32, 4096, 512] over dim 1 kept 4 rows a thread in blocks of 512
@@ -95,14 +108,13 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
                 f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
-    narrow = any(ELEMENT_BYTES[program.accesses[i].dtype] < 4 for i in cached)
     # blocks of 512 threads ask for two an SM, so that one block's loads overlap the other's
     # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one); 16-bit
     # rows in blocks of 256 for three: bf16 softmax [32, 4096, 512] over dim 1 took 93
     # registers and two blocks an SM, 1740 GB/s on the H100, 80 (4 bytes spilled) and three
     # 1906 (torch.compile 1416; four of vec 4 at 64 registers 1850, two of 512 threads at
     # vec 4 1635, 8-byte vectors 1235; benchmarks/sweeps/layouts3.json, 2026-11-27)
-    min_blocks = knob("colnorm.min_blocks", 2 if tx * ty >= 512 else
+    min_blocks = knob("colnorm.min_blocks", 4 if smem else 2 if tx * ty >= 512 else
                       3 if narrow and tx * ty == 256 else 0)  # fmt: skip
     # Note [Column tiles in flight] (codegen/reduction/column_norm.py): 32-bit rows loop
     # over tiles, the next one's rows loaded while the current one ends (softmax f32 [32,
@@ -111,13 +123,17 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # mbarriers instead of a cluster barrier (Note [Column exchange]; 1633 -> 1757; f32
     # 2489). benchmarks/sweeps/layouts_perf3.json, 2026-11-26
     persistent = bool(knob("colnorm.persistent", not narrow)) and cluster > 1
+    # rows in smem: dynamic shared memory, two buffers where clusters loop over tiles (the
+    # exchange's static arrays take up to about 18 KB more)
+    staged = len(cached) * rows * ty * tx * 16 * (2 if persistent else 1)
+    smem = smem and staged <= 160 * 1024
     push = bool(knob("colnorm.push", narrow)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
                                 min_blocks, bool(knob("colnorm.online", True)),
-                                persistent, push, bool(knob("colnorm.reuse_exp", False)))  # fmt: skip
+                                persistent, push, reuse_exp and not smem, smem)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
@@ -133,7 +149,8 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         wave = wave if groups == wave and not profile.measured_wave else 0
     kernel = KernelLaunch(COLUMN_NORM_NAME, render_column_norm(program, variant),
                           (groups * cluster, 1, 1), (tx, ty, 1),
-                          column_norm_arg_types(program, variant), tuple(args))  # fmt: skip
+                          column_norm_arg_types(program, variant), tuple(args),
+                          staged if smem else 0)  # fmt: skip
     return LaunchSpec(NAME, tuple(p.outputs), (), (kernel,),
                       variant.describe() + describe_views(program.views, p.env), wave)
 

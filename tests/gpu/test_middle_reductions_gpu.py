@@ -187,7 +187,12 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
                                                         "colnorm.ty": 32},
                                    {"colnorm.reuse_exp": True},
                                    {"colnorm.reuse_exp": True, "colnorm.vec": 4,
-                                    "colnorm.cluster": 16, "colnorm.ty": 32}], ids=str)  # fmt: skip
+                                    "colnorm.cluster": 16, "colnorm.ty": 32},
+                                   {"colnorm.smem": False},
+                                   {"colnorm.smem": True, "colnorm.persistent": False},
+                                   {"colnorm.smem": True, "colnorm.persistent": True},
+                                   {"colnorm.smem": True, "colnorm.persistent": True,
+                                    "colnorm.tx": 4, "colnorm.min_blocks": 2}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
     """Note [Online column softmax]: blocks whose rows are all -inf add nothing to the sum;
@@ -202,6 +207,8 @@ def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
         close(fd.execute([x])[0], torch.softmax(x.float(), 1).to(dtype))
     description = column_norm(fd).description
     assert ("two exchanges" in description) == (knobs.get("colnorm.online") is False)
+    if "colnorm.smem" in knobs:  # else 16-bit rows of 16-byte vectors (Note [Column rows in smem])
+        assert ("rows in smem" in description) == knobs["colnorm.smem"]
     # 32-bit rows loop over tiles unless told not to (Note [Column tiles in flight])
     assert ("next tile in flight" in description) == knobs.get("colnorm.persistent",
                                                                dtype == torch.float32)
@@ -211,7 +218,8 @@ def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
                                    {"colnorm.values": 64}, {"colnorm.cluster": 8},
                                    {"colnorm.min_blocks": 0}, {"colnorm.persistent": True},
                                    {"colnorm.persistent": True, "colnorm.cluster": 4},
-                                   {"colnorm.push": True}],
+                                   {"colnorm.push": True}, {"colnorm.smem": True},
+                                   {"colnorm.smem": True, "colnorm.persistent": False}],
                          ids=str)  # fmt: skip
 def test_column_norm_knobs_and_welford(knobs, gen):
     build, ref = standardize(dim=1)
