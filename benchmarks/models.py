@@ -400,7 +400,7 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
                        if args.profile_first and contender == "fusion_cache" else None)
             if contender == "fusion_cache" and args.cold_process:
                 # the store still empty: a cold run in a new process, as the warm one will be
-                out["contenders"][contender] = run_warm_child(case, args, store)
+                out["contenders"][contender] = run_warm_child(case, args, store, profile)
                 out["contenders"][contender]["new_process"] = True
                 continue
             out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
