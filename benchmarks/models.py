@@ -388,6 +388,8 @@ def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool,
 def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
                    profile: Path | None = None, extra_env: dict[str, str] | None = None,
                    ) -> dict[str, Any]:  # fmt: skip
+    """fusion_cache's run in a new process on `store` and this process's torch cache dir:
+    warm, or cold where both are still empty (--cold-process)."""
     cmd = [sys.executable, "-m", "benchmarks.models", "--warm-child", case.name,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
     cmd += ["--tiny"] if args.tiny else []
@@ -420,6 +422,11 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
         try:
             profile = (args.profile_first / f"profile-cold-{case.name}"
                        if args.profile_first and contender == "fusion_cache" else None)
+            if contender == "fusion_cache" and args.cold_process:
+                # the store still empty: a cold run in a new process, as the warm one will be
+                out["contenders"][contender] = run_warm_child(case, args, store, profile)
+                out["contenders"][contender]["new_process"] = True
+                continue
             out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
                                                          args.stub, profile)  # fmt: skip
         except Exception as err:  # one failing contender does not lose the others' figures
@@ -575,6 +582,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also a new process on the warm store with FUSION_CACHE_AOT_CACHE=0 "
                              "(fusion_cache_warm_noaot): what torch's AOTAutograd cache saves, "
                              "in the same run (docs/restarts.md)")  # fmt: skip
+    parser.add_argument("--cold-process", action="store_true",
+                        help="fusion_cache's cold run in a new process too (not this one, after "
+                             "eager and inductor warmed its imports, CUDA libraries and "
+                             "allocator): cold and warm processes of the same history")
     parser.add_argument("--warm-beside-cache", action="store_true",
                         help="start the warm-store process while this one holds its allocator's "
                              "cache (the condition a warm ResNet-18 once ran slower under)")

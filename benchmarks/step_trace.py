@@ -280,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.run is not None:  # one process: trace and write
         data = trace(args.model, args.tiny, args.stub, args.warmup)
         Path(f"{stem}-{args.run}.json").write_text(json.dumps(data, indent=0))
+        # at once, so a run cut short by a time limit still tells its steps
+        steps = " ".join(f"{t:.1f}" for t in data["steps_ms"])
+        hosts = " ".join(f"{t:.1f}" for t in data["host_ms"])
+        print(f"{args.run}: steps ms {steps}; host before the sync {hosts}", flush=True)
         return 0
     models.fresh_caches(None)  # sets the store and torch's cache dirs in os.environ
     for run in ("cold", "warm"):  # each a new process: cold fills the caches, warm reads them

@@ -57,6 +57,20 @@ def test_gpt2_with_a_warm_process(tmp_path):
                for why in whys)  # fmt: skip
 
 
+def test_a_cold_run_in_a_new_process(tmp_path):
+    """--cold-process: fusion_cache's cold run is a new process on the empty caches (it
+    misses torch's AOTAutograd cache and saves the entry), the warm one a new process after
+    it (it hits). No kernel compiles here: the CPU runs the regions on the reference."""
+    data = _run(tmp_path, "--models", "gpt2", "--cold-process")
+    rows = data["models"][0]["contenders"]
+    for name in ("fusion_cache", "fusion_cache_warm"):
+        _check_losses(rows[name], rows["eager"])
+    cold, warm = rows["fusion_cache"], rows["fusion_cache_warm"]
+    assert cold["new_process"]
+    assert cold["aot_cache"]["miss"] == 1 and cold["aot_cache"]["saved"] == 1
+    assert warm["aot_cache"]["hit"] == 1 and warm["fused_ops"] == cold["fused_ops"]
+
+
 def test_llama_and_resnet(tmp_path):
     data = _run(tmp_path, "--models", "llama,resnet18", "--no-warm")
     assert [m["model"] for m in data["models"]] == ["llama", "resnet18"]
