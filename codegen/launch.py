@@ -549,6 +549,20 @@ class BoundLaunch(LaunchSite):
         if err:
             self.kernel._recover(err, self._call, self.grid, self.block, self.shared_mem)
 
+    def binding(self) -> tuple[int, int, Callable[[int], int]]:
+        """(the binding thread, the device index, torch's current-stream getter)."""
+        return self._thread, self._device_index, self._current_stream
+
+    def inlined(self) -> tuple | None:
+        """(fill, buffer, pointers, call) for a caller that replays this launch itself on the
+        binding thread with the stream it was last launched on (Note [Inline launches] in
+        fusion_cache/runtime/sequence.py): `fill(buffer, 0, *data_ptrs of pointers(env))`
+        (fill None: nothing varies), then `call()`, nonzero on failure. None for a launch
+        that reads scalars as well: the caller calls it."""
+        if self._values_of is not None:
+            return None
+        return self._fill, self._variable, self._pointers_of, self._call
+
 
 def _getter(indices: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple] | None:
     """The values at `indices` of a list, as a tuple, in one C call where there are several."""

@@ -239,3 +239,65 @@ def test_bound_launch_reads_a_dict_of_slots(pointers):
     env[5], env[9] = slots[5], slots[9]
     launch(env)
     assert driver.calls[-1]["args"] == want
+
+
+def _sequence(kernel: LoadedKernel):
+    """A launch sequence of one kernel step with two bound launches of `kernel`: one of
+    pointers only, one reading a scalar too."""
+    from types import SimpleNamespace
+
+    from fusion_cache.runtime.sequence import KernelStep, LaunchSequence
+
+    pointers_only = kernel.bind((2, 1, 1), (32, 1, 1), TYPES, (*TEMPLATE[:4], 1.5, *TEMPLATE[5:]),
+                                POINTERS, ())  # fmt: skip
+    with_values = kernel.bind((1, 1, 1), (32, 1, 1), TYPES, TEMPLATE, POINTERS, VALUES)
+    plan = SimpleNamespace(device=torch.device("cpu"))
+    step = KernelStep((), (), (pointers_only, with_values), plan, None)
+    fd = SimpleNamespace(_cache=SimpleNamespace(counters={"kernel_launches": 0}), _fid=0)
+    return LaunchSequence(fd, 5, 5, [step], ())
+
+
+def test_a_sequence_launches_inline_on_its_thread_and_stream(monkeypatch):
+    """Note [Inline launches]: once every launch ran checked on the current stream, the
+    sequence fills and calls its pointer-only launches itself; a new stream runs them checked
+    again (each config takes it), another thread through the unbound route; the driver sees
+    the same arguments and stream each time."""
+    driver = _FakeDriver(TYPES)
+    streams = [STREAM]
+    seq = _sequence(_kernel(driver, streams))
+    checked = []
+    original = BoundLaunch.__call__
+    monkeypatch.setattr(BoundLaunch, "__call__", lambda self, env: (checked.append(1),
+                                                                    original(self, env))[1])
+
+    def run(stream: int) -> int:
+        streams[0] = stream
+        checked.clear()
+        env = _env()
+        seq.run(env)
+        first, second = driver.calls[-2:]
+        want = _want(env)
+        assert second["args"] == want and first["args"] == [*want[:4], 1.5, *want[5:]]
+        assert first["stream"] == second["stream"] == stream
+        return len(checked)
+
+    assert run(STREAM) == 2  # the first replay: both checked
+    assert run(STREAM) == 1  # then only the one reading a scalar
+    assert run(0x9000) == 2  # a new stream: checked, each config takes it
+    assert run(0x9000) == 1
+    assert run(STREAM) == 2
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(run(STREAM)))
+    thread.start()
+    thread.join()
+    assert seen == [2]  # another thread: checked, through the unbound route
+    assert run(STREAM) == 1
+
+
+def test_an_inline_launch_that_fails_raises_naming_the_kernel():
+    driver = _FakeDriver(TYPES)
+    seq = _sequence(_kernel(driver))
+    seq.run(_env())  # checked: the stream is now every launch's
+    driver.results = [1]  # CUDA_ERROR_INVALID_VALUE for the next launch, an inline one
+    with pytest.raises(LaunchError, match="fake_kernel"):
+        seq.run(_env())

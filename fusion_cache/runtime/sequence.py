@@ -18,7 +18,9 @@ region through one (Note [Region call] in fusion_cache/frontends/fx_region.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from operator import and_
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -99,6 +101,10 @@ def _alignment(ptr: int) -> int:
     return 16 if ptr % 16 == 0 else (ptr & -ptr if ptr else 16)
 
 
+def _none() -> None:
+    return None
+
+
 def _fast_empty(device: torch.device) -> Callable | None:
     """torch's allocation without the dispatcher (what inductor's generated code calls): on
     the current CUDA device, or the CPU. A third of torch.empty's host time."""
@@ -119,7 +125,7 @@ class KernelStep:
     """One LaunchPlan: allocate its fresh outputs and scratch, launch its kernels."""
 
     __slots__ = ("allocs", "scratch", "launches", "plan", "barrier_slot", "count", "empty",
-                 "device", "fresh", "arenas", "carves")  # fmt: skip
+                 "device", "fresh", "arenas", "carves", "inlined")  # fmt: skip
 
     def __init__(self, allocs: tuple, scratch: tuple, launches: tuple, plan: LaunchPlan,
                  barrier_slot: int | None) -> None:  # fmt: skip
@@ -137,8 +143,12 @@ class KernelStep:
         self.fresh = allocs
         self.arenas: tuple = ()
         self.carves: tuple = ()
+        # Note [Inline launches]: per launch (fill, buffer, pointers, call, launch), call None
+        # where the launch is called as it is
+        self.inlined = tuple((*(getattr(launch, "inlined", _none)() or (None,) * 4), launch)
+                             for launch in launches)  # fmt: skip
 
-    def run(self, env: list) -> None:
+    def run(self, env: list, inline: bool = False) -> None:
         empty = self.empty
         device = self.device
         if empty is None or (device.type == "cuda" and _current_cuda_device() != device.index):
@@ -154,8 +164,19 @@ class KernelStep:
                 env[slot] = buffer
         if self.barrier_slot is not None:
             env[self.barrier_slot] = self.plan.barrier()
-        for launch in self.launches:
-            launch(env)
+        if not inline:
+            for launch in self.launches:
+                launch(env)
+            return
+        for fill, buffer, pointers, call, launch in self.inlined:
+            if call is None:
+                launch(env)
+                continue
+            if fill is not None:
+                fill(buffer, 0, *map(_data_ptr, pointers(env)))
+            err = call()
+            if err:
+                launch.kernel._recover(err, call, launch.grid, launch.block, launch.shared_mem)
 
     def _empty_on_device(self, shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
@@ -291,7 +312,7 @@ class LaunchSequence:
     returns the output slots' values; `drops[k]` are the slots step k reads last."""
 
     __slots__ = ("steps", "drops", "outputs", "n_inputs", "pad", "launches", "aten_runs",
-                 "counters", "fusion_id", "_runs")  # fmt: skip
+                 "counters", "fusion_id", "_runs", "_inline", "_inline_runs", "_stream")  # fmt: skip
 
     def __init__(self, fd: FusionDefinition, n_inputs: int, n_slots: int, steps: Sequence[Any],
                  outputs: Sequence[int]) -> None:  # fmt: skip
@@ -306,13 +327,26 @@ class LaunchSequence:
         self.counters = fd._cache.counters
         self.fusion_id = fd._fid
         self._runs = tuple((step.run, drop) for step, drop in zip(self.steps, self.drops))
+        self._inline = _inline_binding(self.steps)
+        self._inline_runs = tuple((partial(step.run, inline=True) if isinstance(step, KernelStep)
+                                   else step.run, drop) for step, drop in zip(self.steps,
+                                                                              self.drops))  # fmt: skip
+        self._stream = None  # the stream every bound launch was last launched on
 
     def run(self, args: Sequence[Any]) -> list:
         env = [*args, *self.pad]
-        for run, drop in self._runs:
+        runs, stream = self._runs, None
+        inline = self._inline
+        if inline is not None and get_ident() == inline[0]:  # Note [Inline launches]
+            stream = inline[2](inline[1])
+            if stream == self._stream:
+                runs, stream = self._inline_runs, None
+        for run, drop in runs:
             run(env)
             for slot in drop:
                 env[slot] = None
+        if stream is not None:  # each launch ran checked, and now runs on this stream
+            self._stream = stream
         counters = self.counters
         counters["kernel_launches"] += self.launches
         if self.aten_runs:
@@ -329,6 +363,25 @@ class LaunchSequence:
                        if isinstance(s, ExecuteStep))  # fmt: skip
         return (f"fusion {self.fusion_id}: {len(self.steps)} steps ({', '.join(kinds)}), "
                 f"{self.launches} launches{whys}")  # fmt: skip
+
+
+# Note [Inline launches]: a bound launch (Note [Bound launches] in codegen/launch.py) checks on
+# every call that it runs on the thread that bound it and on the stream its config names, and
+# is a Python call of its own inside its kernel step's: about 1 us of a launch's 5 to 6 on the
+# H100's host, and a training step makes 100 to 200. A sequence whose bound launches share one
+# binding thread and device checks both once a call instead: on that thread, with torch's
+# current stream the one every launch last ran on (set after a call whose launches ran
+# checked, so that each moved its config to it), its kernel steps fill and call each launch
+# themselves; otherwise each launch runs checked, as before (another thread takes the unbound
+# route, a new stream is written into each config).
+
+
+def _inline_binding(steps: Sequence[Any]) -> tuple | None:
+    """(thread, device index, current-stream getter) shared by the sequence's bound launches,
+    or None where it has none, or several."""
+    bindings = {launch.binding() for step in steps if isinstance(step, KernelStep)
+                for launch in step.launches if hasattr(launch, "binding")}  # fmt: skip
+    return bindings.pop() if len(bindings) == 1 else None
 
 
 def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> tuple:
