@@ -3,11 +3,12 @@ schedulers/row_sums.py): out [V, H] = fill + the sum of value [N, H] rows at ind
 output row written once, every sum in an order fixed by the index alone.
 
 - `fc_slabs_reset`: the hot-row words zeroed (the row and partial counts, the done counters).
-- `fc_slabs_rows`: a block a slab of R output rows. It reads the whole index twice (from L1
-  and L2: every block reads the same bytes): first to count its rows' tokens (shared atomic
-  counts, which do not depend on order), then to list, in index order, the tokens of its rows
-  named at most T times (a block-wide scan places each thread's tokens after those of the
-  threads before it). Each warp then writes its rows: the fill, plus the listed tokens' value
+- `fc_slabs_rows`: a block a slab of R output rows. It reads the whole index three times
+  (from L1 and L2: every block reads the same bytes, each warp load 32 consecutive
+  positions): to count its rows' tokens (shared atomic counts, which do not depend on
+  order), then, each warp a contiguous part of the index, to count and to list in index
+  order the tokens of its rows named at most T times (a warp's after the warps' before it,
+  within a warp by ballot). Each warp then writes its rows: the fill, plus the listed tokens' value
   rows added in index order, cast once. A row named more than T times is hot: the block
   appends it to the hot list and leaves it to the next kernel, so no row costs one warp more
   than T rows of loads.
@@ -25,7 +26,7 @@ from .row_sums_cuda import _load_values, _rest_params, _value_offset
 
 BLOCK = 256
 WARPS = BLOCK // 32
-SWEEP = 32  # index positions a thread takes per sweep of the index
+SWEEP = 4  # rounds of 32 positions a warp loads before voting on them
 LANE_VECS = 4  # column vectors a lane of the hot kernel sums at once
 RESET_NAME = "fc_slabs_reset"
 ROWS_NAME = "fc_slabs_rows"
@@ -66,6 +67,15 @@ def render_rows(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_t
               "idx_t N", "idx_t V", "idx_t H", "idx_t HV", "float fill"]  # fmt: skip
     lines = _head(ROWS_NAME, params, index_type,
                   [f"VW {vw}", f"R {rows}", f"T {most}", f"SWEEP {SWEEP}", f"WARPS {WARPS}"])
+    lines.insert(len(lines) - 3, "\n".join([
+        "// the slab row of position t, where t < end names a row of the slab named at most T",
+        "// times; else -1",
+        f"FC_DEVICE int fc_slab_row(const {it}* __restrict__ index, idx_t index_s, idx_t t,",
+        "                           idx_t end, idx_t r0, const int* cnt) {",
+        "  if (t >= end) return -1;",
+        "  const long long r = (long long)fc_ldg(index + t * index_s) - r0;",
+        "  return r >= 0 && r < R && cnt[r] <= T ? (int)r : -1;",
+        "}"]))
     body = ["__shared__ int cnt[R];",
             "__shared__ int tok[R * T];  // the listed tokens, in index order",
             "__shared__ int where[R * T];  // and their rows in the slab",
@@ -75,54 +85,50 @@ def render_rows(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_t
             "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
             "for (int k = threadIdx.x; k < R; k += blockDim.x) cnt[k] = 0;",
             "__syncthreads();",
-            "// sweep 1: how many tokens name each row of the slab (every index checked)",
-            "for (idx_t c0 = 0; c0 < N; c0 += (idx_t)blockDim.x * SWEEP) {",
-            "  const idx_t t0 = c0 + (idx_t)threadIdx.x * SWEEP;",
+            "// sweep 1: how many tokens name each row of the slab (every index checked);",
+            "// lanes read consecutive positions, so each warp load is 256 contiguous bytes",
+            "#pragma unroll 4",
+            "for (idx_t t = threadIdx.x; t < N; t += blockDim.x) {",
+            f'  const long long r = fc_check_index((long long)fc_ldg(index + t * index_s), V, "{what}") - r0;',
+            "  if (r >= 0 && r < R) atomicAdd(&cnt[r], 1);",
+            "}",
+            "__syncthreads();",
+            "// sweeps 2 and 3: each warp a contiguous part of the index; the tokens of rows",
+            "// named at most T times counted, then listed in index order after the warps before",
+            "const idx_t part = (N + WARPS - 1) / WARPS;",
+            "const idx_t w0 = warp * part, w1 = w0 + part < N ? w0 + part : N;",
+            "int mine = 0;",
+            "for (idx_t t0 = w0; t0 < w1; t0 += 32 * SWEEP) {",
+            "  int at[SWEEP];",
+            "#pragma unroll",
+            "  for (int g = 0; g < SWEEP; ++g) at[g] = fc_slab_row(index, index_s, t0 + 32 * g + lane, w1, r0, cnt);",
+            "#pragma unroll",
+            "  for (int g = 0; g < SWEEP; ++g) mine += __popc(__ballot_sync(0xffffffffu, at[g] >= 0));",
+            "}",
+            "if (lane == 0) warp_sum[warp] = mine;",
+            "__syncthreads();",
+            "int p = 0, listed = 0;",
+            "for (int k = 0; k < WARPS; ++k) {",
+            "  const int s = warp_sum[k];",
+            "  if (k < warp) p += s;",
+            "  listed += s;",
+            "}",
+            "for (idx_t t0 = w0; t0 < w1; t0 += 32 * SWEEP) {",
+            "  int at[SWEEP];",
+            "#pragma unroll",
+            "  for (int g = 0; g < SWEEP; ++g) at[g] = fc_slab_row(index, index_s, t0 + 32 * g + lane, w1, r0, cnt);",
             "#pragma unroll",
             "  for (int g = 0; g < SWEEP; ++g) {",
-            "    const idx_t t = t0 + g;",
-            "    if (t < N) {",
-            f'      const long long r = fc_check_index((long long)fc_ldg(index + t * index_s), V, "{what}") - r0;',
-            "      if (r >= 0 && r < R) atomicAdd(&cnt[r], 1);",
+            "    const unsigned hit = __ballot_sync(0xffffffffu, at[g] >= 0);",
+            "    if (at[g] >= 0) {",
+            "      const int q = p + __popc(hit & ((1u << lane) - 1u));",
+            "      tok[q] = (int)(t0 + 32 * g + lane);",
+            "      where[q] = at[g];",
             "    }",
+            "    p += __popc(hit);",
             "  }",
             "}",
             "__syncthreads();",
-            "// sweep 2: the tokens of rows named at most T times, listed in index order",
-            "int listed = 0;",
-            "for (idx_t c0 = 0; c0 < N; c0 += (idx_t)blockDim.x * SWEEP) {",
-            "  const idx_t t0 = c0 + (idx_t)threadIdx.x * SWEEP;",
-            "  int at[SWEEP];",
-            "  int mine = 0;",
-            "#pragma unroll",
-            "  for (int g = 0; g < SWEEP; ++g) {",
-            "    const idx_t t = t0 + g;",
-            "    at[g] = -1;",
-            "    if (t < N) {",
-            "      const long long r = (long long)fc_ldg(index + t * index_s) - r0;",
-            "      if (r >= 0 && r < R && cnt[r] <= T) { at[g] = (int)r; ++mine; }",
-            "    }",
-            "  }",
-            "  int incl = mine;  // inclusive scan over the warp",
-            "#pragma unroll",
-            "  for (int d = 1; d < 32; d <<= 1) {",
-            "    const int o = __shfl_sync(0xffffffffu, incl, (lane - d) & 31);",
-            "    if (lane >= d) incl += o;",
-            "  }",
-            "  if (lane == 31) warp_sum[warp] = incl;",
-            "  __syncthreads();",
-            "  int p = listed + incl - mine, total = 0;",
-            "  for (int k = 0; k < WARPS; ++k) {",
-            "    const int s = warp_sum[k];",
-            "    if (k < warp) p += s;",
-            "    total += s;",
-            "  }",
-            "#pragma unroll",
-            "  for (int g = 0; g < SWEEP; ++g)",
-            "    if (at[g] >= 0) { tok[p] = (int)(t0 + g); where[p] = at[g]; ++p; }",
-            "  listed += total;",
-            "  __syncthreads();",
-            "}",
             "// each warp its rows: the fill plus its tokens' values in index order",
             "for (int lr = warp; lr < R; lr += WARPS) {",
             "  const idx_t row = r0 + lr;",
