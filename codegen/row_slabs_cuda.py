@@ -28,6 +28,7 @@ BLOCK = 256
 WARPS = BLOCK // 32
 SWEEP = 4  # rounds of 32 positions a warp loads before voting on them
 LANE_VECS = 4  # column vectors a lane of the hot kernel sums at once
+AHEAD = 4  # tokens whose values a warp of the hot kernel loads before adding them
 RESET_NAME = "fc_slabs_reset"
 ROWS_NAME = "fc_slabs_rows"
 HOT_NAME = "fc_slabs_hot"
@@ -178,7 +179,12 @@ def render_hot(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_ty
               "idx_t N", "idx_t H", "idx_t HV", "idx_t SEG", "int S", "int MH", "float fill"]
     ct = 32 * LANE_VECS * vw  # columns a tile
     lines = _head(HOT_NAME, params, index_type,
-                  [f"VW {vw}", f"LV {LANE_VECS}", f"CT {ct}", f"WARPS {WARPS}"])
+                  [f"VW {vw}", f"LV {LANE_VECS}", f"CT {ct}", f"WARPS {WARPS}", f"AHEAD {AHEAD}"])
+    load = "fc_load_vec_ro<VW>(value + at)" if vw > 1 else None
+    lines.insert(len(lines) - 3, "\n".join([
+        f"FC_DEVICE fc_vec<{vt}, VW> fc_slab_load(const {vt}* __restrict__ value, idx_t at) {{",
+        f"  return {load};" if load else f"  fc_vec<{vt}, VW> r; r[0] = value[at]; return r;",
+        "}"]))
     body = ["__shared__ float acc[WARPS][CT];",
             "__shared__ int found, slot_p, last;",
             "const int hot = w[0];",
@@ -209,22 +215,37 @@ def render_hot(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_ty
             "    for (int u = 0; u < LV; ++u)",
             "#pragma unroll",
             "      for (int i = 0; i < VW; ++i) s[u][i] = 0.0f;",
+            "    idx_t vo[LV];  // each column vector's offset in a row of value",
+            "#pragma unroll",
+            "    for (int u = 0; u < LV; ++u) {",
+            "      const idx_t c = (ct0 / VW + lane + 32 * u) * VW;",
+            *["  " + x for x in _value_offset(rest, vw)],
+            "      vo[u] = voff;",
+            "    }",
             "    for (idx_t t0 = my0; mine && t0 < my1; t0 += 32) {",
             "      const idx_t tl = t0 + lane;",
             "      unsigned hit = __ballot_sync(0xffffffffu, tl < my1 && (long long)fc_ldg(index + tl * index_s) == row);",
-            "      while (hit) {",
-            "        const idx_t t = t0 + __ffs(hit) - 1;",
-            "        hit &= hit - 1;",
+            "      while (hit) {  // AHEAD tokens' values loaded before any is added",
+            "        idx_t tq[AHEAD];",
             "#pragma unroll",
-            "        for (int u = 0; u < LV; ++u) {",
-            "          const idx_t j = ct0 / VW + lane + 32 * u;",
-            "          if (j >= HV) break;",
-            "          const idx_t c = j * VW;",
-            *["        " + x for x in _value_offset(rest, vw)],
-            *["        " + x for x in _load_values("t", vt, vw)],
-            "#pragma unroll",
-            "          for (int i = 0; i < VW; ++i) s[u][i] += v[i];",
+            "        for (int q = 0; q < AHEAD; ++q) {",
+            "          tq[q] = hit ? t0 + __ffs(hit) - 1 : -1;",
+            "          hit &= hit - 1;",
             "        }",
+            f"        fc_vec<{vt}, VW> raw[AHEAD][LV];",
+            "#pragma unroll",
+            "        for (int q = 0; q < AHEAD; ++q)",
+            "#pragma unroll",
+            "          for (int u = 0; u < LV; ++u)",
+            "            if (tq[q] >= 0 && ct0 / VW + lane + 32 * u < HV)",
+            "              raw[q][u] = fc_slab_load(value, tq[q] * value_s + vo[u]);",
+            "#pragma unroll",
+            "        for (int q = 0; q < AHEAD; ++q)",
+            "#pragma unroll",
+            "          for (int u = 0; u < LV; ++u)",
+            "            if (tq[q] >= 0 && ct0 / VW + lane + 32 * u < HV)",
+            "#pragma unroll",
+            "              for (int i = 0; i < VW; ++i) s[u][i] += (float)fc_widen(raw[q][u][i]);",
             "      }",
             "    }",
             "#pragma unroll",

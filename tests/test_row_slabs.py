@@ -59,7 +59,7 @@ def _tokens(vocab: int, n: int, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("rest", [[24], [7], [3, 8]], ids=["vector", "odd", "two_dims"])
 def test_row_slabs_against_index_put(dtype, rest):
-    vocab, n = 37, 300  # 3 index segments of 128 in the hot kernel
+    vocab, n = 37, 300  # 5 index segments of 64 in the hot kernel
     idx = _tokens(vocab, n, 1)
     value = torch.randn((n, *rest), generator=torch.Generator().manual_seed(2)).to(dtype)
     fd = _embedding_grad(vocab, rest, dtype, 0.25)
