@@ -3,15 +3,16 @@ schedulers/row_sums.py): out [V, H] = fill + the sum of value [N, H] rows at ind
 output row written once, every sum in an order fixed by the index alone.
 
 - `fc_slabs_reset`: the hot-row words zeroed (the row and partial counts, the done counters).
-- `fc_slabs_rows`: a block a slab of R output rows. It reads the whole index three times
-  (from L1 and L2: every block reads the same bytes, each warp load 32 consecutive
-  positions): to count its rows' tokens (shared atomic counts, which do not depend on
-  order), then, each warp a contiguous part of the index, to count and to list in index
-  order the tokens of its rows named at most T times (a warp's after the warps' before it,
-  within a warp by ballot). Each warp then writes its rows: the fill, plus the listed tokens' value
-  rows added in index order, cast once. A row named more than T times is hot: the block
-  appends it to the hot list and leaves it to the next kernel, so no row costs one warp more
-  than T rows of loads.
+- `fc_slabs_rows`: a block a slab of R output rows; each warp reads a contiguous part of the
+  index, 32 consecutive positions a load (every block reads the same bytes: L1 and L2 serve
+  them). Sweep 1 counts its rows' tokens (shared atomic counts, which do not depend on order)
+  and the warp's tokens in the slab; the rows no token names are written then, their stores
+  draining while the list is built. Sweep 3 lists, in index order (a warp's tokens after the
+  warps' before it, within a warp by ballot), the tokens of rows named at most T times; where
+  a row of the slab is named more often, sweep 2 first counts only those. Each warp then
+  writes its named rows: the fill plus the listed tokens' values in index order, cast once.
+  A row named more than T times is hot: the block appends it to the hot list and leaves it to
+  the next kernel, so no row costs one warp more than T rows of loads.
 - `fc_slabs_hot`: a block per (index segment, hot row): each warp adds the values of its
   part of the segment naming the row, in index order; the block adds its warps' sums in
   warp order into a float partial row; the last block of a hot row (a done counter) adds
@@ -26,7 +27,7 @@ from .row_sums_cuda import _load_values, _rest_params, _value_offset
 
 BLOCK = 256
 WARPS = BLOCK // 32
-SWEEP = 4  # rounds of 32 positions a warp loads before voting on them
+SWEEP = 8  # rounds of 32 positions a warp loads before voting on them
 LANE_VECS = 4  # column vectors a lane of the hot kernel sums at once
 AHEAD = 4  # tokens whose values a warp of the hot kernel loads before adding them
 RESET_NAME = "fc_slabs_reset"
@@ -76,45 +77,77 @@ def render_rows(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_t
         "  if (t >= end) return -1;",
         "  const long long r = (long long)fc_ldg(index + t * index_s) - r0;",
         "  return r >= 0 && r < R && cnt[r] <= T ? (int)r : -1;",
-        "}"]))
+        "}"]))  # fmt: skip
+    store = [f"fc_vec<{ot}, VW> o;",
+             "#pragma unroll",
+             f"for (int i = 0; i < VW; ++i) o[i] = fc_cast<{ot}>(s[i]);",
+             "fc_store_vec<VW>(out + row * H + c, o);"]  # fmt: skip
     body = ["__shared__ int cnt[R];",
             "__shared__ int tok[R * T];  // the listed tokens, in index order",
             "__shared__ int where[R * T];  // and their rows in the slab",
             "__shared__ int warp_sum[WARPS];",
             "__shared__ int picked[WARPS][T];",
+            "__shared__ int any_hot;",
             "const idx_t r0 = (idx_t)blockIdx.x * R;",
             "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
             "for (int k = threadIdx.x; k < R; k += blockDim.x) cnt[k] = 0;",
+            "if (threadIdx.x == 0) any_hot = 0;",
             "__syncthreads();",
-            "// sweep 1: how many tokens name each row of the slab (every index checked);",
-            "// lanes read consecutive positions, so each warp load is 256 contiguous bytes",
-            "#pragma unroll 4",
-            "for (idx_t t = threadIdx.x; t < N; t += blockDim.x) {",
-            f'  const long long r = fc_check_index((long long)fc_ldg(index + t * index_s), V, "{what}") - r0;',
-            "  if (r >= 0 && r < R) atomicAdd(&cnt[r], 1);",
-            "}",
-            "__syncthreads();",
-            "// sweeps 2 and 3: each warp a contiguous part of the index; the tokens of rows",
-            "// named at most T times counted, then listed in index order after the warps before",
+            "// each warp a contiguous part of the index, read 32 consecutive positions a load",
             "const idx_t part = (N + WARPS - 1) / WARPS;",
             "const idx_t w0 = warp * part, w1 = w0 + part < N ? w0 + part : N;",
+            "// sweep 1: how many tokens name each row of the slab (every index checked), and",
+            "// how many of the warp's part name one",
             "int mine = 0;",
             "for (idx_t t0 = w0; t0 < w1; t0 += 32 * SWEEP) {",
-            "  int at[SWEEP];",
+            "  long long r[SWEEP];",
             "#pragma unroll",
-            "  for (int g = 0; g < SWEEP; ++g) at[g] = fc_slab_row(index, index_s, t0 + 32 * g + lane, w1, r0, cnt);",
+            "  for (int g = 0; g < SWEEP; ++g) {",
+            "    const idx_t t = t0 + 32 * g + lane;",
+            f'    r[g] = t < w1 ? fc_check_index((long long)fc_ldg(index + t * index_s), V, "{what}") - r0 : -1;',
+            "  }",
             "#pragma unroll",
-            "  for (int g = 0; g < SWEEP; ++g) mine += __popc(__ballot_sync(0xffffffffu, at[g] >= 0));",
+            "  for (int g = 0; g < SWEEP; ++g) {",
+            "    const bool in = r[g] >= 0 && r[g] < R;",
+            "    if (in && atomicAdd(&cnt[r[g]], 1) == T) any_hot = 1;",
+            "    mine += __popc(__ballot_sync(0xffffffffu, in));",
+            "  }",
             "}",
             "if (lane == 0) warp_sum[warp] = mine;",
             "__syncthreads();",
+            "// the rows no token names, written first: their stores drain while the list is built",
+            "for (int lr = warp; lr < R && r0 + lr < V; lr += WARPS) {",
+            "  if (cnt[lr]) continue;",
+            "  const idx_t row = r0 + lr;",
+            "  for (idx_t j = lane; j < HV; j += 32) {",
+            "    const idx_t c = j * VW;",
+            "    fc_vec<float, VW> s;",
+            "#pragma unroll",
+            "    for (int i = 0; i < VW; ++i) s[i] = fill;",
+            *["    " + x for x in store],
+            "  }",
+            "}",
+            "if (any_hot) {  // sweep 2: only the tokens of rows named at most T times count",
+            "  mine = 0;",
+            "  for (idx_t t0 = w0; t0 < w1; t0 += 32 * SWEEP) {",
+            "    int at[SWEEP];",
+            "#pragma unroll",
+            "    for (int g = 0; g < SWEEP; ++g) at[g] = fc_slab_row(index, index_s, t0 + 32 * g + lane, w1, r0, cnt);",
+            "#pragma unroll",
+            "    for (int g = 0; g < SWEEP; ++g) mine += __popc(__ballot_sync(0xffffffffu, at[g] >= 0));",
+            "  }",
+            "  __syncthreads();",
+            "  if (lane == 0) warp_sum[warp] = mine;",
+            "  __syncthreads();",
+            "}",
             "int p = 0, listed = 0;",
             "for (int k = 0; k < WARPS; ++k) {",
             "  const int s = warp_sum[k];",
             "  if (k < warp) p += s;",
             "  listed += s;",
             "}",
-            "for (idx_t t0 = w0; t0 < w1; t0 += 32 * SWEEP) {",
+            "// sweep 3: the listed tokens in index order, a warp's after the warps' before it",
+            "for (idx_t t0 = w0; listed && t0 < w1; t0 += 32 * SWEEP) {",
             "  int at[SWEEP];",
             "#pragma unroll",
             "  for (int g = 0; g < SWEEP; ++g) at[g] = fc_slab_row(index, index_s, t0 + 32 * g + lane, w1, r0, cnt);",
@@ -130,11 +163,12 @@ def render_rows(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_t
             "  }",
             "}",
             "__syncthreads();",
-            "// each warp its rows: the fill plus its tokens' values in index order",
+            "// the named rows: the fill plus their tokens' values in index order",
             "for (int lr = warp; lr < R; lr += WARPS) {",
             "  const idx_t row = r0 + lr;",
             "  if (row >= V) break;",
             "  const int n_r = cnt[lr];",
+            "  if (n_r == 0) continue;",
             "  if (n_r > T) {  // hot: fc_slabs_hot writes it",
             "    if (lane == 0) w[2 + atomicAdd(&w[0], 1)] = (int)row;",
             "    continue;",
@@ -160,10 +194,7 @@ def render_rows(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_t
             "#pragma unroll",
             "      for (int i = 0; i < VW; ++i) s[i] += v[i];",
             "    }",
-            f"    fc_vec<{ot}, VW> o;",
-            "#pragma unroll",
-            f"    for (int i = 0; i < VW; ++i) o[i] = fc_cast<{ot}>(s[i]);",
-            "    fc_store_vec<VW>(out + row * H + c, o);",
+            *["    " + x for x in store],
             "  }",
             "  __syncwarp();",
             "}"]  # fmt: skip
