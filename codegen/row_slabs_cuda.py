@@ -41,12 +41,14 @@ def words(max_hot: int, segments: int) -> int:
     return 2 + 2 * max_hot + max_hot * segments
 
 
-def _head(name: str, params: list[str], index_type: str, defines: list[str]) -> list[str]:
+def _head(name: str, params: list[str], index_type: str, defines: list[str],
+          wait: bool = True) -> list[str]:  # fmt: skip
+    """`wait`: for the kernel before it (Note [Dependent launch]) before anything else."""
     return [prelude_source("core", "math", "index"), f"typedef {index_type} idx_t;",
             *[f"#define {d}" for d in defines],
             f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}(',
             "    " + ",\n    ".join(params) + ") {",
-            "  fc_wait_prior_grid();"]  # fmt: skip
+            "  fc_wait_prior_grid();" if wait else "  // waits for the reset below"]  # fmt: skip
 
 
 def render_reset(index_type: str) -> str:
@@ -68,7 +70,8 @@ def render_rows(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_t
               f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
               "idx_t N", "idx_t V", "idx_t H", "idx_t HV", "float fill"]  # fmt: skip
     lines = _head(ROWS_NAME, params, index_type,
-                  [f"VW {vw}", f"R {rows}", f"T {most}", f"SWEEP {SWEEP}", f"WARPS {WARPS}"])
+                  [f"VW {vw}", f"R {rows}", f"T {most}", f"SWEEP {SWEEP}", f"WARPS {WARPS}"],
+                  wait=False)
     lines.insert(len(lines) - 3, "\n".join([
         "// the slab row of position t, where t < end names a row of the slab named at most T",
         "// times; else -1",
@@ -163,6 +166,10 @@ def render_rows(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_t
             "  }",
             "}",
             "__syncthreads();",
+            "// the reset before this kernel (launched dependent) wrote only the hot-row words,",
+            "// which nothing above touches; everything the kernels before the reset wrote was",
+            "// written before it started",
+            "fc_wait_prior_grid();",
             "// the named rows: the fill plus their tokens' values in index order",
             "for (int lr = warp; lr < R; lr += WARPS) {",
             "  const idx_t row = r0 + lr;",
