@@ -81,7 +81,9 @@ def row_sums_refusal(program: Any) -> str | None:
     return None
 
 
-def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchSpec:
+def plan_row_sums(program: Any, values: Any, env: dict, profile: Any,
+                  slabs: bool = False) -> LaunchSpec:  # fmt: skip
+    """`slabs`: the row slabs (Note [Row slabs]), where slabs_fit says they may."""
     from .scatter_deterministic import _Read
 
     index = _Read(program.index_read, values, env, program.index_state)
@@ -111,7 +113,7 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
     hv = h // vw
     dep = dependent_launch(profile)  # each kernel readied while the one before it runs
     early = dep and bool(knob("rows.early", False))
-    if slabs_wanted():
+    if slabs:
         return _plan_slabs(program, index, value, out_shape, out_dtype, index_type, rest_args,
                            rest_types, vw, dep, profile)  # fmt: skip
     if knob("rows.chain", False):
@@ -146,10 +148,26 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
                       f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
 
 
-def slabs_wanted() -> bool:
-    """Note [Row slabs]: the knob rows.slab (the path is deterministic, so it also serves
-    FUSION_CACHE_DETERMINISTIC)."""
-    return bool(knob("rows.slab", False))
+def slabs_fit(program: Any, env: dict) -> bool:
+    """Note [Row slabs]: asked for (the knob rows.slab; the path is deterministic, so it also
+    serves FUSION_CACHE_DETERMINISTIC), the row-sums kernels' conditions met, and the slabs'
+    index reads (every slab reads the whole index, from cache) at most the output's bytes
+    or 4 MB:
+    an embedding's gradient 50304 x 768 bf16 from 8192 tokens reads 25 MB of index for 77 MB
+    of output in slabs of 128 rows; with 8x the tokens the atomics' kernels take it."""
+    if not knob("rows.slab", False) or row_sums_refusal(program) is not None:
+        return False
+    if program.index_read is None or program.source_read is None:
+        return False
+    out = tuple(env[program.out_state])
+    v, n = out[0], math.prod(env[program.index_state])
+    h = math.prod(out[1:])
+    if max(n, v) >= 2**31 - 1:
+        return False
+    slabs = -(-v // max(1, int(knob("rows.slab_rows", 64))))
+    out_bytes = ELEMENT_BYTES[program.final_dtype or program.dtype]
+    # (or 4 MB, which the caches serve in a few microseconds)
+    return slabs * n * ELEMENT_BYTES[program.index_dtype] <= max(v * h * out_bytes, 2**22)
 
 
 def _plan_slabs(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
