@@ -30,6 +30,7 @@ WARPS = BLOCK // 32
 SWEEP = 8  # rounds of 32 positions a warp loads before voting on them
 LANE_VECS = 4  # column vectors a lane of the hot kernel sums at once
 AHEAD = 4  # tokens whose values a warp of the hot kernel loads before adding them
+MAX_SEGMENTS = 128  # index segments of the hot kernel
 RESET_NAME = "fc_slabs_reset"
 ROWS_NAME = "fc_slabs_rows"
 HOT_NAME = "fc_slabs_hot"
@@ -217,7 +218,8 @@ def render_hot(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_ty
               "idx_t N", "idx_t H", "idx_t HV", "idx_t SEG", "int S", "int MH", "float fill"]
     ct = 32 * LANE_VECS * vw  # columns a tile
     lines = _head(HOT_NAME, params, index_type,
-                  [f"VW {vw}", f"LV {LANE_VECS}", f"CT {ct}", f"WARPS {WARPS}", f"AHEAD {AHEAD}"])
+                  [f"VW {vw}", f"LV {LANE_VECS}", f"CT {ct}", f"WARPS {WARPS}", f"AHEAD {AHEAD}",
+                   f"MAXS {MAX_SEGMENTS}"])
     load = "fc_load_vec_ro<VW>(value + at)" if vw > 1 else None
     lines.insert(len(lines) - 3, "\n".join([
         f"FC_DEVICE fc_vec<{vt}, VW> fc_slab_load(const {vt}* __restrict__ value, idx_t at) {{",
@@ -225,6 +227,7 @@ def render_hot(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_ty
         "}"]))
     body = ["__shared__ float acc[WARPS][CT];",
             "__shared__ int found, slot_p, last;",
+            "__shared__ int plist[MAXS];",
             "const int hot = w[0];",
             "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
             "const idx_t seg0 = (idx_t)blockIdx.x * SEG;",
@@ -306,12 +309,27 @@ def render_hot(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_ty
             "  __syncthreads();",
             "  if (last) {  // every segment's partial is in: the row, in segment order",
             "    __threadfence();",
-            "    for (idx_t c = threadIdx.x; c < H; c += blockDim.x) {",
-            "      float total = fill;",
+            "    if (threadIdx.x == 0) {  // the partials there are, in segment order",
+            "      int k = 0;",
             "      for (int q = 0; q < S; ++q) {",
             "        const int pq = __ldcg(pidx + q);",
-            "        if (pq >= 0) total += __ldcg(part + (idx_t)pq * H + c);",
+            "        if (pq >= 0) plist[k++] = pq;",
             "      }",
+            "      found = k;",
+            "    }",
+            "    __syncthreads();",
+            "    const int np = found;",
+            "    for (idx_t c = threadIdx.x; c < H; c += blockDim.x) {",
+            "      float total = fill;",
+            "      int q = 0;",
+            "      for (; q + 8 <= np; q += 8) {  // eight loads in flight, added in order",
+            "        float x[8];",
+            "#pragma unroll",
+            "        for (int k = 0; k < 8; ++k) x[k] = __ldcg(part + (idx_t)plist[q + k] * H + c);",
+            "#pragma unroll",
+            "        for (int k = 0; k < 8; ++k) total += x[k];",
+            "      }",
+            "      for (; q < np; ++q) total += __ldcg(part + (idx_t)plist[q] * H + c);",
             f"      out[row * H + c] = fc_cast<{ot}>(total);",
             "    }",
             "  }",

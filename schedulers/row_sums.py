@@ -183,7 +183,7 @@ def _plan_slabs(program: Any, index: Any, value: Any, out_shape: tuple, out_dtyp
     it = "i32" if index_type == "int" else "i64"
     rows = max(1, int(knob("rows.slab_rows", 64)))
     most = max(1, int(knob("rows.slab_most", 16)))
-    seg = max(sl.WARPS * 8, -(-n // 128))  # positions a hot block adds: at most 128 segments
+    seg = max(sl.WARPS * 8, -(-n // sl.MAX_SEGMENTS))  # positions a hot block adds
     segments = max(1, -(-n // seg))
     max_hot = max(1, n // (most + 1))  # a hot row has more than `most` tokens
     parts = max(1, min(n, max_hot * segments))  # partial rows: segments naming a hot row

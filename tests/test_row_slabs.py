@@ -131,3 +131,19 @@ def test_row_slabs_leave_long_indexes_to_the_other_kernels(deterministic, monkey
     names = [r.name for r in refs]
     assert names == (["fc_accumulate_ordered"] if deterministic == "1" else
                      ["fc_rows_fill", "fc_rows_claim", "fc_rows_add", "fc_rows_out"])
+
+
+@needs_gxx
+def test_row_slabs_hot_row_over_many_segments():
+    """A hot row in each of ten index segments: its finish adds ten partials (eight loads in
+    flight, then the rest), in segment order."""
+    vocab, n = 37, 600
+    idx = _tokens(vocab, n, 4)
+    idx[::2] = 5
+    value = torch.randn((n, 24), generator=torch.Generator().manual_seed(5))
+    fd = _embedding_grad(vocab, [24], torch.float32, 0.0)
+    with overriding(SMALL):
+        (got,) = run_plan_on_host(fd, [idx, value])
+    hot = executor_for(fd).last_plan.spec.kernels[2]
+    assert hot.grid[0] == 10
+    torch.testing.assert_close(got, _want(idx, value, vocab, 0.0, torch.float32))
