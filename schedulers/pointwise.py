@@ -476,9 +476,10 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     # (benchmarks/sweeps/ce.json, H100 2026-11-26)
     heavy = vec >= 8 and any(s.op in TRANSCENDENTAL for s in program.stmts) and (
         numel >= block * vec * 2 * 4 * profile.sm_count) and "bcast" not in modes[:n_acc]
-    # a row gather waits on its index's load: two vectors a thread, both gathers issued before
-    # either is used (Note [Gathers ahead]): an embedding of 8192 tokens x 768 bf16 1593 ->
-    # 1729 GB/s on the H100 (sweep of resize_perf.json, 2026-11-26); same size rule as above
+    # a row gather waits on its index's load: several vectors a thread, all gathers issued
+    # before any is used (Note [Gathers ahead]): an embedding of 8192 tokens x 768 bf16 1593 ->
+    # 1729 GB/s on the H100 with two (sweep of resize_perf.json, 2026-11-26; four: below);
+    # same size rule as above
     gathers = "vgather" in modes[:n_acc] and numel >= block * vec * 2 * 4 * profile.sm_count
     if layout is None:
         itype = index_type(sizes, strides)
@@ -501,7 +502,7 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         len(sizes), vec, itype, tuple(modes[:n_acc]),
         tuple(m if m in ("vec", "scatter", "atomic") else "strided" for m in modes[n_acc:]),
         live, block,
-        rows if rows > 1 else knob("pointwise.unroll", 2 if heavy or gathers else 1),
+        rows if rows > 1 else knob("pointwise.unroll", 4 if gathers else 2 if heavy else 1),
         knob("load.hint", 0), knob("store.hint", 0),
         rv, pair, pair_guards, rows > 1,
     )  # fmt: skip
@@ -524,8 +525,13 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     args += extra
     per_block = block * vec * (1 if variant.rows else variant.unroll)
     blocks = max(1, min(-(-numel // per_block), 2**31 - 1))
-    if knob("pointwise.blocks_per_sm", 0):  # a grid that loops: at most so many blocks an SM
-        blocks = min(blocks, profile.sm_count * knob("pointwise.blocks_per_sm", 0))
+    # Note [Gathers ahead], a grid that loops: row gathers four vectors a thread, at most four
+    # blocks an SM: embedding 8192 tokens x 768 bf16 1667 -> 1733 GB/s on the H100 (eager 1671;
+    # two a thread and eight blocks 1725, four and no bound 1663; sweep of
+    # benchmarks/sweeps/embedding_round6.json, 2026-11-27)
+    per_sm = knob("pointwise.blocks_per_sm", 4 if gathers else 0)
+    if per_sm:  # a grid that loops: at most so many blocks an SM
+        blocks = min(blocks, profile.sm_count * per_sm)
     kernel = KernelLaunch(KERNEL_NAME, render_pointwise(program, variant), (blocks, 1, 1),
                           (block, 1, 1), arg_types(program, variant), tuple(args))  # fmt: skip
     return LaunchSpec(NAME, tuple(outputs), (), (kernel,), variant.describe() + notes)

@@ -37,12 +37,26 @@ row gives each token its place; the first K push themselves on the list, the nex
 slot of float sums (zeroed by the fill) and publishes it, and the later ones wait for it and
 add their values there with vector atomics; the rows kernel adds a hot row's slot. It costs
 the link kernel a second atomic round trip. rows.early alone: 1783 against 1827 (no gain).
+
+Note [Row slabs] (knob rows.slab, off until a GPU run decides): every output row written once,
+every sum in an order the index alone fixes, so the result is the same on every run (the
+deterministic switch keeps these kernels where the knob is on). A reset kernel zeroes a few
+words; then a block a slab of rows.slab_rows output rows reads the whole index (every block
+the same bytes: L1 and L2 serve them), counts its rows' tokens, lists in index order the
+tokens of its rows named at most rows.slab_most times, and writes each row: the fill plus its
+tokens' values added in index order, cast once; rows no token names get the fill. A row named
+more often is hot: the slab appends it to a hot list and a third kernel splits it over index
+segments (a block a segment and hot row, a partial row of float sums each, summed warp by warp
+in order), the last of the row's blocks adding the partials in segment order, so a padding row
+of thousands of tokens costs no warp more than its segment's share. No atomics touch values;
+the index is read by every slab (V / rows.slab_rows times, from cache).
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from codegen import row_slabs_cuda as sl
 from codegen import row_sums_cuda as rs
 from codegen.cuda_ops import ELEMENT_BYTES
 from fusion_cache.frontend.dtypes import DataType
@@ -67,7 +81,9 @@ def row_sums_refusal(program: Any) -> str | None:
     return None
 
 
-def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchSpec:
+def plan_row_sums(program: Any, values: Any, env: dict, profile: Any,
+                  slabs: bool = False) -> LaunchSpec:  # fmt: skip
+    """`slabs`: the row slabs (Note [Row slabs]), where slabs_fit says they may."""
     from .scatter_deterministic import _Read
 
     index = _Read(program.index_read, values, env, program.index_state)
@@ -97,6 +113,9 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
     hv = h // vw
     dep = dependent_launch(profile)  # each kernel readied while the one before it runs
     early = dep and bool(knob("rows.early", False))
+    if slabs:
+        return _plan_slabs(program, index, value, out_shape, out_dtype, index_type, rest_args,
+                           rest_types, vw, dep, profile)  # fmt: skip
     if knob("rows.chain", False):
         return _plan_chains(program, index, value, out_shape, out_dtype, index_type, rest_args,
                             rest_types, vw, dep, early)  # fmt: skip
@@ -127,6 +146,74 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any) -> LaunchS
     return LaunchSpec("scatter", outputs, work, tuple(kernels),
                       f"{program.op} row sums from {program.fill!r} (Note [Row sums]), "
                       f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
+
+
+def slabs_fit(program: Any, env: dict) -> bool:
+    """Note [Row slabs]: asked for (the knob rows.slab; the path is deterministic, so it also
+    serves FUSION_CACHE_DETERMINISTIC), the row-sums kernels' conditions met, and the slabs'
+    index reads (every slab reads the whole index, from cache) at most the output's bytes
+    or 4 MB:
+    an embedding's gradient 50304 x 768 bf16 from 8192 tokens reads 25 MB of index for 77 MB
+    of output in slabs of 128 rows; with 8x the tokens the atomics' kernels take it."""
+    if not knob("rows.slab", False) or row_sums_refusal(program) is not None:
+        return False
+    if program.index_read is None or program.source_read is None:
+        return False
+    out = tuple(env[program.out_state])
+    v, n = out[0], math.prod(env[program.index_state])
+    h = math.prod(out[1:])
+    if max(n, v) >= 2**31 - 1:
+        return False
+    slabs = -(-v // max(1, int(knob("rows.slab_rows", 64))))
+    out_bytes = ELEMENT_BYTES[program.final_dtype or program.dtype]
+    # (or 4 MB, which the caches serve in a few microseconds)
+    return slabs * n * ELEMENT_BYTES[program.index_dtype] <= max(v * h * out_bytes, 2**22)
+
+
+def _plan_slabs(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
+                index_type: str, rest_args: list, rest_types: tuple, vw: int, dep: bool,
+                profile: Any) -> LaunchSpec:  # fmt: skip
+    """Note [Row slabs]: a reset of the hot-row words, the slabs, the hot rows."""
+    n, v = index.shape[0], out_shape[0]
+    h = math.prod(out_shape[1:])
+    hv = h // vw
+    rest = len(out_shape) - 1
+    if n * max(1, abs(_s(index, 0))) >= 2**31 - 1 and index_type == "int":
+        index_type = "long long"
+    it = "i32" if index_type == "int" else "i64"
+    rows = max(1, int(knob("rows.slab_rows", 64)))
+    most = max(1, int(knob("rows.slab_most", 16)))
+    seg = max(sl.WARPS * 8, -(-n // sl.MAX_SEGMENTS))  # positions a hot block adds
+    segments = max(1, -(-n // seg))
+    max_hot = max(1, n // (most + 1))  # a hot row has more than `most` tokens
+    parts = max(1, min(n, max_hot * segments))  # partial rows: segments naming a hot row
+    blocks = lambda count: (max(1, -(-count // sl.BLOCK)), 1, 1)  # noqa: E731
+    block = (sl.BLOCK, 1, 1)
+    what = f"{program.op} (T{program.out_state})"
+    rows_args = (index.ref, _s(index, 0), value.ref, _s(value, 0), *rest_args)
+    rows_types = ("ptr", it, "ptr", it, *rest_types)
+    kernels = [KernelLaunch(sl.RESET_NAME, sl.render_reset(index_type), blocks(max(2, max_hot)),
+                            block, ("ptr", it), (ArgRef("workspace", 0), max_hot))]
+    if v and h:
+        kernels.append(KernelLaunch(
+            sl.ROWS_NAME, sl.render_rows(out_dtype, program.index_dtype, program.source_dtype,
+                                         rest, vw, index_type, what, rows, most),
+            (-(-v // rows), 1, 1), block, ("ptr", "ptr", *rows_types, it, it, it, it, "f32"),
+            (ArgRef("output", 0), ArgRef("workspace", 0), *rows_args, n, v, h, hv,
+             float(program.fill)), dependent=dep))  # fmt: skip
+    if v and h and n:
+        spread = max(1, min(max_hot, -(-2 * profile.sm_count // segments), 65535))
+        kernels.append(KernelLaunch(
+            sl.HOT_NAME, sl.render_hot(out_dtype, program.index_dtype, program.source_dtype,
+                                       rest, vw, index_type),
+            (segments, spread, 1), block,
+            ("ptr", "ptr", "ptr", *rows_types, it, it, it, it, "i32", "i32", "f32"),
+            (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 1), *rows_args,
+             n, h, hv, seg, segments, max_hot, float(program.fill)), dependent=dep))  # fmt: skip
+    work = ((sl.words(max_hot, segments), DataType.Int32), (parts * max(1, h), DataType.Float))
+    return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), work, tuple(kernels),
+                      f"{program.op} row slabs of {rows} from {program.fill!r} (Note [Row "
+                      f"slabs]), vw={vw}, cast to {out_dtype!r}")  # fmt: skip
 
 
 def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,

@@ -234,11 +234,12 @@ def _program(low: _Lowering, rank: int, stores: tuple, outputs: tuple) -> Pointw
 
 
 def plan_scatter(program: ScatterProgram, values: Any, env: dict, profile: Any) -> LaunchSpec:
-    from .row_sums import plan_row_sums, row_sums_refusal
+    from .row_sums import plan_row_sums, row_sums_refusal, slabs_fit
     from .scatter_deterministic import plan_deterministic
 
-    if not deterministic() and row_sums_refusal(program) is None:
-        return plan_row_sums(program, values, env, profile)  # Note [Row sums]
+    slabs = slabs_fit(program, env)
+    if slabs or (not deterministic() and row_sums_refusal(program) is None):
+        return plan_row_sums(program, values, env, profile, slabs)  # Note [Row sums], [Row slabs]
     if program.fill is not None and (deterministic() or _cheap_scans(program, values, env)):
         return plan_deterministic(program, None, values, env, profile)  # Note [Sums cast down]
     if program.final_dtype is not None:

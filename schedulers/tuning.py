@@ -64,6 +64,12 @@ KNOBS: dict[str, str] = {
                   "their loads issued together (Note [Row chains])",
     "rows.bound": "most tokens on a row's list in the row chains; a hot row's others add to "
                   "float sums with atomics (Note [Row chains]; 0: unbounded)",
+    "rows.slab": "an embedding's gradient as row slabs: a block a slab of output rows reads "
+                 "the index and writes each row once, sums in index order, hot rows split over "
+                 "index segments (Note [Row slabs]; False: Note [Row sums])",
+    "rows.slab_rows": "output rows a block of the row slabs' rows kernel writes",
+    "rows.slab_most": "most tokens of a row the row slabs' rows kernel sums; rows named more "
+                      "often are hot (Note [Row slabs])",
     "rows.early": "the row-sums kernels let the next, launched dependent, be placed at once "
                   "(griddepcontrol.launch_dependents at their start)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "

@@ -181,6 +181,9 @@ template <int N, typename T> inline void fc_store_vec(T* p, const fc_vec<T, N>& 
 }
 template <int N, int Hint, typename T> inline void fc_store_vec_hint(T* p, const fc_vec<T, N>& v) { fc_store_vec<N>(p, v); }
 template <typename T> inline T fc_ldg(const T* p) { return *p; }
+template <typename T> inline T __ldcg(const T* p) { return *p; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 template <typename T> inline void fc_opaque(const T*&) {}
 // atomics that hold where a block's threads run at once (lockstep)
 template <typename T> inline T atomicCAS(T* p, T cmp, T v) {
@@ -224,6 +227,9 @@ inline unsigned __ballot_sync(unsigned, bool p) {
   return m;
 }
 inline int __ffs(unsigned x) { return __builtin_ffs(x); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  fc_warp_barriers[(threadIdx.y * blockDim.x + threadIdx.x) / 32]->arrive_and_wait();
+}
 static unsigned char fc_swap[1024][64];
 template <typename T> inline T fc_host_shfl(T v, unsigned src) {
   static_assert(sizeof(T) <= 64, "shuffled values up to 64 bytes");

@@ -232,21 +232,26 @@ def test_embedding_max_norm_is_one_kernel():
           torch.bfloat16)  # fmt: skip
 
 
-@pytest.mark.parametrize("path", ["row_sums", "chains", "bounded", "ordered"])
+@pytest.mark.parametrize("path", ["row_sums", "chains", "bounded", "ordered", "slabs",
+                                  "slabs_deterministic"])
 def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
     the row-sums kernels (four launches), the row chains (three: Note [Row chains]), unbounded
-    or of at most 16 tokens a list (the padding row's others in float sums), or the ordered
-    kernel (one), against torch, on two sets of tokens in turn (the plan's scratch,
-    kept per stream, reused by each run)."""
+    or of at most 16 tokens a list (the padding row's others in float sums), the ordered
+    kernel (one) or the row slabs (three: Note [Row slabs], with or without the
+    deterministic switch, their results the same on every run), against torch, on two sets
+    of tokens in turn (the plan's scratch, kept per stream, reused by each run)."""
     from schedulers.tuning import overriding
 
-    deterministic = path == "ordered"
+    deterministic = path in ("ordered", "slabs_deterministic")
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "1" if deterministic else "0")
     knobs = {"chains": {"rows.chain": True, "rows.early": True, "rows.units": 4},
-             "bounded": {"rows.chain": True, "rows.bound": 16, "rows.units": 2}}.get(path, {})
+             "bounded": {"rows.chain": True, "rows.bound": 16, "rows.units": 2},
+             "slabs": {"rows.slab": True}, "slabs_deterministic": {"rows.slab": True}}.get(
+                 path, {"rows.slab": False})  # fmt: skip
     with overriding(knobs):
-        _hot_rows(deterministic, {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1}[path])
+        _hot_rows(deterministic or path == "slabs",
+                  {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1}.get(path, 3))
 
 
 def _hot_rows(deterministic: bool, kernels: int) -> None:
@@ -271,8 +276,16 @@ def _hot_rows(deterministic: bool, kernels: int) -> None:
         assert torch.equal(runs[0], runs[2]) and torch.equal(runs[1], runs[3])
 
 
+@pytest.mark.parametrize("slabs", [False, True], ids=["row_sums", "slabs"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-def test_embedding_gradient_in_a_cuda_graph(dtype, monkeypatch):
+def test_embedding_gradient_in_a_cuda_graph(dtype, slabs, monkeypatch):
+    from schedulers.tuning import overriding
+
+    with overriding({"rows.slab": slabs}):
+        _in_a_cuda_graph(dtype, monkeypatch)
+
+
+def _in_a_cuda_graph(dtype, monkeypatch):
     """Note [Row sums] in a CUDA graph: the captured run's scratch comes from the graph's pool
     and each replay fills it again; three replays on other tokens, against torch."""
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
