@@ -398,7 +398,7 @@ def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
     cmd += ["--tiny"] if args.tiny else []
     cmd += ["--stub"] if args.stub else []
-    cmd += ["--deterministic"] if args.deterministic else []
+    cmd += ["--deterministic"] if getattr(args, "deterministic", False) else []
     cmd += ["--profile-stem", str(profile.resolve())] if profile is not None else []
     env = dict(os.environ, FUSION_CACHE_DIR=store, **(extra_env or {}))
     env.pop("FUSION_CACHE_DB_URL", None)
