@@ -159,6 +159,11 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # GPT-2 14.22 ms a step against 8.84 off, Llama-style 9.00 against 7.79, ResNet-18 10.19 against
 # 9.80, with fewer launches (GPT-2 156 against 183, Llama 77 against 106); losses as eager's (GPU
 # test). Which switch costs the time is not known yet: time each alone before turning one on.
+# COUNTERS_REGION and LONE_CONVOLUTIONS (added later), H100 07:59 UTC, ResNet-18 under
+# --deterministic (benchmarks/results/models-resnet18-deterministic-*): 16.21 ms a step with
+# both against 17.01 without, within the noise (eager 16.87, eager run again 15.95); losses
+# bit-identical, ops left to eager 24 -> 0, one launch more (the counters' kernel, for 20
+# eager add_). Not yet timed under torch's default settings.
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
