@@ -96,6 +96,19 @@ def initial_model(case: ModelCase, device: str) -> torch.nn.Module:
     return case.build().to(device=device, dtype=case.weights)
 
 
+def step(model: Callable, opt: torch.optim.Optimizer, case: ModelCase, batch: tuple,
+         device: str) -> torch.Tensor:
+    """One training step, issued (not waited for): zero_grad, forward (under the case's
+    autocast), backward, optimizer step; the loss."""
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast(device, dtype=case.autocast or torch.bfloat16,
+                        enabled=case.autocast is not None):  # fmt: skip
+        loss = model(*batch)
+    loss.backward()
+    opt.step()
+    return loss
+
+
 def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase, batches: list,
           device: str, after_step: Callable[[], None] | None = None,
           profile: Path | None = None, hosts: list[float] | None = None,
@@ -117,12 +130,7 @@ def train(model: Callable, params: list[torch.nn.Parameter], case: ModelCase, ba
         if profiler is not None:
             profiler.enable()
         start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device, dtype=case.autocast or torch.bfloat16,
-                            enabled=case.autocast is not None):  # fmt: skip
-            loss = model(*batch)
-        loss.backward()
-        opt.step()
+        loss = step(model, opt, case, batch, device)
         if hosts is not None:
             hosts.append(time.perf_counter() - start)
         sync(device)

@@ -149,24 +149,14 @@ def trace(name: str, tiny: bool, stub: bool, warmup: int) -> dict[str, Any]:
         opt = torch.optim.SGD(params, lr=case.lr, momentum=0.9)
 
         def run_step() -> None:
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(device, dtype=case.autocast or torch.bfloat16,
-                                enabled=case.autocast is not None):  # fmt: skip
-                loss = fn(*batches[-1])
-            loss.backward()
-            opt.step()
+            models.step(fn, opt, case, batches[-1], device)
 
         steps, hosts = [], []  # the step's wall, and its host time before the synchronize
         started = time.time()  # to set the steps beside a clock log (nvidia-smi's)
         for batch in batches[:warmup]:
             models.sync(device)
             start = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(device, dtype=case.autocast or torch.bfloat16,
-                                enabled=case.autocast is not None):  # fmt: skip
-                loss = fn(*batch)
-            loss.backward()
-            opt.step()
+            models.step(fn, opt, case, batch, device)
             issued = time.perf_counter()
             models.sync(device)
             steps.append((time.perf_counter() - start) * 1e3)
