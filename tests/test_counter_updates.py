@@ -81,3 +81,24 @@ def test_counters_stay_eager_add_without_the_switch():
     with torch.no_grad():
         gm(*counters, x)
     assert [int(c) for c in counters] == [2, 3, 5]
+
+
+def test_a_region_read_before_an_eager_write_runs_before_it():
+    """A region is called where its last node was: one that reads a tensor before an eager
+    in-place write of it and computes more after the write is cut there (Note [Eager
+    writes]), so its first half reads the value from before the write."""
+
+    def step(x, c):
+        y = x * 2 + c  # reads c before the eager write below
+        c.copy_(c + 1)  # the counter rule makes this an eager add_
+        return y * 3 + 1
+
+    x, c = torch.randn(6), torch.randn(6)
+    gm, report = _fused(step, [x, c])
+    want_c = c.clone()
+    for _ in range(3):
+        with torch.no_grad():
+            got = gm(x, c)
+        want = step(x, want_c)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(c, want_c)

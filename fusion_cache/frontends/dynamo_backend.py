@@ -284,7 +284,36 @@ def _propose(gm: GraphModule, support: FusionSupport) -> list[Partition]:
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     pieces = [c for part in proposed for piece in _cut_after_library_ops(part, order)
               for c in _connected_parts(piece)]  # fmt: skip
-    return [_without_early_writes(p, support) for p in pieces]
+    pieces = [_without_early_writes(p, support) for p in pieces]
+    fused = {n for p in pieces for n in p.nodes}
+    eager_writes = [n for n in gm.graph.nodes if _writes_in_place(n) and n not in fused]
+    return [c for part in pieces for piece in _cut_at_eager_writes(part, eager_writes, order)
+            for c in _connected_parts(piece)]  # fmt: skip
+
+
+def _writes_in_place(node: Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return node.op == "call_function" and schema is not None and schema.is_mutable
+
+
+def _cut_at_eager_writes(part: Partition, writes: list[Node],
+                         order: dict[Node, int]) -> list[Partition]:  # fmt: skip
+    """Note [Eager writes]: fuse_by_partitions calls a region where its last node was. An
+    eager in-place write between a partition's first and last nodes, of a tensor the
+    partition reads, would then run before the reads that came ahead of it in the graph
+    (an eager counter update inside a region's span read the new value). Such a partition
+    is cut at each such write: its halves run on either side of it, as the graph ordered."""
+    if not part.nodes:
+        return [part]
+    nodes = set(part.nodes)
+    first, last = min(order[n] for n in nodes), max(order[n] for n in nodes)
+    cuts = sorted(order[w] for w in writes if first < order[w] < last
+                  and isinstance(w.args[0], Node) and any(u in nodes for u in w.args[0].users))
+    if not cuts:
+        return [part]
+    bounds = [first - 1, *cuts, last + 1]
+    halves = [[n for n in part.nodes if lo < order[n] < hi] for lo, hi in itertools.pairwise(bounds)]
+    return [Partition(nodes=h) for h in halves if h]
 
 
 def _without_early_writes(part: Partition, support: FusionSupport) -> Partition:
