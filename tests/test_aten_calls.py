@@ -318,7 +318,7 @@ def test_a_transposed_operand_is_made_by_its_view_method(cpu_as_gpu):  # noqa: F
     (out,) = fd.execute([a])
     ((_, plan),) = aten_plans(fd)
     fn, specs, _ = plan.call.direct
-    want = ((4, 8), (1, 4), 0) if aten_calls._reinterpret is not None else torch.Tensor.t
+    want = ((4, 8), (1, 4), 0) if aten_calls.reinterpret_tensor is not None else torch.Tensor.t
     assert [view if len(view) == 3 else view[0] for _, view in specs if view is not None] \
         == [want]  # fmt: skip
     torch.testing.assert_close(out, a @ a.t(), **TOL[torch.float32])

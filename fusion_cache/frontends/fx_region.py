@@ -19,6 +19,7 @@ from torch.fx import GraphModule, Node
 from fusion_cache.frontend.definition import FusionDefinition
 from fusion_cache.frontend.dtypes import DataType, from_torch
 from fusion_cache.ir.output_layout import preferred_order
+from fusion_cache.runtime.aten_calls import reinterpret_tensor as _reinterpret
 from fusion_cache.runtime.plans import input_key
 from fusion_cache.runtime.sequence import Guard, LaunchSequence, sequence_for
 
@@ -311,11 +312,7 @@ def _with_constants(outs: list, constants: Constants, args: Sequence[Any]) -> li
 # attention output, is laid out by torch). So after the first call of a signature the view is
 # made in one C call, torch's `_reinterpret_tensor` (the one inductor's generated code makes
 # its views with), from the layout that call gave; a view chain that copied (a reshape of a
-# layout it cannot view) keeps its methods.
-try:
-    from torch._C._dynamo.guards import _reinterpret_tensor as _reinterpret
-except ImportError:  # not in this torch (a private API): the methods stay
-    _reinterpret = None
+# layout it cannot view) keeps its methods. Without that call in this torch, the methods stay.
 
 
 @dataclass(frozen=True)

@@ -211,7 +211,7 @@ def _direct(op: Record, call: Callable, single: bool, outputs: tuple[int, ...], 
             if a.index not in operands:
                 return None
             pos, size, stride, delta = operands[a.index]
-            view = (size, stride, delta) if _reinterpret is not None else recipes[a.index]
+            view = (size, stride, delta) if reinterpret_tensor is not None else recipes[a.index]
             specs.append((pos, None if size is None else view or (size, stride, delta)))
         elif isinstance(a, Ref) and a.index in fixed:
             specs.append((None, fixed[a.index]))
@@ -230,9 +230,9 @@ def _direct(op: Record, call: Callable, single: bool, outputs: tuple[int, ...], 
 # and offset the plan prepared; the run checks the input's strides first, so the layout is
 # the prepared one. Not an autograd view, which the runs, under no_grad, do not need.
 try:
-    from torch._C._dynamo.guards import _reinterpret_tensor as _reinterpret
+    from torch._C._dynamo.guards import _reinterpret_tensor as reinterpret_tensor
 except ImportError:  # not in this torch (a private API): view methods and as_strided
-    _reinterpret = None
+    reinterpret_tensor = None
 
 
 def _as_strided(t: torch.Tensor, size: tuple, stride: tuple, delta: int) -> torch.Tensor:
@@ -240,7 +240,7 @@ def _as_strided(t: torch.Tensor, size: tuple, stride: tuple, delta: int) -> torc
 
 
 # an operand's view of (sizes, strides, offset past the input's own)
-reinterpret: Callable[..., torch.Tensor] = _reinterpret or _as_strided
+reinterpret: Callable[..., torch.Tensor] = reinterpret_tensor or _as_strided
 
 
 def view_recipe(root: torch.Tensor, view: torch.Tensor) -> tuple | None:
