@@ -28,6 +28,8 @@ ADD_NAME = "fc_rows_add"
 OUT_NAME = "fc_rows_out"
 LINK_NAME = "fc_rows_link"  # Note [Row chains]
 WALK_NAME = "fc_rows_walk"
+SLAB_WALK_NAME = "fc_rows_slab_walk"  # Note [Slab walk]
+WARPS = BLOCK // 32
 
 # Vector atomic adds of floats: one red.global.add.v4.f32 per four on sm_90 (PTX 8.1), one
 # atomicAdd each elsewhere (and in host runs, which have no __CUDA_ARCH__).
@@ -59,12 +61,14 @@ FC_DEVICE void fc_launch_dependents() {
 
 
 def _head(name: str, params: list[str], index_type: str, wait: bool = False,
-          early: bool = False) -> list[str]:  # fmt: skip
+          early: bool = False, min_blocks: int = 0) -> list[str]:  # fmt: skip
     """`wait`: launched dependent on the kernel before it (Note [Dependent launch]);
-    `early`: the next kernel, launched dependent, is placed at once to wait."""
+    `early`: the next kernel, launched dependent, is placed at once to wait; `min_blocks`:
+    blocks an SM the registers must allow (0: no bound)."""
+    bounds = f"{BLOCK}, {min_blocks}" if min_blocks else f"{BLOCK}"
     return [prelude_source("core", "math", "index"), f"typedef {index_type} idx_t;",
             *([LAUNCH_DEPENDENTS] if early else []),
-            f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}(',
+            f'extern "C" __global__ void __launch_bounds__({bounds}) {name}(',
             "    " + ",\n    ".join(params) + ") {"] + (
                 ["  fc_launch_dependents();"] if early else []) + (
                 ["  fc_wait_prior_grid();"] if wait else [])  # fmt: skip
@@ -256,25 +260,11 @@ def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wai
     block apart, their head words, first values and next tokens loaded before any is added,
     and a list's next values loaded before the current ones are added."""
     ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
-    params = [f"{ot}* __restrict__ out", "const int* __restrict__ head",
-              "const int* __restrict__ next", f"const {vt}* __restrict__ value",
-              "idx_t value_s", *_rest_params(rest, vw), "idx_t V", "idx_t H", "idx_t HV",
-              "float fill"]  # fmt: skip
-    if bounded:  # the hot rows' sums; `head` starts the fill's words (Note [Row chains])
-        params[1:2] = ["const int* __restrict__ head", "const float* __restrict__ acc"]
+    params = _walk_params(out_dtype, value_dtype, rest, vw, bounded)
     lines = _head(WALK_NAME, params, index_type, wait)
     if bounded:  # a hot row's slot of sums, or -1
         lines.append("  const int* __restrict__ slots = head + 2 * V;")
-    load = "fc_load_vec_ro<VW>(value + at)" if vw > 1 else None
-    lines.insert(2, "\n".join([  # after idx_t's typedef
-        f"#define VW {vw}", f"#define WU {units}",
-        f"FC_DEVICE fc_vec<{vt}, VW> fc_row_at(const {vt}* __restrict__ value, idx_t at) {{",
-        f"  return {load};" if load else f"  fc_vec<{vt}, VW> r; r[0] = value[at]; return r;",
-        "}",
-        f"FC_DEVICE void fc_row_add(fc_vec<float, VW>& s, const fc_vec<{vt}, VW>& raw) {{",
-        "#pragma unroll",
-        "  for (int j = 0; j < VW; ++j) s[j] += (float)fc_widen(raw[j]);",
-        "}"]))  # fmt: skip
+    lines.insert(2, _walk_defs(vt, vw, [f"#define WU {units}"]))  # after idx_t's typedef
     offset = ["  " + x for x in _value_offset(rest, vw)]
     unit = ["    const idx_t u = u0 + (idx_t)k * blockDim.x;",
             "    const idx_t row = u / HV;",
@@ -326,4 +316,148 @@ def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wai
               "    fc_store_vec<VW>(out + row * H + c, o);",
               "  }",
               "}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _walk_params(out_dtype, value_dtype, rest: int, vw: int, bounded: bool) -> list[str]:
+    ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
+    params = [f"{ot}* __restrict__ out", "const int* __restrict__ head",
+              "const int* __restrict__ next", f"const {vt}* __restrict__ value",
+              "idx_t value_s", *_rest_params(rest, vw), "idx_t V", "idx_t H", "idx_t HV",
+              "float fill"]  # fmt: skip
+    if bounded:  # the hot rows' sums; `head` starts the fill's words (Note [Row chains])
+        params[1:2] = ["const int* __restrict__ head", "const float* __restrict__ acc"]
+    return params
+
+
+def _walk_defs(vt: str, vw: int, defines: list[str]) -> str:
+    """VW, `defines`, fc_row_at (VW values of a row of value) and fc_row_add (added as floats)."""
+    load = "fc_load_vec_ro<VW>(value + at)" if vw > 1 else None
+    return "\n".join([
+        f"#define VW {vw}", *defines,
+        f"FC_DEVICE fc_vec<{vt}, VW> fc_row_at(const {vt}* __restrict__ value, idx_t at) {{",
+        f"  return {load};" if load else f"  fc_vec<{vt}, VW> r; r[0] = value[at]; return r;",
+        "}",
+        f"FC_DEVICE void fc_row_add(fc_vec<float, VW>& s, const fc_vec<{vt}, VW>& raw) {{",
+        "#pragma unroll",
+        "  for (int j = 0; j < VW; ++j) s[j] += (float)fc_widen(raw[j]);",
+        "}"])  # fmt: skip
+
+
+def slab_rows_of(hv: int, units: int) -> int:
+    """Note [Slab walk]: the whole rows of a block, at most BLOCK * units units (at least one)."""
+    return max(1, BLOCK * units // max(1, hv))
+
+
+def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, hv: int,
+                     wait: bool = False, units: int = 8, bounded: bool = False,
+                     kept: bool = False, hint: int = 0, min_blocks: int = 0) -> str:  # fmt: skip
+    """Note [Slab walk]: a block the SR whole rows after the blocks before it (SR * HV at most
+    BLOCK * `units` units, or one row). It loads its rows' head (and slot) words once into
+    shared memory and lists the named rows there; its threads store the fill to every unit
+    of the rows no token names, all issued before anything else is waited on; then each warp
+    takes named rows, a lane up to AH units of a row at once, and adds the row's list, each
+    token's values loaded with its next token. `hv`: the plan's units a row (sizes SR, AH).
+    `kept`: the words live between runs (Note [Kept words]): the block sets its named rows'
+    words back to -1 (and a hot row's sums to 0) once read, block 0 the slots-used counter.
+    `hint`: the output's stores' cache hint (Note [Cache hints]; 1: evict-first);
+    `min_blocks`: blocks an SM its registers must allow (0: as the compiler likes)."""
+    ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
+    ah = max(1, min(4, -(-hv // 32)))
+    sr = slab_rows_of(hv, units)
+    store = f"fc_store_vec_hint<VW, {hint}>" if hint else "fc_store_vec<VW>"
+    params = _walk_params(out_dtype, value_dtype, rest, vw, bounded)
+    if kept:  # the words are set back here
+        params = [p.replace("const int* __restrict__ head", "int* __restrict__ head").replace(
+            "const float* __restrict__ acc", "float* __restrict__ acc") for p in params]
+    lines = _head(SLAB_WALK_NAME, params, index_type, wait, min_blocks=min_blocks)
+    lines.insert(2, _walk_defs(vt, vw, [f"#define SR {sr}", f"#define AH {ah}",
+                                        f"#define WARPS {WARPS}"]))
+    lane_unit = ["const idx_t c = (q0 + lane + 32 * m) * VW;"]
+    # bounded words: head [V], count [V], slot [V], slots used [1]
+    reset = (["    head[r0 + i] = -1;",
+              *(["    head[V + r0 + i] = -1;", "    if (sl >= 0) head[2 * V + r0 + i] = -1;"]
+                if bounded else [])] if kept else [])  # fmt: skip
+    body = ["__shared__ int hs[SR];",
+            *(["__shared__ int ss[SR];"] if bounded else []),
+            "__shared__ int named[SR];  // the block's named rows, in no order",
+            "__shared__ int nn;",
+            "const idx_t r0 = (idx_t)blockIdx.x * SR;",
+            "const int rows = V - r0 < SR ? (int)(V - r0) : SR;",
+            "if (threadIdx.x == 0) nn = 0;",
+            *(["if (blockIdx.x == 0 && threadIdx.x == 0) head[3 * V] = -1;  // slots used"]
+              if kept and bounded else []),
+            "__syncthreads();",
+            "for (int i = threadIdx.x; i < rows; i += blockDim.x) {",
+            "  const int w = head[r0 + i];",
+            *(["  const int sl = head[2 * V + r0 + i];  // a hot row's slot of sums, or -1",
+               "  ss[i] = sl;"] if bounded else []),
+            "  hs[i] = w;",
+            "  if (w >= 0) {",
+            "    named[atomicAdd(&nn, 1)] = i;",
+            *reset,
+            "  }",
+            "}",
+            "__syncthreads();",
+            "// the rows no token names: the fill, every store issued at once",
+            f"fc_vec<{ot}, VW> f;",
+            "#pragma unroll",
+            f"for (int j = 0; j < VW; ++j) f[j] = fc_cast<{ot}>(fill);",
+            "const idx_t e = (r0 + rows) * HV;",
+            "#pragma unroll 4",
+            "for (idx_t u = r0 * HV + threadIdx.x; u < e; u += blockDim.x) {",
+            "  const idx_t row = u / HV;",
+            f"  if (hs[row - r0] < 0) {store}(out + row * H + (u - row * HV) * VW, f);",
+            "}",
+            "// the named rows, a warp each: a lane's AH units' lists walked together",
+            "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
+            "for (int j = warp; j < nn; j += WARPS) {",
+            "  const int i = named[j];",
+            "  const idx_t row = r0 + i;",
+            *(["  const int sl = ss[i];"] if bounded else []),
+            "  for (idx_t q0 = 0; q0 < HV; q0 += 32 * AH) {",
+            "    fc_vec<float, VW> s[AH];",
+            f"    fc_vec<{vt}, VW> now[AH];",
+            "    idx_t vo[AH];",
+            "#pragma unroll",
+            "    for (int m = 0; m < AH; ++m) {",
+            *["      " + x for x in lane_unit],
+            *["    " + x for x in _value_offset(rest, vw)],
+            "      vo[m] = voff;",
+            "#pragma unroll",
+            "      for (int x = 0; x < VW; ++x) s[m][x] = fill;",
+            "    }",
+            "    // a step of the list: the token's values and its next token loaded together",
+            "    for (int n = hs[i]; n >= 0;) {",
+            "#pragma unroll",
+            "      for (int m = 0; m < AH; ++m)",
+            "        if (q0 + lane + 32 * m < HV) now[m] = fc_row_at(value, (idx_t)n * value_s + vo[m]);",
+            "      const int after = fc_ldg(next + n);",
+            "#pragma unroll",
+            "      for (int m = 0; m < AH; ++m)",
+            "        if (q0 + lane + 32 * m < HV) fc_row_add(s[m], now[m]);",
+            "      n = after;",
+            "    }",
+            "#pragma unroll",
+            "    for (int m = 0; m < AH; ++m) {",
+            "      if (q0 + lane + 32 * m >= HV) break;",
+            *["      " + x for x in lane_unit],
+            *(["      if (sl >= 0) {",
+               f"        {'' if kept else 'const '}float* const at = acc + (idx_t)sl * H + c;",
+               "        const fc_vec<float, VW> a = fc_load_vec<VW>(at);",
+               "#pragma unroll",
+               "        for (int x = 0; x < VW; ++x) s[m][x] += a[x];",
+               *(["        fc_vec<float, VW> zero;",
+                  "#pragma unroll",
+                  "        for (int x = 0; x < VW; ++x) zero[x] = 0.0f;",
+                  "        fc_store_vec<VW>(at, zero);"] if kept else []),
+               "      }"] if bounded else []),
+            f"      fc_vec<{ot}, VW> o;",
+            "#pragma unroll",
+            f"      for (int x = 0; x < VW; ++x) o[x] = fc_cast<{ot}>(s[m][x]);",
+            f"      {store}(out + row * H + c, o);",
+            "    }",
+            "  }",
+            "}"]  # fmt: skip
+    lines += [b if b.startswith("#") else "  " + b for b in body] + ["}"]
     return "\n".join(lines) + "\n"

@@ -74,3 +74,6 @@ class LaunchSpec:
     # kernel 0's grid is this many clusters, one resident wave as the profile estimates it
     # (Note [One wave of partials]); 0: the grid does not depend on residency
     wave: int = 0
+    # Note [Kept words]: where not empty, each workspace's value when a scratch set is made
+    # (None: left as allocated); the kernels then leave it so at the end of every run
+    workspace_fills: tuple = ()

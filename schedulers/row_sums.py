@@ -38,6 +38,27 @@ slot of float sums (zeroed by the fill) and publishes it, and the later ones wai
 add their values there with vector atomics; the rows kernel adds a hot row's slot. It costs
 the link kernel a second atomic round trip. rows.early alone: 1783 against 1827 (no gain).
 
+Note [Slab walk] (knob rows.slab_walk = U, with rows.chain): the rows kernel of the row
+chains as blocks of whole rows, U * 256 units (row, 16-byte column vector) or fewer a block
+of 256 threads. The walk above is latency-bound, not bandwidth-bound: each thread loads its
+row's head word and only then stores, and a block holding a named row (about a third of
+blocks, with 15% of rows named) waits two or three dependent round trips more, so too few
+stores are in flight per SM. Here a block loads its rows' head words once (one load a row,
+into shared memory, listing its named rows there), stores the fill to every unit of the rows
+no token names, all issued before anything else is waited on, and then each warp takes a
+named row, a lane up to four units of it, each list step loading a token's values with its
+next token. Hot rows keep rows.bound's slots (Note [Row chains]): a padding row of 2048
+tokens walks a list of `bound` and adds one slot of sums.
+
+Note [Kept words] (knob rows.kept, with the slab walk): the fill kernel goes. The words are
+made -1 (a hot row's sums 0) once, where the plan's scratch is made (LaunchSpec.
+workspace_fills; the scratch is kept per stream, Note [Scratch per stream], and a CUDA
+graph's capture fills its own), and the slab walk sets back what it read: a named row's head
+(and count and slot) words to -1, a slot's sums to 0 as it adds them, block 0 the slots-used
+counter. Each row is read by one block only (blocks of whole rows), so no block resets a
+word another still reads. Two kernels, link then walk; a run stopped between them (a failed
+launch) would leave words set, which only a device error, that ends the context, does.
+
 Note [Row slabs] (knob rows.slab, off until a GPU run decides): every output row written once,
 every sum in an order the index alone fixes, so the result is the same on every run (the
 deterministic switch keeps these kernels where the knob is on). A reset kernel zeroes a few
@@ -219,7 +240,8 @@ def _plan_slabs(program: Any, index: Any, value: Any, out_shape: tuple, out_dtyp
 def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
                  index_type: str, rest_args: list, rest_types: tuple, vw: int, dep: bool,
                  early: bool) -> LaunchSpec:  # fmt: skip
-    """Note [Row chains]: three kernels on a head word a row and a next word a token."""
+    """Note [Row chains]: three kernels on a head word a row and a next word a token; two
+    where the slab walk keeps the words between runs (Note [Kept words])."""
     n, v = index.shape[0], out_shape[0]
     h = math.prod(out_shape[1:])
     hv = h // vw
@@ -227,36 +249,43 @@ def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dty
     blocks = lambda count: (max(1, -(-count // rs.BLOCK)), 1, 1)  # noqa: E731
     block = (rs.BLOCK, 1, 1)
     linked = bool(n and h)
-    units = max(1, int(knob("rows.units", 1)))  # (row, column vector) units a walk thread takes
     bound = max(0, int(knob("rows.bound", 0)))  # list places a row (0: unbounded)
+    units, slab = _walk_units(max(1, hv), bool(bound))
+    kept = bool(slab and knob("rows.kept", False))
     if bound:
         return _plan_bounded(program, index, value, out_shape, out_dtype, index_type, rest_args,
-                             rest_types, vw, dep, early, units, bound)  # fmt: skip
-    kernels = [KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type, early and linked),
-                            blocks(v), block, ("ptr", it), (ArgRef("workspace", 0), v))]
+                             rest_types, vw, dep, early, units, bound, slab, kept)  # fmt: skip
+    kernels = [] if kept else [
+        KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type, early and linked), blocks(v), block,
+                     ("ptr", it), (ArgRef("workspace", 0), v))]  # fmt: skip
     if linked:
         what = f"{program.op} (T{program.out_state})"
+        wait = dep and bool(kernels)
         kernels.append(KernelLaunch(
-            rs.LINK_NAME, rs.render_link(program.index_dtype, index_type, what, dep, early),
+            rs.LINK_NAME, rs.render_link(program.index_dtype, index_type, what, wait, early),
             blocks(n), block, ("ptr", "ptr", "ptr", it, it, it),
             (ArgRef("workspace", 0), ArgRef("workspace", 1), index.ref, _s(index, 0), n, v),
-            dependent=dep))  # fmt: skip
+            dependent=wait))  # fmt: skip
     if v and h:
+        wait = dep and bool(kernels)
         kernels.append(KernelLaunch(
-            rs.WALK_NAME, rs.render_walk(out_dtype, program.source_dtype, len(out_shape) - 1, vw,
-                                         index_type, dep, units),
-            blocks(-(-v * hv // units)), block, ("ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
+            rs.SLAB_WALK_NAME if slab else rs.WALK_NAME,
+            _render_walk(out_dtype, program.source_dtype, len(out_shape) - 1, vw, index_type,
+                         wait, units, slab, hv, False, kept),
+            _walk_grid(v, hv, units, slab), block,
+            ("ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
             (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 1), value.ref,
-             _s(value, 0), *rest_args, v, h, hv, float(program.fill)), dependent=dep))  # fmt: skip
+             _s(value, 0), *rest_args, v, h, hv, float(program.fill)), dependent=wait))  # fmt: skip
     work = ((max(1, v), DataType.Int32), (max(1, n), DataType.Int32))
     return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), work, tuple(kernels),
                       f"{program.op} row chains from {program.fill!r} (Note [Row chains]), "
-                      f"vw={vw}, cast to {out_dtype!r}")  # fmt: skip
+                      f"{_walk_words(units, slab, kept)}vw={vw}, cast to {out_dtype!r}",
+                      workspace_fills=(-1, None) if kept else ())  # fmt: skip
 
 
 def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
                   index_type: str, rest_args: list, rest_types: tuple, vw: int, dep: bool,
-                  early: bool, units: int, bound: int) -> LaunchSpec:  # fmt: skip
+                  early: bool, units: int, bound: int, slab: int, kept: bool) -> LaunchSpec:  # fmt: skip
     """Note [Row chains], bounded: lists of at most `bound` tokens, the rest of a hot row's
     tokens added to a slot of float sums. Words: head [V], count [V], slot [V], slots used."""
     n, v = index.shape[0], out_shape[0]
@@ -268,30 +297,71 @@ def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dt
     block = (rs.BLOCK, 1, 1)
     linked = bool(n and h)
     words, sums = 3 * v + 1, max(1, n // (bound + 1)) * h  # at most n / (bound + 1) hot rows
-    kernels = [KernelLaunch(rs.FILL_NAME, rs.render_fill_bounded(index_type, early and linked),
-                            blocks(max(words, sums)), block, ("ptr", it, "ptr", it),
-                            (ArgRef("workspace", 0), words, ArgRef("workspace", 2), sums))]
+    kernels = [] if kept else [
+        KernelLaunch(rs.FILL_NAME, rs.render_fill_bounded(index_type, early and linked),
+                     blocks(max(words, sums)), block, ("ptr", it, "ptr", it),
+                     (ArgRef("workspace", 0), words, ArgRef("workspace", 2), sums))]  # fmt: skip
     if linked:
         what = f"{program.op} (T{program.out_state})"
+        wait = dep and bool(kernels)
         kernels.append(KernelLaunch(
             rs.LINK_NAME, rs.render_link_bounded(program.index_dtype, program.source_dtype, rest,
-                                                 vw, index_type, what, bound, dep, early),
+                                                 vw, index_type, what, bound, wait, early),
             blocks(n), block, ("ptr", "ptr", "ptr", "ptr", it, "ptr", it, *rest_types, it, it, it),
             (ArgRef("workspace", 0), ArgRef("workspace", 1), ArgRef("workspace", 2), index.ref,
-             _s(index, 0), value.ref, _s(value, 0), *rest_args, n, v, h), dependent=dep))
+             _s(index, 0), value.ref, _s(value, 0), *rest_args, n, v, h), dependent=wait))
     if v and h:
+        wait = dep and bool(kernels)
         kernels.append(KernelLaunch(
-            rs.WALK_NAME, rs.render_walk(out_dtype, program.source_dtype, rest, vw, index_type,
-                                         dep, units, bounded=True),
-            blocks(-(-v * hv // units)), block,
+            rs.SLAB_WALK_NAME if slab else rs.WALK_NAME,
+            _render_walk(out_dtype, program.source_dtype, rest, vw, index_type, wait, units,
+                         slab, hv, True, kept),
+            _walk_grid(v, hv, units, slab), block,
             ("ptr", "ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
             (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 2),
              ArgRef("workspace", 1), value.ref, _s(value, 0), *rest_args, v, h, hv,
-             float(program.fill)), dependent=dep))  # fmt: skip
+             float(program.fill)), dependent=wait))  # fmt: skip
     work = ((words, DataType.Int32), (max(1, n), DataType.Int32), (sums, DataType.Float))
     return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), work, tuple(kernels),
                       f"{program.op} row chains of at most {bound} from {program.fill!r} (Note "
-                      f"[Row chains]), vw={vw}, cast to {out_dtype!r}")  # fmt: skip
+                      f"[Row chains]), {_walk_words(units, slab, kept)}vw={vw}, cast to "
+                      f"{out_dtype!r}", workspace_fills=(-1, None, 0.0) if kept else ())  # fmt: skip
+
+
+def _walk_units(hv: int, bounded: bool) -> tuple[int, int]:
+    """(units a walk thread takes, rows of a block's slab or 0): rows.slab_walk units in a
+    slab walk (Note [Slab walk]), at most 8192 words of shared memory; else rows.units."""
+    units = max(0, int(knob("rows.slab_walk", 0)))
+    if not units:
+        return max(1, int(knob("rows.units", 1))), 0
+    while units > 1 and rs.slab_rows_of(hv, units) * (3 if bounded else 2) > 8192:
+        units //= 2
+    return units, rs.slab_rows_of(hv, units)
+
+
+def _walk_grid(v: int, hv: int, units: int, slab: int) -> tuple[int, int, int]:
+    """A block `units` units a thread, or (the slab walk) a block `slab` whole rows."""
+    threads = -(-v * hv // units)
+    return (max(1, -(-v // slab) if slab else -(-threads // rs.BLOCK)), 1, 1)
+
+
+def _render_walk(out_dtype: DataType, value_dtype: DataType, rest: int, vw: int,
+                 index_type: str, dep: bool, units: int, slab: int, hv: int, bounded: bool,
+                 kept: bool) -> str:  # fmt: skip
+    """The rows kernel of the row chains: the slab walk (Note [Slab walk], its stores'
+    cache hint store.hint) where `slab`, else the walk of `units` units a thread."""
+    if slab:
+        return rs.render_slab_walk(out_dtype, value_dtype, rest, vw, index_type, hv, dep, units,
+                                   bounded, kept, int(knob("store.hint", 0)),
+                                   int(knob("rows.slab_blocks", 0)))  # fmt: skip
+    return rs.render_walk(out_dtype, value_dtype, rest, vw, index_type, dep, units, bounded)
+
+
+def _walk_words(units: int, slab: int, kept: bool) -> str:
+    if not slab:
+        return ""
+    return (f"slab walk of {slab} rows a block ({units} units a thread)"
+            f"{', words kept between runs' if kept else ''}, ")  # fmt: skip
 
 
 def _s(t: Any, d: int) -> int:

@@ -64,6 +64,13 @@ KNOBS: dict[str, str] = {
                   "their loads issued together (Note [Row chains])",
     "rows.bound": "most tokens on a row's list in the row chains; a hot row's others add to "
                   "float sums with atomics (Note [Row chains]; 0: unbounded)",
+    "rows.slab_walk": "units a thread of the row chains' slab walk takes: a block loads its "
+                      "rows' head words once, stores the fill to the rows no token names, then "
+                      "adds the lists (Note [Slab walk]; 0: the walk of rows.units)",
+    "rows.slab_blocks": "blocks an SM the slab walk's registers must allow (Note [Slab walk]; "
+                        "0: as the compiler likes)",
+    "rows.kept": "the slab walk's words live between runs, set back by the walk once read, "
+                 "so no fill kernel runs (Note [Kept words])",
     "rows.slab": "an embedding's gradient as row slabs: a block a slab of output rows reads "
                  "the index and writes each row once, sums in index order, hot rows split over "
                  "index segments (Note [Row slabs]; False: Note [Row sums])",

@@ -337,10 +337,13 @@ def launch_on_host(launch: Any, values: list, outs: list, work: list) -> None:
         raise RuntimeError(f"{launch.name} failed on the host (see stderr)")
 
 
-def run_plan_on_host(fd: Any, values: list, launches: list | None = None) -> list[torch.Tensor]:
+def run_plan_on_host(fd: Any, values: list, launches: list | None = None,
+                     scratch: list | None = None) -> list[torch.Tensor]:  # fmt: skip
     """Plan `fd` for these CPU tensors (for the h100 profile), run its kernels here (each
     segment's, in order, for a segmented plan), and return its outputs as execute would.
-    `launches` collects the kernels run."""
+    `launches` collects the kernels run. `scratch`: the plan's workspaces, made here (filled
+    as spec.workspace_fills says, Note [Kept words]) where it is empty, kept for the next
+    run as the plan keeps them per stream."""
     from fusion_cache.runtime.executor import executor_for
     from fusion_cache.runtime.plans import LaunchPlan
 
@@ -359,7 +362,12 @@ def run_plan_on_host(fd: Any, values: list, launches: list | None = None) -> lis
     launches += list(spec.kernels)
     outs = [torch.empty(o.shape, dtype=to_torch(o.dtype)) if o.alias_input is None
             else values[o.alias_input] for o in spec.outputs]  # fmt: skip
-    work = [torch.empty(n, dtype=to_torch(dt)) for n, dt in spec.workspaces]
+    fills = spec.workspace_fills or (None,) * len(spec.workspaces)
+    work = scratch or [torch.empty(n, dtype=to_torch(dt)) if fill is None else
+                       torch.full((n,), fill, dtype=to_torch(dt))
+                       for (n, dt), fill in zip(spec.workspaces, fills)]  # fmt: skip
+    if scratch is not None and not scratch:
+        scratch.extend(work)
     for launch in spec.kernels:
         launch_on_host(launch, values, outs, work)
     return [o for o, s in zip(outs, spec.outputs) if s.alias_input is None]

@@ -170,3 +170,139 @@ def test_bounded_row_chains_compile_for_h100(monkeypatch):
         refs = fd.precompile(inputs, target="h100")
     assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_link", "fc_rows_walk"]
     assert "red.global.add.v4.f32" in refs[1].source
+
+
+SLAB_WALK = {"rows.chain": True, "rows.slab_walk": 2}
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("rest", [[16], [7], [3, 8]], ids=["vector", "odd", "two_dims"])
+@pytest.mark.parametrize("bound", [0, 4])
+def test_slab_walk_against_index_put(dtype, rest, bound, monkeypatch):
+    """Note [Slab walk] (knob rows.slab_walk): blocks of the whole rows of 512 units (or
+    fewer, where rows are odd), the fill stored first to rows no token names;
+    a hot row of 20 tokens (with rows.bound 4: a list of 4 and a slot of sums for 16), rows
+    of three, of one and of none; repeated ids."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n = 301, 120
+    g = torch.Generator().manual_seed(7)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    idx[:20] = 150
+    idx[30:33] = vocab - 1
+    idx[40:42] = 0
+    value = torch.randn((n, *rest), generator=g).to(dtype)
+    fd = _embedding_grad(vocab, rest, dtype, 0.25)
+    with overriding({**SLAB_WALK, "rows.bound": bound}):
+        (got,) = run_plan_on_host(fd, [idx, value])
+    spec = executor_for(fd).last_plan.spec
+    assert _plan_names(fd) == ["fc_rows_fill", "fc_rows_link", "fc_rows_slab_walk"]
+    assert spec.kernels[2].grid[0] > 1 and "(2 units a thread)" in spec.description
+    assert ("at most 4" in spec.description) == bool(bound)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, dtype), rtol=tol, atol=tol)
+
+
+@needs_gxx
+@pytest.mark.parametrize("bound", [0, 2])
+def test_slab_walk_of_long_rows(bound, monkeypatch):
+    """Rows of 150 vectors: a lane takes four units of a named row at a time (AH), twice per
+    row, three rows a block; lists of five and of one."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n, h = 40, 24, 600
+    g = torch.Generator().manual_seed(9)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    idx[:5] = 3
+    value = torch.randn((n, h), generator=g)
+    fd = _embedding_grad(vocab, [h], torch.float32, -1.0)
+    with overriding({**SLAB_WALK, "rows.bound": bound}):
+        (got,) = run_plan_on_host(fd, [idx, value])
+    assert "#define AH 4" in executor_for(fd).last_plan.spec.kernels[2].source
+    torch.testing.assert_close(got, _want(idx, value, vocab, -1.0, torch.float32))
+
+
+@needs_gxx
+def test_slab_walk_of_strided_values_and_no_tokens(monkeypatch):
+    """Values through a permute (one column a thread, so a block's 512 units are 64 rows of
+    8), and an empty index: every row the fill."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n, h = 150, 40, 8
+    with FusionDefinition() as fd:
+        idx = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        value = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        zeros = fd.ops.full([vocab, h], fd.define_scalar(1.5), DataType.Float)
+        fd.add_output(fd.ops.index_put_accumulate(zeros, idx, fd.ops.permute(value, [1, 0])))
+    g = torch.Generator().manual_seed(8)
+    for count in (n, 0):
+        idx = torch.randint(0, vocab, (count,), generator=g)
+        value = torch.randn((h, count), generator=g)
+        with overriding(SLAB_WALK):
+            (got,) = run_plan_on_host(fd, [idx, value])
+        assert "64 rows a block (2 units a thread), vw=1" in executor_for(fd).last_plan.spec.description
+        torch.testing.assert_close(got, _want(idx, value.t(), vocab, 1.5, torch.float32))
+
+
+@needs_gxx
+def test_slab_walk_out_of_range_index_fails(monkeypatch):
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    fd = _embedding_grad(37, [8], torch.float32, 0.0)
+    idx = torch.tensor([1, 2, 37, 3])
+    with overriding(SLAB_WALK), pytest.raises(RuntimeError, match="fc_rows_link failed on the host"):
+        run_plan_on_host(fd, [idx, torch.randn(4, 8)])
+
+
+@pytest.mark.parametrize("bound", [0, 16])
+@pytest.mark.parametrize("units", [4, 8, 16])
+def test_slab_walk_compiles_for_h100(units, bound, monkeypatch):
+    """The benchmark's gradient: a block of 256 threads takes the units * 256 // 96 whole rows
+    of 768 bf16 in `units` 16-byte units a thread, their head (and slot) words in shared memory."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
+    inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
+              torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
+    with overriding({"rows.chain": True, "rows.slab_walk": units, "rows.bound": bound}):
+        refs = fd.precompile(inputs, target="h100")
+    assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_link", "fc_rows_slab_walk"]
+    rows = 256 * units // 96
+    assert f"#define SR {rows}" in refs[2].source
+    assert executor_for(fd).last_plan.spec.kernels[2].grid[0] == -(-50304 // rows)
+
+
+@needs_gxx
+@pytest.mark.parametrize("bound", [0, 3])
+def test_slab_walk_with_kept_words_over_runs(bound, monkeypatch):
+    """Note [Kept words] (knob rows.kept): no fill kernel; the words start at -1 (the hot
+    rows' sums at 0) when the plan's scratch is made, and each run leaves them so: three runs
+    on one scratch, with a hot row, then none, then another, each against torch."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n, rest = 301, 120, [16]
+    fd = _embedding_grad(vocab, rest, torch.bfloat16, 0.0)
+    g = torch.Generator().manual_seed(10)
+    scratch: list = []
+    for hot in (150, None, 7):
+        idx = torch.randint(0, vocab, (n,), generator=g)
+        if hot is not None:
+            idx[: n // 3] = hot
+        value = torch.randn((n, *rest), generator=g).to(torch.bfloat16)
+        with overriding({**SLAB_WALK, "rows.bound": bound, "rows.kept": True}):
+            (got,) = run_plan_on_host(fd, [idx, value], scratch=scratch)
+        spec = executor_for(fd).last_plan.spec
+        assert _plan_names(fd) == ["fc_rows_link", "fc_rows_slab_walk"]
+        assert "words kept between runs" in spec.description
+        torch.testing.assert_close(got, _want(idx, value, vocab, 0.0, torch.bfloat16),
+                                   rtol=2e-2, atol=2e-2)  # fmt: skip
+        assert bool((scratch[0] == -1).all())
+        if bound:
+            assert bool((scratch[2] == 0).all())

@@ -112,8 +112,12 @@ class LaunchPlan:
         return found
 
     def _new_scratch(self) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.empty(n, dtype=to_torch(dt), device=self.device)
-                     for n, dt in self.spec.workspaces)  # fmt: skip
+        """Fresh workspaces, each filled with its value in spec.workspace_fills where it has
+        one (Note [Kept words]: the plan's kernels leave it so at the end of every run)."""
+        fills = self.spec.workspace_fills or (None,) * len(self.spec.workspaces)
+        return tuple(torch.empty(n, dtype=to_torch(dt), device=self.device) if fill is None
+                     else torch.full((n,), fill, dtype=to_torch(dt), device=self.device)
+                     for (n, dt), fill in zip(self.spec.workspaces, fills))  # fmt: skip
 
 
 def _alignment(ptr: int) -> int:

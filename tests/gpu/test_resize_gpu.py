@@ -233,7 +233,8 @@ def test_embedding_max_norm_is_one_kernel():
 
 
 @pytest.mark.parametrize("path", ["row_sums", "chains", "bounded", "ordered", "slabs",
-                                  "slabs_deterministic"])
+                                  "slabs_deterministic", "slab_walk", "slab_walk_bounded",
+                                  "slab_walk_kept"])
 def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
     the row-sums kernels (four launches), the row chains (three: Note [Row chains]), unbounded
@@ -247,11 +248,16 @@ def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "1" if deterministic else "0")
     knobs = {"chains": {"rows.chain": True, "rows.early": True, "rows.units": 4},
              "bounded": {"rows.chain": True, "rows.bound": 16, "rows.units": 2},
-             "slabs": {"rows.slab": True}, "slabs_deterministic": {"rows.slab": True}}.get(
+             "slabs": {"rows.slab": True}, "slabs_deterministic": {"rows.slab": True},
+             "slab_walk": {"rows.chain": True, "rows.slab_walk": 8},  # Note [Slab walk]
+             "slab_walk_bounded": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16},
+             "slab_walk_kept": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
+                                "rows.kept": True, "rows.early": True}}.get(  # Note [Kept words]
                  path, {"rows.slab": False})  # fmt: skip
     with overriding(knobs):
         _hot_rows(deterministic or path == "slabs",
-                  {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1}.get(path, 3))
+                  {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1,
+                   "slab_walk_kept": 2}.get(path, 3))  # fmt: skip
 
 
 def _hot_rows(deterministic: bool, kernels: int) -> None:
@@ -276,12 +282,16 @@ def _hot_rows(deterministic: bool, kernels: int) -> None:
         assert torch.equal(runs[0], runs[2]) and torch.equal(runs[1], runs[3])
 
 
-@pytest.mark.parametrize("slabs", [False, True], ids=["row_sums", "slabs"])
+@pytest.mark.parametrize("knobs", [{"rows.slab": False}, {"rows.slab": True},
+                                   {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16},
+                                   {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
+                                    "rows.kept": True}],
+                         ids=["row_sums", "slabs", "slab_walk", "slab_walk_kept"])  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-def test_embedding_gradient_in_a_cuda_graph(dtype, slabs, monkeypatch):
+def test_embedding_gradient_in_a_cuda_graph(dtype, knobs, monkeypatch):
     from schedulers.tuning import overriding
 
-    with overriding({"rows.slab": slabs}):
+    with overriding(knobs):
         _in_a_cuda_graph(dtype, monkeypatch)
 
 
