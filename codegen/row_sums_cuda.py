@@ -253,6 +253,98 @@ def render_link_bounded(index_dtype, value_dtype, rest: int, vw: int, index_type
     return "\n".join(lines) + "\n"
 
 
+def render_link_warp_adds(index_dtype, value_dtype, rest: int, vw: int, index_type: str,
+                          what: str, bound: int, hv: int, wait: bool = False,
+                          early: bool = False) -> str:  # fmt: skip
+    """Note [Warp adds]: render_link_bounded's lists and slots, but a warp adds its tokens past
+    the bound together: a lane LV column vectors of each token (the plan's `hv` units a row
+    size LV), AHEAD tokens' values loaded before any is added, a run of tokens on one slot
+    summed in registers and added to the slot with one vector atomic a column vector."""
+    it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
+    params = ["int* __restrict__ w", "int* __restrict__ next", "float* __restrict__ acc",
+              f"const {it}* __restrict__ index", "idx_t index_s",
+              f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
+              "idx_t N", "idx_t V", "idx_t H"]  # fmt: skip
+    lines = _head(LINK_NAME, params, index_type, wait, early)
+    lines.insert(1, RED_ADD)
+    lines.insert(3, _walk_defs(vt, vw, [f"#define LV {max(1, min(4, -(-hv // 32)))}",
+                                        "#define AHEAD 4", f"#define BOUND {bound}"]))
+    what = what.replace('"', "'")
+    unit = ["const idx_t j = q0 + lane + 32 * u;  // the lane's column vector",
+            "const idx_t c = j * VW;"]  # fmt: skip
+    body = ["const idx_t t = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
+            "const idx_t HV = H / VW;",
+            "const int lane = threadIdx.x & 31;",
+            "int slot = -1;  // where the token's values go, past the bound",
+            "if (t < N) {",
+            f'  const idx_t r = (idx_t)fc_check_index((long long)index[t * index_s], V, "{what}");',
+            "  const int at = atomicAdd(&w[V + r], 1) + 1;  // the token's place on its row",
+            "  if (at < BOUND) {",
+            "    next[t] = atomicExch(&w[r], (int)t);",
+            "  } else if (at == BOUND) {",
+            "    slot = atomicAdd(&w[3 * V], 1) + 1;",
+            "    atomicExch(&w[2 * V + r], slot);",
+            "  } else {",
+            "    do { slot = *(volatile const int*)(w + 2 * V + r); } while (slot < 0);",
+            "  }",
+            "}",
+            "const unsigned over = __ballot_sync(0xffffffffu, slot >= 0);",
+            "if (!over) return;",
+            "const idx_t t0 = t - lane;",
+            "for (idx_t q0 = 0; q0 < HV; q0 += 32 * LV) {",
+            "  fc_vec<float, VW> s[LV];",
+            "  idx_t vo[LV];",
+            "#pragma unroll",
+            "  for (int u = 0; u < LV; ++u) {",
+            *["    " + x for x in unit],
+            *["  " + x for x in _value_offset(rest, vw)],
+            "    vo[u] = voff;",
+            "#pragma unroll",
+            "    for (int x = 0; x < VW; ++x) s[u][x] = 0.0f;",
+            "  }",
+            "  int cur = -1;  // the slot of the run in s",
+            "  unsigned todo = over;",
+            "  while (todo) {",
+            "    int src[AHEAD], sl[AHEAD];",
+            f"    fc_vec<{vt}, VW> raw[AHEAD][LV];",
+            "#pragma unroll",
+            "    for (int q = 0; q < AHEAD; ++q) {  // the same lanes in every lane",
+            "      src[q] = todo ? __ffs(todo) - 1 : -1;",
+            "      todo &= todo ? todo - 1 : 0u;",
+            "      sl[q] = __shfl_sync(0xffffffffu, slot, src[q] < 0 ? 0 : src[q]);",
+            "#pragma unroll",
+            "      for (int u = 0; u < LV; ++u)",
+            "        if (src[q] >= 0 && q0 + lane + 32 * u < HV)",
+            "          raw[q][u] = fc_row_at(value, (t0 + src[q]) * value_s + vo[u]);",
+            "    }",
+            "#pragma unroll",
+            "    for (int q = 0; q < AHEAD; ++q) {",
+            "      if (src[q] < 0) break;",
+            "      if (sl[q] != cur) {  // a new run: the last one's sums to its slot",
+            "#pragma unroll",
+            "        for (int u = 0; u < LV; ++u) {",
+            *["          " + x for x in unit],
+            "          if (cur >= 0 && j < HV) fc_red_add_vec<VW>(acc + (idx_t)cur * H + c, s[u]);",
+            "#pragma unroll",
+            "          for (int x = 0; x < VW; ++x) s[u][x] = 0.0f;",
+            "        }",
+            "        cur = sl[q];",
+            "      }",
+            "#pragma unroll",
+            "      for (int u = 0; u < LV; ++u)",
+            "        if (q0 + lane + 32 * u < HV) fc_row_add(s[u], raw[q][u]);",
+            "    }",
+            "  }",
+            "#pragma unroll",
+            "  for (int u = 0; u < LV; ++u) {",
+            *["    " + x for x in unit],
+            "    if (j < HV) fc_red_add_vec<VW>(acc + (idx_t)cur * H + c, s[u]);",
+            "  }",
+            "}"]  # fmt: skip
+    lines += [b if b.startswith("#") else "  " + b for b in body] + ["}"]
+    return "\n".join(lines) + "\n"
+
+
 def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wait: bool = False,
                 units: int = 1, bounded: bool = False) -> str:  # fmt: skip
     """Note [Row chains]: each output row, VW columns a thread: the fill plus the values of
@@ -351,7 +443,8 @@ def slab_rows_of(hv: int, units: int) -> int:
 
 def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, hv: int,
                      wait: bool = False, units: int = 8, bounded: bool = False,
-                     kept: bool = False, hint: int = 0, min_blocks: int = 0) -> str:  # fmt: skip
+                     kept: bool = False, hint: int = 0, min_blocks: int = 0,
+                     persistent: bool = False) -> str:  # fmt: skip
     """Note [Slab walk]: a block the SR whole rows after the blocks before it (SR * HV at most
     BLOCK * `units` units, or one row). It loads its rows' head (and slot) words once into
     shared memory and lists the named rows there; its threads store the fill to every unit
@@ -361,7 +454,8 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
     `kept`: the words live between runs (Note [Kept words]): the block sets its named rows'
     words back to -1 (and a hot row's sums to 0) once read, block 0 the slots-used counter.
     `hint`: the output's stores' cache hint (Note [Cache hints]; 1: evict-first);
-    `min_blocks`: blocks an SM its registers must allow (0: as the compiler likes)."""
+    `min_blocks`: blocks an SM its registers must allow (0: as the compiler likes);
+    `persistent`: the grid may be smaller than the slabs, a block taking every gridDim.x-th."""
     ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
     ah = max(1, min(4, -(-hv // 32)))
     sr = slab_rows_of(hv, units)
@@ -378,15 +472,15 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
     reset = (["    head[r0 + i] = -1;",
               *(["    head[V + r0 + i] = -1;", "    if (sl >= 0) head[2 * V + r0 + i] = -1;"]
                 if bounded else [])] if kept else [])  # fmt: skip
-    body = ["__shared__ int hs[SR];",
-            *(["__shared__ int ss[SR];"] if bounded else []),
-            "__shared__ int named[SR];  // the block's named rows, in no order",
-            "__shared__ int nn;",
-            "const idx_t r0 = (idx_t)blockIdx.x * SR;",
+    decls = ["__shared__ int hs[SR];",
+             *(["__shared__ int ss[SR];"] if bounded else []),
+             "__shared__ int named[SR];  // the block's named rows, in no order",
+             "__shared__ int nn;",
+             *(["if (blockIdx.x == 0 && threadIdx.x == 0) head[3 * V] = -1;  // slots used"]
+               if kept and bounded else [])]  # fmt: skip
+    body = ["const idx_t r0 = slab * SR;",
             "const int rows = V - r0 < SR ? (int)(V - r0) : SR;",
             "if (threadIdx.x == 0) nn = 0;",
-            *(["if (blockIdx.x == 0 && threadIdx.x == 0) head[3 * V] = -1;  // slots used"]
-              if kept and bounded else []),
             "__syncthreads();",
             "for (int i = threadIdx.x; i < rows; i += blockDim.x) {",
             "  const int w = head[r0 + i];",
@@ -459,5 +553,10 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
             "    }",
             "  }",
             "}"]  # fmt: skip
-    lines += [b if b.startswith("#") else "  " + b for b in body] + ["}"]
+    if persistent:  # a block's slabs one after another; the words of one read before the next
+        body = ["for (idx_t slab = blockIdx.x; slab * SR < V; slab += gridDim.x) {",
+                *[b if b.startswith("#") else "  " + b for b in body], "  __syncthreads();", "}"]
+    else:
+        body = ["const idx_t slab = blockIdx.x;", *body]
+    lines += [b if b.startswith("#") else "  " + b for b in decls + body] + ["}"]
     return "\n".join(lines) + "\n"

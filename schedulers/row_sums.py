@@ -59,6 +59,16 @@ counter. Each row is read by one block only (blocks of whole rows), so no block 
 word another still reads. Two kernels, link then walk; a run stopped between them (a failed
 launch) would leave words set, which only a device error, that ends the context, does.
 
+Note [Warp adds] (knob rows.warp_adds, with rows.bound): the bounded link adds a token past
+its row's bound to the row's slot with one thread's 96 vector atomics (768 floats), so a
+padding row of 2048 tokens puts 2000 x 768 atomic adds on 768 addresses: its link kernel took
+160.1 us of 198.3 (kernel_times, H100, 2026-11-27 10:16 UTC, slab walk with kept words), the
+whole op 445-453 GB/s against the four kernels' 996-998. Here the warp adds its tokens past
+the bound together: a lane takes up to four column vectors of each, four tokens' values
+loaded before any is added, and a run of tokens on one slot (a padded batch's whole warps)
+is summed in registers and added with one vector atomic a column vector: 32 times fewer
+atomics on a packed padding row, the same count on a row whose tokens are spread.
+
 Note [Row slabs] (knob rows.slab, off until a GPU run decides): every output row written once,
 every sum in an order the index alone fixes, so the result is the same on every run (the
 deterministic switch keeps these kernels where the knob is on). A reset kernel zeroes a few
@@ -139,7 +149,7 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any,
                            rest_types, vw, dep, profile)  # fmt: skip
     if knob("rows.chain", False):
         return _plan_chains(program, index, value, out_shape, out_dtype, index_type, rest_args,
-                            rest_types, vw, dep, early)  # fmt: skip
+                            rest_types, vw, dep, early, profile.sm_count)  # fmt: skip
     kernels.append(KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type, early), blocks(2 * v),
                                 block, ("ptr", it), (ArgRef("workspace", 0), 2 * v)))  # fmt: skip
     if n and h:
@@ -239,7 +249,7 @@ def _plan_slabs(program: Any, index: Any, value: Any, out_shape: tuple, out_dtyp
 
 def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
                  index_type: str, rest_args: list, rest_types: tuple, vw: int, dep: bool,
-                 early: bool) -> LaunchSpec:  # fmt: skip
+                 early: bool, sms: int) -> LaunchSpec:  # fmt: skip
     """Note [Row chains]: three kernels on a head word a row and a next word a token; two
     where the slab walk keeps the words between runs (Note [Kept words])."""
     n, v = index.shape[0], out_shape[0]
@@ -254,7 +264,7 @@ def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dty
     kept = bool(slab and knob("rows.kept", False))
     if bound:
         return _plan_bounded(program, index, value, out_shape, out_dtype, index_type, rest_args,
-                             rest_types, vw, dep, early, units, bound, slab, kept)  # fmt: skip
+                             rest_types, vw, dep, early, units, bound, slab, kept, sms)  # fmt: skip
     kernels = [] if kept else [
         KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type, early and linked), blocks(v), block,
                      ("ptr", it), (ArgRef("workspace", 0), v))]  # fmt: skip
@@ -272,7 +282,7 @@ def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dty
             rs.SLAB_WALK_NAME if slab else rs.WALK_NAME,
             _render_walk(out_dtype, program.source_dtype, len(out_shape) - 1, vw, index_type,
                          wait, units, slab, hv, False, kept),
-            _walk_grid(v, hv, units, slab), block,
+            _walk_grid(v, hv, units, slab, sms), block,
             ("ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
             (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 1), value.ref,
              _s(value, 0), *rest_args, v, h, hv, float(program.fill)), dependent=wait))  # fmt: skip
@@ -285,7 +295,8 @@ def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dty
 
 def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
                   index_type: str, rest_args: list, rest_types: tuple, vw: int, dep: bool,
-                  early: bool, units: int, bound: int, slab: int, kept: bool) -> LaunchSpec:  # fmt: skip
+                  early: bool, units: int, bound: int, slab: int, kept: bool,
+                  sms: int) -> LaunchSpec:  # fmt: skip
     """Note [Row chains], bounded: lists of at most `bound` tokens, the rest of a hot row's
     tokens added to a slot of float sums. Words: head [V], count [V], slot [V], slots used."""
     n, v = index.shape[0], out_shape[0]
@@ -304,9 +315,14 @@ def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dt
     if linked:
         what = f"{program.op} (T{program.out_state})"
         wait = dep and bool(kernels)
+        if knob("rows.warp_adds", False):  # Note [Warp adds]
+            link = rs.render_link_warp_adds(program.index_dtype, program.source_dtype, rest, vw,
+                                            index_type, what, bound, hv, wait, early)
+        else:
+            link = rs.render_link_bounded(program.index_dtype, program.source_dtype, rest, vw,
+                                          index_type, what, bound, wait, early)
         kernels.append(KernelLaunch(
-            rs.LINK_NAME, rs.render_link_bounded(program.index_dtype, program.source_dtype, rest,
-                                                 vw, index_type, what, bound, wait, early),
+            rs.LINK_NAME, link,
             blocks(n), block, ("ptr", "ptr", "ptr", "ptr", it, "ptr", it, *rest_types, it, it, it),
             (ArgRef("workspace", 0), ArgRef("workspace", 1), ArgRef("workspace", 2), index.ref,
              _s(index, 0), value.ref, _s(value, 0), *rest_args, n, v, h), dependent=wait))
@@ -316,7 +332,7 @@ def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dt
             rs.SLAB_WALK_NAME if slab else rs.WALK_NAME,
             _render_walk(out_dtype, program.source_dtype, rest, vw, index_type, wait, units,
                          slab, hv, True, kept),
-            _walk_grid(v, hv, units, slab), block,
+            _walk_grid(v, hv, units, slab, sms), block,
             ("ptr", "ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32"),
             (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 2),
              ArgRef("workspace", 1), value.ref, _s(value, 0), *rest_args, v, h, hv,
@@ -339,10 +355,13 @@ def _walk_units(hv: int, bounded: bool) -> tuple[int, int]:
     return units, rs.slab_rows_of(hv, units)
 
 
-def _walk_grid(v: int, hv: int, units: int, slab: int) -> tuple[int, int, int]:
-    """A block `units` units a thread, or (the slab walk) a block `slab` whole rows."""
+def _walk_grid(v: int, hv: int, units: int, slab: int, sms: int) -> tuple[int, int, int]:
+    """A block `units` units a thread, or (the slab walk) a block `slab` whole rows, or
+    rows.slab_persist blocks an SM taking the slabs in turn."""
     threads = -(-v * hv // units)
-    return (max(1, -(-v // slab) if slab else -(-threads // rs.BLOCK)), 1, 1)
+    count = -(-v // slab) if slab else -(-threads // rs.BLOCK)
+    persist = int(knob("rows.slab_persist", 0)) if slab else 0
+    return (max(1, min(count, persist * sms) if persist else count), 1, 1)
 
 
 def _render_walk(out_dtype: DataType, value_dtype: DataType, rest: int, vw: int,
@@ -353,7 +372,8 @@ def _render_walk(out_dtype: DataType, value_dtype: DataType, rest: int, vw: int,
     if slab:
         return rs.render_slab_walk(out_dtype, value_dtype, rest, vw, index_type, hv, dep, units,
                                    bounded, kept, int(knob("store.hint", 0)),
-                                   int(knob("rows.slab_blocks", 0)))  # fmt: skip
+                                   int(knob("rows.slab_blocks", 0)),
+                                   bool(knob("rows.slab_persist", 0)))  # fmt: skip
     return rs.render_walk(out_dtype, value_dtype, rest, vw, index_type, dep, units, bounded)
 
 

@@ -69,6 +69,10 @@ KNOBS: dict[str, str] = {
                       "adds the lists (Note [Slab walk]; 0: the walk of rows.units)",
     "rows.slab_blocks": "blocks an SM the slab walk's registers must allow (Note [Slab walk]; "
                         "0: as the compiler likes)",
+    "rows.warp_adds": "the bounded row chains' link adds a warp's tokens past the bound "
+                      "together, runs on one slot summed in registers (Note [Warp adds])",
+    "rows.slab_persist": "blocks an SM of a slab walk whose blocks take the slabs in turn "
+                         "(Note [Slab walk]; 0: a block a slab)",
     "rows.kept": "the slab walk's words live between runs, set back by the walk once read, "
                  "so no fill kernel runs (Note [Kept words])",
     "rows.slab": "an embedding's gradient as row slabs: a block a slab of output rows reads "

@@ -206,6 +206,35 @@ def test_slab_walk_against_index_put(dtype, rest, bound, monkeypatch):
 
 
 @needs_gxx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rest", [[16], [7], [3, 8], [600]], ids=["vector", "odd", "two_dims", "long"])
+@pytest.mark.parametrize("kept", [False, True])
+def test_warp_adds_against_index_put(dtype, rest, kept, monkeypatch):
+    """Note [Warp adds] (knob rows.warp_adds): tokens past a bound of 2 added a warp at a
+    time: a padding row of 40 packed tokens (whole warps on one slot), a row of 9 spread
+    over the warps (runs of one), rows of two and of one; rows of 600 floats take two column
+    passes of 128 vectors."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n = 301, 100
+    g = torch.Generator().manual_seed(11)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    idx[50:90] = 0
+    idx[3:100:11] = 42
+    value = torch.randn((n, *rest), generator=g).to(dtype)
+    fd = _embedding_grad(vocab, rest, dtype, 0.25)
+    knobs = {**SLAB_WALK, "rows.bound": 2, "rows.warp_adds": True, "rows.kept": kept}
+    scratch: list = []
+    for _ in range(2 if kept else 1):
+        with overriding(knobs):
+            (got,) = run_plan_on_host(fd, [idx, value], scratch=scratch)
+        assert "__ballot_sync" in executor_for(fd).last_plan.spec.kernels[-2].source
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, dtype), rtol=tol, atol=tol)
+
+
+@needs_gxx
 @pytest.mark.parametrize("bound", [0, 2])
 def test_slab_walk_of_long_rows(bound, monkeypatch):
     """Rows of 150 vectors: a lane takes four units of a named row at a time (AH), twice per
@@ -306,3 +335,47 @@ def test_slab_walk_with_kept_words_over_runs(bound, monkeypatch):
         assert bool((scratch[0] == -1).all())
         if bound:
             assert bool((scratch[2] == 0).all())
+
+
+@needs_gxx
+@pytest.mark.parametrize("kept", [False, True])
+def test_persistent_slab_walk(kept, monkeypatch):
+    """rows.slab_persist = 1: 132 blocks (the h100 profile's SMs) take 3000 slabs of one
+    row of 1024 floats in turn, the words of each slab read before the next is loaded."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n, h = 3000, 64, 1024
+    g = torch.Generator().manual_seed(12)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    idx[:20] = 2999
+    value = torch.randn((n, h), generator=g)
+    fd = _embedding_grad(vocab, [h], torch.float32, 0.5)
+    knobs = {"rows.chain": True, "rows.slab_walk": 1, "rows.slab_persist": 1, "rows.bound": 4,
+             "rows.warp_adds": True, "rows.kept": kept}  # fmt: skip
+    scratch: list = []
+    for _ in range(2):
+        with overriding(knobs):
+            (got,) = run_plan_on_host(fd, [idx, value], scratch=scratch)
+        walk = executor_for(fd).last_plan.spec.kernels[-1]
+        assert walk.grid[0] == 132 and "#define SR 1\n" in walk.source
+        torch.testing.assert_close(got, _want(idx, value, vocab, 0.5, torch.float32))
+
+
+@pytest.mark.parametrize("knobs", [{"rows.warp_adds": True}, {"rows.kept": True, "rows.slab_persist": 4},
+                                   {"rows.kept": True, "rows.warp_adds": True, "store.hint": 1}],
+                         ids=["warp_adds", "persistent_kept", "kept_warp_adds_hint"])  # fmt: skip
+def test_slab_walk_variants_compile_for_h100(knobs, monkeypatch):
+    """The benchmark's gradient under the sweep's other knobs: kept words drop the fill kernel."""
+    from schedulers.tuning import overriding
+
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
+    inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
+              torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
+    with overriding({"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16, **knobs}):
+        refs = fd.precompile(inputs, target="h100")
+    names = ["fc_rows_link", "fc_rows_slab_walk"]
+    assert [r.name for r in refs] == (names if knobs.get("rows.kept") else ["fc_rows_fill", *names])
+    grid = executor_for(fd).last_plan.spec.kernels[-1].grid[0]
+    assert grid == (4 * 132 if "rows.slab_persist" in knobs else -(-50304 // 21))

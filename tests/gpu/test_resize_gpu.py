@@ -234,7 +234,7 @@ def test_embedding_max_norm_is_one_kernel():
 
 @pytest.mark.parametrize("path", ["row_sums", "chains", "bounded", "ordered", "slabs",
                                   "slabs_deterministic", "slab_walk", "slab_walk_bounded",
-                                  "slab_walk_kept"])
+                                  "slab_walk_kept", "slab_walk_kept_warp_adds"])
 def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
     the row-sums kernels (four launches), the row chains (three: Note [Row chains]), unbounded
@@ -252,12 +252,15 @@ def test_embedding_gradient_with_hot_rows(path, monkeypatch):
              "slab_walk": {"rows.chain": True, "rows.slab_walk": 8},  # Note [Slab walk]
              "slab_walk_bounded": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16},
              "slab_walk_kept": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
-                                "rows.kept": True, "rows.early": True}}.get(  # Note [Kept words]
+                                "rows.kept": True, "rows.early": True},  # Note [Kept words]
+             "slab_walk_kept_warp_adds": {"rows.chain": True, "rows.slab_walk": 8,
+                                          "rows.bound": 16, "rows.kept": True,
+                                          "rows.warp_adds": True}}.get(  # Note [Warp adds]
                  path, {"rows.slab": False})  # fmt: skip
     with overriding(knobs):
         _hot_rows(deterministic or path == "slabs",
                   {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1,
-                   "slab_walk_kept": 2}.get(path, 3))  # fmt: skip
+                   "slab_walk_kept": 2, "slab_walk_kept_warp_adds": 2}.get(path, 3))  # fmt: skip
 
 
 def _hot_rows(deterministic: bool, kernels: int) -> None:
@@ -285,7 +288,7 @@ def _hot_rows(deterministic: bool, kernels: int) -> None:
 @pytest.mark.parametrize("knobs", [{"rows.slab": False}, {"rows.slab": True},
                                    {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16},
                                    {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
-                                    "rows.kept": True}],
+                                    "rows.kept": True, "rows.warp_adds": True}],
                          ids=["row_sums", "slabs", "slab_walk", "slab_walk_kept"])  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_embedding_gradient_in_a_cuda_graph(dtype, knobs, monkeypatch):
