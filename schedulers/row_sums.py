@@ -12,7 +12,8 @@ fill, plus the owner's values read from the input, plus the sums where the row i
 So the output is written once, the values read about once, and atomics touch only repeated
 tokens. Which token owns a row and the order of the atomic adds vary between runs, so a
 row named by several tokens may differ in its last bits from run to run (docs/ops.md);
-FUSION_CACHE_DETERMINISTIC=1 takes the ordered kernel instead.
+FUSION_CACHE_DETERMINISTIC=1 takes the ordered kernel instead. These four kernels are
+rows.chain False; the default is the row chains' slab walk (Note [Slab walk]).
 
 Fewer kernels lost on the H100 (2026-11-26, embedding 50304 x 768 bf16 from 8192 tokens, same
 runs; the code is in commit 83b32d2): one cooperative kernel with a grid barrier between the
@@ -29,7 +30,8 @@ named by k tokens walks a list of k: a hot row costs its threads k dependent loa
 H100 (2026-11-27, sweep of benchmarks/sweeps/resize_round5.json, embedding 50304 x 768 bf16
 from 8192 uniform tokens, same run): 2148-2239 GB/s across rows.units 1/2/4 and rows.early,
 against 1827 for the four kernels (1.22x; kernel_times with events: link 13.7 + walk 42.0 us
-against claim 14.2 + add 15.8 + out 41.8). Not the default: a list is a pointer chase, each
+against claim 14.2 + add 15.8 + out 41.8). This walk (rows.slab_walk 0) was not the default;
+the slab walk is (Note [Slab walk]). Then: a list is a pointer chase, each
 step an L2 round trip, so a padding row or a frequent token (hundreds of the 8192) would cost
 its threads hundreds of microseconds where the atomic adds above take a few; no hot-row
 timing was made. rows.bound = K bounds the lists (host-tested, not timed): a count word a
@@ -49,6 +51,25 @@ no token names, all issued before anything else is waited on, and then each warp
 named row, a lane up to four units of it, each list step loading a token's values with its
 next token. Hot rows keep rows.bound's slots (Note [Row chains]): a padding row of 2048
 tokens walks a list of `bound` and adds one slot of sums.
+
+The default (rows.chain with rows.bound 16, rows.slab_walk 8, rows.kept, rows.warp_adds and
+rows.early; rows.chain False gives the four kernels of Note [Row sums]): two kernels, link
+and slab walk. Measured on embedding_bwd bf16 50304 x 768 from 8192 tokens, uniform and padded
+(2048 on row 0), GB/s under do_bench, every figure against the four kernels of the same run:
+- H100 80GB HBM3 (2026-11-27 10:16 UTC, ceiling 3013, results/sweep-embedding_slab_walk.json; kernel times in results/kernel-times-embedding-slab-walk.txt):
+  uniform 2182-2188 (bound 16, kept, no warp adds) against 1837-1840, 2244 unbounded; without
+  kept words 2075-2116; the old walk 2151 (unbounded) and 1984 (bound 16). Padded: 445-453
+  (warp adds did not exist yet) against 996-998. kernel_times (events): link 5.5 + slab walk
+  38.0 us against fill 3.5 + claim 10.2 + add 7.4 + out 40.1.
+- H200 (2026-11-27 10:31 UTC, ceiling 4249, results/sweep-embedding_slab_walk2.json; the
+  round asked for an H100): uniform 2760 (twice) against 2225-2251, torch.compile 798, eager
+  395; padded 1648-1650 against 1095-1098, torch.compile 686, eager 415 (bound 4: padded
+  1718, uniform 2760). kernel_times: uniform link 5.5 + slab walk 29.9 = 35.4 us against 67.5; padded link
+  26.4 + slab walk 30.3 = 56.7 against fill 3.3 + claim 12.8 + add 56.2 + out 26.7 = 98.9.
+  Worse there: 4 units a thread 2550, 16 units 2728, persistent blocks (rows.slab_persist 2
+  and 4) 2069 and 2550, registers bounded for 5 blocks an SM 2526 (uniform; padded likewise).
+Still short of issue 27's 90% (H100: 72-74% of the ceiling). Unbounded lists are 3-4% faster
+on uniform tokens (one atomic a token instead of two) but a padding row walks its whole list.
 
 Note [Kept words] (knob rows.kept, with the slab walk): the fill kernel goes. The words are
 made -1 (a hot row's sums 0) once, where the plan's scratch is made (LaunchSpec.
@@ -143,11 +164,12 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any,
         rest_types = (it,) * (2 * rest)
     hv = h // vw
     dep = dependent_launch(profile)  # each kernel readied while the one before it runs
-    early = dep and bool(knob("rows.early", False))
+    chain = bool(knob("rows.chain", True))  # Note [Slab walk]: the default
+    early = dep and bool(knob("rows.early", chain))
     if slabs:
         return _plan_slabs(program, index, value, out_shape, out_dtype, index_type, rest_args,
                            rest_types, vw, dep, profile)  # fmt: skip
-    if knob("rows.chain", False):
+    if chain:
         return _plan_chains(program, index, value, out_shape, out_dtype, index_type, rest_args,
                             rest_types, vw, dep, early, profile.sm_count)  # fmt: skip
     kernels.append(KernelLaunch(rs.FILL_NAME, rs.render_fill(index_type, early), blocks(2 * v),
@@ -259,9 +281,9 @@ def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dty
     blocks = lambda count: (max(1, -(-count // rs.BLOCK)), 1, 1)  # noqa: E731
     block = (rs.BLOCK, 1, 1)
     linked = bool(n and h)
-    bound = max(0, int(knob("rows.bound", 0)))  # list places a row (0: unbounded)
+    bound = max(0, int(knob("rows.bound", 16)))  # list places a row (0: unbounded)
     units, slab = _walk_units(max(1, hv), bool(bound))
-    kept = bool(slab and knob("rows.kept", False))
+    kept = bool(slab and knob("rows.kept", True))
     if bound:
         return _plan_bounded(program, index, value, out_shape, out_dtype, index_type, rest_args,
                              rest_types, vw, dep, early, units, bound, slab, kept, sms)  # fmt: skip
@@ -315,7 +337,7 @@ def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dt
     if linked:
         what = f"{program.op} (T{program.out_state})"
         wait = dep and bool(kernels)
-        if knob("rows.warp_adds", False):  # Note [Warp adds]
+        if knob("rows.warp_adds", True):  # Note [Warp adds]
             link = rs.render_link_warp_adds(program.index_dtype, program.source_dtype, rest, vw,
                                             index_type, what, bound, hv, wait, early)
         else:
@@ -345,9 +367,10 @@ def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dt
 
 
 def _walk_units(hv: int, bounded: bool) -> tuple[int, int]:
-    """(units a walk thread takes, rows of a block's slab or 0): rows.slab_walk units in a
-    slab walk (Note [Slab walk]), at most 8192 words of shared memory; else rows.units."""
-    units = max(0, int(knob("rows.slab_walk", 0)))
+    """(units a walk thread takes, rows of a block's slab or 0): rows.slab_walk units (8 by
+    default) in a slab walk (Note [Slab walk]), at most 8192 words of shared memory; with
+    rows.slab_walk 0, the walk of rows.units."""
+    units = max(0, int(knob("rows.slab_walk", 8)))
     if not units:
         return max(1, int(knob("rows.units", 1))), 0
     while units > 1 and rs.slab_rows_of(hv, units) * (3 if bounded else 2) > 8192:

@@ -58,23 +58,26 @@ KNOBS: dict[str, str] = {
     "inner.rng_lanes": "random numbers drawn by lane where every vector starts a Philox group "
                        "(Note [Philox lanes]; False: the group compared each element)",
     "rows.chain": "an embedding's gradient as row chains: tokens pushed on their row's list, "
-                  "each output row adding its list's values (Note [Row chains]; False: claims, "
-                  "atomic adds of shared rows and a rows kernel, Note [Row sums])",
-    "rows.units": "(row, column vector) units a thread of the row chains' rows kernel takes, "
-                  "their loads issued together (Note [Row chains])",
-    "rows.bound": "most tokens on a row's list in the row chains; a hot row's others add to "
-                  "float sums with atomics (Note [Row chains]; 0: unbounded)",
+                  "each output row adding its list's values (Note [Row chains]; the default, "
+                  "Note [Slab walk]; False: claims, atomic adds of shared rows and a rows "
+                  "kernel, Note [Row sums])",
+    "rows.units": "(row, column vector) units a thread of the row chains' walk takes, their "
+                  "loads issued together, where rows.slab_walk is 0 (Note [Row chains])",
+    "rows.bound": "most tokens on a row's list in the row chains (16 by default); a hot row's "
+                  "others add to float sums with atomics (Note [Row chains]; 0: unbounded)",
     "rows.slab_walk": "units a thread of the row chains' slab walk takes: a block loads its "
                       "rows' head words once, stores the fill to the rows no token names, then "
-                      "adds the lists (Note [Slab walk]; 0: the walk of rows.units)",
+                      "adds the lists (Note [Slab walk]; 8 by default; 0: the walk of "
+                      "rows.units)",
     "rows.slab_blocks": "blocks an SM the slab walk's registers must allow (Note [Slab walk]; "
                         "0: as the compiler likes)",
     "rows.warp_adds": "the bounded row chains' link adds a warp's tokens past the bound "
-                      "together, runs on one slot summed in registers (Note [Warp adds])",
+                      "together, runs on one slot summed in registers (Note [Warp adds]; "
+                      "True by default)",
     "rows.slab_persist": "blocks an SM of a slab walk whose blocks take the slabs in turn "
                          "(Note [Slab walk]; 0: a block a slab)",
     "rows.kept": "the slab walk's words live between runs, set back by the walk once read, "
-                 "so no fill kernel runs (Note [Kept words])",
+                 "so no fill kernel runs (Note [Kept words]; True by default)",
     "rows.slab": "an embedding's gradient as row slabs: a block a slab of output rows reads "
                  "the index and writes each row once, sums in index order, hot rows split over "
                  "index segments (Note [Row slabs]; False: Note [Row sums])",
@@ -82,7 +85,8 @@ KNOBS: dict[str, str] = {
     "rows.slab_most": "most tokens of a row the row slabs' rows kernel sums; rows named more "
                       "often are hot (Note [Row slabs])",
     "rows.early": "the row-sums kernels let the next, launched dependent, be placed at once "
-                  "(griddepcontrol.launch_dependents at their start)",
+                  "(griddepcontrol.launch_dependents at their start; by default with the row "
+                  "chains only)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",
     "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",

@@ -56,8 +56,8 @@ def _cat3_odd_inputs(dtype, device, shape):
             for s in ((n, m), (n, m // 2 + 1), (n, m + 3))]  # fmt: skip
 
 
-# an embedding's gradient: the row-sums kernels (fill, claim, add, out: Note [Row sums])
-PATTERNS = {name: _from_case(name, 4 if name.startswith("embedding_bwd") else 1)
+# an embedding's gradient: the row chains' link and slab walk (Note [Slab walk])
+PATTERNS = {name: _from_case(name, 2 if name.startswith("embedding_bwd") else 1)
             for name in RESIZE}  # fmt: skip
 PATTERNS["pad_unaligned"] = Pattern(
     _pad_unaligned, lambda dtype, device, shape: [torch.randn(shape).to(dtype=dtype, device=device)],

@@ -121,7 +121,7 @@ def test_row_slabs_compile_for_h100(deterministic, monkeypatch):
 @pytest.mark.parametrize("deterministic", ["0", "1"])
 def test_row_slabs_leave_long_indexes_to_the_other_kernels(deterministic, monkeypatch):
     """Every slab reads the whole index: with more index bytes to read than output bytes to
-    write (and 4 MB), the atomics' kernels (or, deterministic, the ordered kernel) take the sums."""
+    write (and 4 MB), the default's kernels (or, deterministic, the ordered kernel) take the sums."""
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", deterministic)
     fd = _embedding_grad(8192, [64], torch.bfloat16, 0.0)  # 1 MB of output, 128 slabs
     inputs = [torch.empty(65536, dtype=torch.int64, device="meta"),  # 64 MB of index reads
@@ -130,7 +130,7 @@ def test_row_slabs_leave_long_indexes_to_the_other_kernels(deterministic, monkey
         refs = fd.precompile(inputs, target="h100")
     names = [r.name for r in refs]
     assert names == (["fc_accumulate_ordered"] if deterministic == "1" else
-                     ["fc_rows_fill", "fc_rows_claim", "fc_rows_add", "fc_rows_out"])
+                     ["fc_rows_link", "fc_rows_slab_walk"])  # Note [Slab walk]
 
 
 @needs_gxx

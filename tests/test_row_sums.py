@@ -11,6 +11,7 @@ from host_kernels import HAVE_GXX, run_plan_on_host
 
 from fusion_cache import DataType, FusionDefinition
 from fusion_cache.runtime.executor import executor_for
+from schedulers.tuning import overriding
 
 needs_gxx = pytest.mark.skipif(not HAVE_GXX, reason="no g++ to run kernels on the host")
 DT = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16,
@@ -40,6 +41,9 @@ def _plan_names(fd) -> list[str]:
     return [k.name for k in executor_for(fd).last_plan.spec.kernels]
 
 
+OLD_WALK = {"rows.chain": True, "rows.slab_walk": 0, "rows.bound": 0}  # Note [Row chains]'s walk
+
+
 @needs_gxx
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("rest", [[24], [7], [3, 8]], ids=["vector", "odd", "two_dims"])
@@ -52,7 +56,8 @@ def test_row_sums_against_index_put(dtype, rest, monkeypatch):
     idx[20:23] = 36
     value = torch.randn((n, *rest), generator=g).to(dtype)
     fd = _embedding_grad(vocab, rest, dtype, 0.25)
-    (got,) = run_plan_on_host(fd, [idx, value])
+    with overriding({"rows.chain": False}):  # the four kernels, no longer the default
+        (got,) = run_plan_on_host(fd, [idx, value])
     assert _plan_names(fd) == ["fc_rows_fill", "fc_rows_claim", "fc_rows_add", "fc_rows_out"]
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, dtype), rtol=tol, atol=tol)
@@ -91,7 +96,8 @@ def test_embedding_gradient_compiles_for_h100_with_vector_atomics(monkeypatch):
     fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
     inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
               torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
-    refs = fd.precompile(inputs, target="h100")
+    with overriding({"rows.chain": False}):
+        refs = fd.precompile(inputs, target="h100")
     assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_claim", "fc_rows_add",
                                       "fc_rows_out"]  # fmt: skip
     add = next(r for r in refs if r.name == "fc_rows_add")
@@ -106,8 +112,6 @@ def test_embedding_gradient_compiles_for_h100_with_vector_atomics(monkeypatch):
 def test_row_chains_against_index_put(dtype, rest, units, monkeypatch):
     """Note [Row chains] (knob rows.chain, with the early dependents' trigger): a hot row's list
     of 20, rows of one token and of none."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n = 37, 90
     g = torch.Generator().manual_seed(3)
@@ -115,7 +119,7 @@ def test_row_chains_against_index_put(dtype, rest, units, monkeypatch):
     idx[:20] = 5
     value = torch.randn((n, *rest), generator=g).to(dtype)
     fd = _embedding_grad(vocab, rest, dtype, 0.25)
-    with overriding({"rows.chain": True, "rows.early": True, "rows.units": units}):
+    with overriding({**OLD_WALK, "rows.early": True, "rows.units": units}):
         (got,) = run_plan_on_host(fd, [idx, value])
     assert _plan_names(fd) == ["fc_rows_fill", "fc_rows_link", "fc_rows_walk"]
     tol = 1e-5 if dtype == torch.float32 else 2e-2
@@ -123,13 +127,11 @@ def test_row_chains_against_index_put(dtype, rest, units, monkeypatch):
 
 
 def test_row_chains_compile_for_h100(monkeypatch):
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
     inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
               torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
-    with overriding({"rows.chain": True, "rows.early": True, "rows.units": 4}):
+    with overriding({**OLD_WALK, "rows.early": True, "rows.units": 4}):
         refs = fd.precompile(inputs, target="h100")
     assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_link", "fc_rows_walk"]
     assert "fc_launch_dependents();" in refs[0].source.split("end prelude")[1]
@@ -141,8 +143,6 @@ def test_row_chains_compile_for_h100(monkeypatch):
 def test_bounded_row_chains_against_index_put(dtype, rest, monkeypatch):
     """Note [Row chains] with lists of at most 4 (knob rows.bound): rows of 20 and 9 tokens
     take slots of float sums for their overflow, rows of 4 or fewer do not."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n = 37, 90
     g = torch.Generator().manual_seed(5)
@@ -152,7 +152,7 @@ def test_bounded_row_chains_against_index_put(dtype, rest, monkeypatch):
     idx[50:54] = 2
     value = torch.randn((n, *rest), generator=g).to(dtype)
     fd = _embedding_grad(vocab, rest, dtype, 0.25)
-    with overriding({"rows.chain": True, "rows.bound": 4, "rows.units": 2}):
+    with overriding({**OLD_WALK, "rows.bound": 4, "rows.units": 2, "rows.warp_adds": False}):
         (got,) = run_plan_on_host(fd, [idx, value])
     assert "at most 4" in executor_for(fd).last_plan.spec.description
     tol = 1e-5 if dtype == torch.float32 else 2e-2
@@ -160,19 +160,17 @@ def test_bounded_row_chains_against_index_put(dtype, rest, monkeypatch):
 
 
 def test_bounded_row_chains_compile_for_h100(monkeypatch):
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
     inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
               torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
-    with overriding({"rows.chain": True, "rows.bound": 16}):
+    with overriding({**OLD_WALK, "rows.bound": 16, "rows.warp_adds": False}):
         refs = fd.precompile(inputs, target="h100")
     assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_link", "fc_rows_walk"]
     assert "red.global.add.v4.f32" in refs[1].source
 
 
-SLAB_WALK = {"rows.chain": True, "rows.slab_walk": 2}
+SLAB_WALK = {"rows.chain": True, "rows.slab_walk": 2, "rows.kept": False}
 
 
 @needs_gxx
@@ -184,8 +182,6 @@ def test_slab_walk_against_index_put(dtype, rest, bound, monkeypatch):
     fewer, where rows are odd), the fill stored first to rows no token names;
     a hot row of 20 tokens (with rows.bound 4: a list of 4 and a slot of sums for 16), rows
     of three, of one and of none; repeated ids."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n = 301, 120
     g = torch.Generator().manual_seed(7)
@@ -214,8 +210,6 @@ def test_warp_adds_against_index_put(dtype, rest, kept, monkeypatch):
     time: a padding row of 40 packed tokens (whole warps on one slot), a row of 9 spread
     over the warps (runs of one), rows of two and of one; rows of 600 floats take two column
     passes of 128 vectors."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n = 301, 100
     g = torch.Generator().manual_seed(11)
@@ -239,8 +233,6 @@ def test_warp_adds_against_index_put(dtype, rest, kept, monkeypatch):
 def test_slab_walk_of_long_rows(bound, monkeypatch):
     """Rows of 150 vectors: a lane takes four units of a named row at a time (AH), twice per
     row, three rows a block; lists of five and of one."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n, h = 40, 24, 600
     g = torch.Generator().manual_seed(9)
@@ -258,8 +250,6 @@ def test_slab_walk_of_long_rows(bound, monkeypatch):
 def test_slab_walk_of_strided_values_and_no_tokens(monkeypatch):
     """Values through a permute (one column a thread, so a block's 512 units are 64 rows of
     8), and an empty index: every row the fill."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n, h = 150, 40, 8
     with FusionDefinition() as fd:
@@ -279,8 +269,6 @@ def test_slab_walk_of_strided_values_and_no_tokens(monkeypatch):
 
 @needs_gxx
 def test_slab_walk_out_of_range_index_fails(monkeypatch):
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     fd = _embedding_grad(37, [8], torch.float32, 0.0)
     idx = torch.tensor([1, 2, 37, 3])
@@ -293,13 +281,12 @@ def test_slab_walk_out_of_range_index_fails(monkeypatch):
 def test_slab_walk_compiles_for_h100(units, bound, monkeypatch):
     """The benchmark's gradient: a block of 256 threads takes the units * 256 // 96 whole rows
     of 768 bf16 in `units` 16-byte units a thread, their head (and slot) words in shared memory."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
     inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
               torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
-    with overriding({"rows.chain": True, "rows.slab_walk": units, "rows.bound": bound}):
+    with overriding({"rows.chain": True, "rows.slab_walk": units, "rows.bound": bound,
+                     "rows.kept": False}):  # fmt: skip
         refs = fd.precompile(inputs, target="h100")
     assert [r.name for r in refs] == ["fc_rows_fill", "fc_rows_link", "fc_rows_slab_walk"]
     rows = 256 * units // 96
@@ -313,8 +300,6 @@ def test_slab_walk_with_kept_words_over_runs(bound, monkeypatch):
     """Note [Kept words] (knob rows.kept): no fill kernel; the words start at -1 (the hot
     rows' sums at 0) when the plan's scratch is made, and each run leaves them so: three runs
     on one scratch, with a hot row, then none, then another, each against torch."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n, rest = 301, 120, [16]
     fd = _embedding_grad(vocab, rest, torch.bfloat16, 0.0)
@@ -342,8 +327,6 @@ def test_slab_walk_with_kept_words_over_runs(bound, monkeypatch):
 def test_persistent_slab_walk(kept, monkeypatch):
     """rows.slab_persist = 1: 132 blocks (the h100 profile's SMs) take 3000 slabs of one
     row of 1024 floats in turn, the words of each slab read before the next is loaded."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n, h = 3000, 64, 1024
     g = torch.Generator().manual_seed(12)
@@ -362,13 +345,11 @@ def test_persistent_slab_walk(kept, monkeypatch):
         torch.testing.assert_close(got, _want(idx, value, vocab, 0.5, torch.float32))
 
 
-@pytest.mark.parametrize("knobs", [{"rows.warp_adds": True}, {"rows.kept": True, "rows.slab_persist": 4},
+@pytest.mark.parametrize("knobs", [{"rows.kept": False}, {"rows.kept": True, "rows.slab_persist": 4},
                                    {"rows.kept": True, "rows.warp_adds": True, "store.hint": 1}],
-                         ids=["warp_adds", "persistent_kept", "kept_warp_adds_hint"])  # fmt: skip
+                         ids=["fill", "persistent_kept", "kept_warp_adds_hint"])  # fmt: skip
 def test_slab_walk_variants_compile_for_h100(knobs, monkeypatch):
     """The benchmark's gradient under the sweep's other knobs: kept words drop the fill kernel."""
-    from schedulers.tuning import overriding
-
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
     inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
@@ -376,6 +357,22 @@ def test_slab_walk_variants_compile_for_h100(knobs, monkeypatch):
     with overriding({"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16, **knobs}):
         refs = fd.precompile(inputs, target="h100")
     names = ["fc_rows_link", "fc_rows_slab_walk"]
-    assert [r.name for r in refs] == (names if knobs.get("rows.kept") else ["fc_rows_fill", *names])
+    assert [r.name for r in refs] == (names if knobs["rows.kept"] else ["fc_rows_fill", *names])
     grid = executor_for(fd).last_plan.spec.kernels[-1].grid[0]
     assert grid == (4 * 132 if "rows.slab_persist" in knobs else -(-50304 // 21))
+
+
+def test_the_default_is_the_slab_walk_with_kept_words(monkeypatch):
+    """Note [Slab walk]: by default an embedding's gradient is two kernels, the bounded link
+    with warp adds (Note [Warp adds]) and the slab walk of 8 units a thread, its words kept
+    between runs (Note [Kept words]: -1, and 0 for the hot rows' sums, when made)."""
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
+    inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
+              torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
+    refs = fd.precompile(inputs, target="h100")
+    spec = executor_for(fd).last_plan.spec
+    assert [r.name for r in refs] == ["fc_rows_link", "fc_rows_slab_walk"]
+    assert "at most 16" in spec.description and "(8 units a thread)" in spec.description
+    assert spec.workspace_fills == (-1, None, 0.0)
+    assert "__ballot_sync" in refs[0].source and "fc_launch_dependents();" in refs[0].source

@@ -234,33 +234,37 @@ def test_embedding_max_norm_is_one_kernel():
 
 @pytest.mark.parametrize("path", ["row_sums", "chains", "bounded", "ordered", "slabs",
                                   "slabs_deterministic", "slab_walk", "slab_walk_bounded",
-                                  "slab_walk_kept", "slab_walk_kept_warp_adds"])
+                                  "slab_walk_kept", "default"])
 def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
     the row-sums kernels (four launches), the row chains (three: Note [Row chains]), unbounded
-    or of at most 16 tokens a list (the padding row's others in float sums), the ordered
-    kernel (one) or the row slabs (three: Note [Row slabs], with or without the
-    deterministic switch, their results the same on every run), against torch, on two sets
-    of tokens in turn (the plan's scratch, kept per stream, reused by each run)."""
+    or of at most 16 tokens a list (the padding row's others in float sums), walked by slabs
+    (Note [Slab walk]) with or without the words kept between runs (two launches: Note [Kept
+    words]) and the default (kept words and warp adds, Note [Warp adds]), the ordered kernel
+    (one) or the row slabs (three: Note [Row slabs], with or without the deterministic
+    switch, their results the same on every run), against torch, on two sets of tokens in
+    turn (the plan's scratch, kept per stream, reused by each run)."""
     from schedulers.tuning import overriding
 
     deterministic = path in ("ordered", "slabs_deterministic")
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "1" if deterministic else "0")
-    knobs = {"chains": {"rows.chain": True, "rows.early": True, "rows.units": 4},
-             "bounded": {"rows.chain": True, "rows.bound": 16, "rows.units": 2},
+    old_walk = {"rows.chain": True, "rows.slab_walk": 0, "rows.bound": 0}  # Note [Row chains]
+    knobs = {"row_sums": {"rows.chain": False},  # Note [Row sums]
+             "chains": {**old_walk, "rows.early": True, "rows.units": 4},
+             "bounded": {**old_walk, "rows.bound": 16, "rows.units": 2, "rows.warp_adds": False},
              "slabs": {"rows.slab": True}, "slabs_deterministic": {"rows.slab": True},
-             "slab_walk": {"rows.chain": True, "rows.slab_walk": 8},  # Note [Slab walk]
-             "slab_walk_bounded": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16},
+             "slab_walk": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 0,
+                           "rows.kept": False},  # Note [Slab walk]
+             "slab_walk_bounded": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
+                                   "rows.kept": False, "rows.warp_adds": False},
              "slab_walk_kept": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
-                                "rows.kept": True, "rows.early": True},  # Note [Kept words]
-             "slab_walk_kept_warp_adds": {"rows.chain": True, "rows.slab_walk": 8,
-                                          "rows.bound": 16, "rows.kept": True,
-                                          "rows.warp_adds": True}}.get(  # Note [Warp adds]
-                 path, {"rows.slab": False})  # fmt: skip
+                                "rows.kept": True, "rows.early": True,
+                                "rows.warp_adds": False},  # Note [Kept words]
+             "default": {}}.get(path, {"rows.slab": False})  # fmt: skip
     with overriding(knobs):
         _hot_rows(deterministic or path == "slabs",
                   {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1,
-                   "slab_walk_kept": 2, "slab_walk_kept_warp_adds": 2}.get(path, 3))  # fmt: skip
+                   "slab_walk_kept": 2, "default": 2}.get(path, 3))  # fmt: skip
 
 
 def _hot_rows(deterministic: bool, kernels: int) -> None:
@@ -285,11 +289,11 @@ def _hot_rows(deterministic: bool, kernels: int) -> None:
         assert torch.equal(runs[0], runs[2]) and torch.equal(runs[1], runs[3])
 
 
-@pytest.mark.parametrize("knobs", [{"rows.slab": False}, {"rows.slab": True},
-                                   {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16},
+@pytest.mark.parametrize("knobs", [{"rows.chain": False}, {"rows.slab": True},
                                    {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
-                                    "rows.kept": True, "rows.warp_adds": True}],
-                         ids=["row_sums", "slabs", "slab_walk", "slab_walk_kept"])  # fmt: skip
+                                    "rows.kept": False},
+                                   {}],  # the default: Note [Slab walk], [Kept words]
+                         ids=["row_sums", "slabs", "slab_walk", "default"])  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_embedding_gradient_in_a_cuda_graph(dtype, knobs, monkeypatch):
     from schedulers.tuning import overriding
