@@ -444,7 +444,7 @@ def slab_rows_of(hv: int, units: int) -> int:
 def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, hv: int,
                      wait: bool = False, units: int = 8, bounded: bool = False,
                      kept: bool = False, hint: int = 0, min_blocks: int = 0,
-                     persistent: bool = False) -> str:  # fmt: skip
+                     persistent: bool = False, fill_first: bool = False) -> str:  # fmt: skip
     """Note [Slab walk]: a block the SR whole rows after the blocks before it (SR * HV at most
     BLOCK * `units` units, or one row). It loads its rows' head (and slot) words once into
     shared memory and lists the named rows there; its threads store the fill to every unit
@@ -455,7 +455,10 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
     words back to -1 (and a hot row's sums to 0) once read, block 0 the slots-used counter.
     `hint`: the output's stores' cache hint (Note [Cache hints]; 1: evict-first);
     `min_blocks`: blocks an SM its registers must allow (0: as the compiler likes);
-    `persistent`: the grid may be smaller than the slabs, a block taking every gridDim.x-th."""
+    `persistent`: the grid may be smaller than the slabs, a block taking every gridDim.x-th;
+    `fill_first`: (Note [Fill first]) the fill stored to every unit of the block's rows before
+    waiting for the link kernel (launched dependent), the named rows stored again after a
+    barrier."""
     ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
     ah = max(1, min(4, -(-hv // 32)))
     sr = slab_rows_of(hv, units)
@@ -464,7 +467,8 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
     if kept:  # the words are set back here
         params = [p.replace("const int* __restrict__ head", "int* __restrict__ head").replace(
             "const float* __restrict__ acc", "float* __restrict__ acc") for p in params]
-    lines = _head(SLAB_WALK_NAME, params, index_type, wait, min_blocks=min_blocks)
+    lines = _head(SLAB_WALK_NAME, params, index_type, wait and not fill_first,
+                  min_blocks=min_blocks)
     lines.insert(2, _walk_defs(vt, vw, [f"#define SR {sr}", f"#define AH {ah}",
                                         f"#define WARPS {WARPS}"]))
     lane_unit = ["const idx_t c = (q0 + lane + 32 * m) * VW;"]
@@ -475,11 +479,23 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
     decls = ["__shared__ int hs[SR];",
              *(["__shared__ int ss[SR];"] if bounded else []),
              "__shared__ int named[SR];  // the block's named rows, in no order",
-             "__shared__ int nn;",
-             *(["if (blockIdx.x == 0 && threadIdx.x == 0) head[3 * V] = -1;  // slots used"]
-               if kept and bounded else [])]  # fmt: skip
+             "__shared__ int nn;"]
+    fill_loop = ["#pragma unroll 4",
+                 "for (idx_t u = r0 * HV + threadIdx.x; u < e; u += blockDim.x) {",
+                 "  const idx_t row = u / HV;",
+                 f"  {'' if fill_first else 'if (hs[row - r0] < 0) '}"
+                 f"{store}(out + row * H + (u - row * HV) * VW, f);",
+                 "}"]  # fmt: skip
     body = ["const idx_t r0 = slab * SR;",
             "const int rows = V - r0 < SR ? (int)(V - r0) : SR;",
+            f"fc_vec<{ot}, VW> f;",
+            "#pragma unroll",
+            f"for (int j = 0; j < VW; ++j) f[j] = fc_cast<{ot}>(fill);",
+            "const idx_t e = (r0 + rows) * HV;",
+            *(["// every row the fill, before the link is waited for (Note [Fill first])",
+               *fill_loop, *(["fc_wait_prior_grid();"] if wait else [])] if fill_first else []),
+            *(["if (blockIdx.x == 0 && threadIdx.x == 0) head[3 * V] = -1;  // slots used"]
+              if kept and bounded else []),
             "if (threadIdx.x == 0) nn = 0;",
             "__syncthreads();",
             "for (int i = threadIdx.x; i < rows; i += blockDim.x) {",
@@ -492,17 +508,9 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
             *reset,
             "  }",
             "}",
-            "__syncthreads();",
-            "// the rows no token names: the fill, every store issued at once",
-            f"fc_vec<{ot}, VW> f;",
-            "#pragma unroll",
-            f"for (int j = 0; j < VW; ++j) f[j] = fc_cast<{ot}>(fill);",
-            "const idx_t e = (r0 + rows) * HV;",
-            "#pragma unroll 4",
-            "for (idx_t u = r0 * HV + threadIdx.x; u < e; u += blockDim.x) {",
-            "  const idx_t row = u / HV;",
-            f"  if (hs[row - r0] < 0) {store}(out + row * H + (u - row * HV) * VW, f);",
-            "}",
+            "__syncthreads();  // (after it, a named row's sums land over its fill)",
+            *([] if fill_first else
+              ["// the rows no token names: the fill, every store issued at once", *fill_loop]),
             "// the named rows, a warp each: a lane's AH units' lists walked together",
             "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
             "for (int j = warp; j < nn; j += WARPS) {",

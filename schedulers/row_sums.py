@@ -71,6 +71,13 @@ and slab walk. Measured on embedding_bwd bf16 50304 x 768 from 8192 tokens, unif
 Still short of issue 27's 90% (H100: 72-74% of the ceiling). Unbounded lists are 3-4% faster
 on uniform tokens (one atomic a token instead of two) but a padding row walks its whole list.
 
+Note [Fill first] (knob rows.fill_first, with the slab walk; off, not yet timed): the walk
+stores the fill to every unit of its rows before it waits for the link kernel (launched
+dependent, the link letting it be placed at once with rows.early), then loads the head words
+and stores the named rows again, after a barrier of the block, so their sums land last. The
+link's time and the head loads' latency hide behind 77 MB of stores that wait on nothing;
+the named rows (about 15% of 77 MB) are written twice.
+
 Note [Kept words] (knob rows.kept, with the slab walk): the fill kernel goes. The words are
 made -1 (a hot row's sums 0) once, where the plan's scratch is made (LaunchSpec.
 workspace_fills; the scratch is kept per stream, Note [Scratch per stream], and a CUDA
@@ -396,7 +403,8 @@ def _render_walk(out_dtype: DataType, value_dtype: DataType, rest: int, vw: int,
         return rs.render_slab_walk(out_dtype, value_dtype, rest, vw, index_type, hv, dep, units,
                                    bounded, kept, int(knob("store.hint", 0)),
                                    int(knob("rows.slab_blocks", 0)),
-                                   bool(knob("rows.slab_persist", 0)))  # fmt: skip
+                                   bool(knob("rows.slab_persist", 0)),
+                                   bool(knob("rows.fill_first", False)))  # fmt: skip
     return rs.render_walk(out_dtype, value_dtype, rest, vw, index_type, dep, units, bounded)
 
 

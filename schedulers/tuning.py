@@ -76,6 +76,8 @@ KNOBS: dict[str, str] = {
                       "True by default)",
     "rows.slab_persist": "blocks an SM of a slab walk whose blocks take the slabs in turn "
                          "(Note [Slab walk]; 0: a block a slab)",
+    "rows.fill_first": "the slab walk stores the fill to all its rows before waiting for the "
+                       "link, the named rows again after (Note [Fill first])",
     "rows.kept": "the slab walk's words live between runs, set back by the walk once read, "
                  "so no fill kernel runs (Note [Kept words]; True by default)",
     "rows.slab": "an embedding's gradient as row slabs: a block a slab of output rows reads "

@@ -376,3 +376,25 @@ def test_the_default_is_the_slab_walk_with_kept_words(monkeypatch):
     assert "at most 16" in spec.description and "(8 units a thread)" in spec.description
     assert spec.workspace_fills == (-1, None, 0.0)
     assert "__ballot_sync" in refs[0].source and "fc_launch_dependents();" in refs[0].source
+
+
+@needs_gxx
+@pytest.mark.parametrize("bound", [0, 4])
+def test_fill_first_slab_walk(bound, monkeypatch):
+    """Note [Fill first] (knob rows.fill_first): every row the fill first, the named rows'
+    sums over it after the barrier; kept words over two runs, odd rows spanning blocks."""
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n, rest = 301, 120, [7]
+    g = torch.Generator().manual_seed(13)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    idx[:30] = 77
+    value = torch.randn((n, *rest), generator=g)
+    fd = _embedding_grad(vocab, rest, torch.float32, 0.25)
+    scratch: list = []
+    for _ in range(2):
+        with overriding({"rows.slab_walk": 2, "rows.bound": bound, "rows.fill_first": True}):
+            (got,) = run_plan_on_host(fd, [idx, value], scratch=scratch)
+        walk = executor_for(fd).last_plan.spec.kernels[-1].source
+        assert "if (hs[row - r0] < 0)" not in walk
+        assert walk.index("every row the fill") < walk.index("fc_wait_prior_grid();\n  if (")
+        torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, torch.float32))

@@ -234,7 +234,7 @@ def test_embedding_max_norm_is_one_kernel():
 
 @pytest.mark.parametrize("path", ["row_sums", "chains", "bounded", "ordered", "slabs",
                                   "slabs_deterministic", "slab_walk", "slab_walk_bounded",
-                                  "slab_walk_kept", "default"])
+                                  "slab_walk_kept", "default", "fill_first"])
 def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
     the row-sums kernels (four launches), the row chains (three: Note [Row chains]), unbounded
@@ -260,11 +260,12 @@ def test_embedding_gradient_with_hot_rows(path, monkeypatch):
              "slab_walk_kept": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
                                 "rows.kept": True, "rows.early": True,
                                 "rows.warp_adds": False},  # Note [Kept words]
-             "default": {}}.get(path, {"rows.slab": False})  # fmt: skip
+             "default": {}, "fill_first": {"rows.fill_first": True}}.get(  # Note [Fill first]
+                 path, {"rows.slab": False})  # fmt: skip
     with overriding(knobs):
         _hot_rows(deterministic or path == "slabs",
                   {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1,
-                   "slab_walk_kept": 2, "default": 2}.get(path, 3))  # fmt: skip
+                   "slab_walk_kept": 2, "default": 2, "fill_first": 2}.get(path, 3))  # fmt: skip
 
 
 def _hot_rows(deterministic: bool, kernels: int) -> None:
