@@ -34,7 +34,7 @@ against claim 14.2 + add 15.8 + out 41.8). This walk (rows.slab_walk 0) was not 
 the slab walk is (Note [Slab walk]). Then: a list is a pointer chase, each
 step an L2 round trip, so a padding row or a frequent token (hundreds of the 8192) would cost
 its threads hundreds of microseconds where the atomic adds above take a few; no hot-row
-timing was made. rows.bound = K bounds the lists (host-tested, not timed): a count word a
+timing was made. rows.bound = K bounds the lists (timed since: Note [Slab walk]): a count word a
 row gives each token its place; the first K push themselves on the list, the next takes a
 slot of float sums (zeroed by the fill) and publishes it, and the later ones wait for it and
 add their values there with vector atomics; the rows kernel adds a hot row's slot. It costs
@@ -56,20 +56,23 @@ The default (rows.chain with rows.bound 16, rows.slab_walk 8, rows.kept, rows.wa
 rows.early; rows.chain False gives the four kernels of Note [Row sums]): two kernels, link
 and slab walk. Measured on embedding_bwd bf16 50304 x 768 from 8192 tokens, uniform and padded
 (2048 on row 0), GB/s under do_bench, every figure against the four kernels of the same run:
-- H100 80GB HBM3 (2026-11-27 10:16 UTC, ceiling 3013, results/sweep-embedding_slab_walk.json; kernel times in results/kernel-times-embedding-slab-walk.txt):
+(benchmarks/results/: sweep-embedding_slab_walk*.json, kernel-times-embedding-slab-walk.txt)
+- H100 80GB HBM3 (2026-11-27 10:16 UTC, ceiling 3013, sweep-embedding_slab_walk.json):
   uniform 2182-2188 (bound 16, kept, no warp adds) against 1837-1840, 2244 unbounded; without
   kept words 2075-2116; the old walk 2151 (unbounded) and 1984 (bound 16). Padded: 445-453
   (warp adds did not exist yet) against 996-998. kernel_times (events): link 5.5 + slab walk
   38.0 us against fill 3.5 + claim 10.2 + add 7.4 + out 40.1.
-- H200 (2026-11-27 10:31 UTC, ceiling 4249, results/sweep-embedding_slab_walk2.json; the
-  round asked for an H100): uniform 2760 (twice) against 2225-2251, torch.compile 798, eager
+- H200 (2026-11-27 10:31 UTC, ceiling 4249, sweep-embedding_slab_walk2.json; the round
+  asked for an H100): uniform 2760 (twice) against 2225-2251, torch.compile 798, eager
   395; padded 1648-1650 against 1095-1098, torch.compile 686, eager 415 (bound 4: padded
-  1718, uniform 2760). kernel_times: uniform link 5.5 + slab walk 29.9 = 35.4 us against 67.5; padded link
-  26.4 + slab walk 30.3 = 56.7 against fill 3.3 + claim 12.8 + add 56.2 + out 26.7 = 98.9.
+  1718, uniform 2760). kernel_times: uniform link 5.5 + slab walk 29.9 = 35.4 us against
+  67.5; padded link 26.4 + slab walk 30.3 = 56.7 against fill 3.3 + claim 12.8 + add 56.2 +
+  out 26.7 = 98.9.
   Worse there: 4 units a thread 2550, 16 units 2728, persistent blocks (rows.slab_persist 2
   and 4) 2069 and 2550, registers bounded for 5 blocks an SM 2526 (uniform; padded likewise).
-Still short of issue 27's 90% (H100: 72-74% of the ceiling). Unbounded lists are 3-4% faster
-on uniform tokens (one atomic a token instead of two) but a padding row walks its whole list.
+Still short of issue 27's 90% (H100: 72-73% of the ceiling; H200: 65%). Unbounded lists are
+3-4% faster on uniform tokens (one atomic a token instead of two) but a padding row walks its
+whole list.
 
 Note [Fill first] (knob rows.fill_first, with the slab walk; off, not yet timed): the walk
 stores the fill to every unit of its rows before it waits for the link kernel (launched
