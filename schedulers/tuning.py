@@ -177,18 +177,30 @@ SWITCHES: dict[str, str] = {
     "LONE_CONVOLUTIONS": "the torch.compile backend puts a convolution that would be a region "
                          "of one op into a neighbour's region (Note [Lone convolutions], "
                          "fusion_cache/frontends/dynamo_backend.py)",
+    "PAIRED_PIECES": "the torch.compile backend makes two neighbouring pieces of a cut "
+                     "partition one region (Note [Paired pieces], "
+                     "fusion_cache/frontends/dynamo_backend.py)",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
 }
 
 
+# the switches a GPU run decided for: on unless FUSION_CACHE_<NAME>=0 (each with its figures
+# in the Note its description names)
+ON_BY_DEFAULT: frozenset[str] = frozenset()
+
+
 def switched_on(name: str) -> bool:
-    """Whether FUSION_CACHE_<name> turns the switch on (Note [Unmeasured switches])."""
+    """Whether switch `name` is on (Note [Unmeasured switches]): FUSION_CACHE_<name> set to 1
+    or 0, else its default (ON_BY_DEFAULT)."""
     import os
 
     if name not in SWITCHES:
         raise KeyError(f"unknown switch {name}; known: {sorted(SWITCHES)}")
-    return os.environ.get(f"FUSION_CACHE_{name}", "").strip().lower() not in ("", "0", "false")
+    value = os.environ.get(f"FUSION_CACHE_{name}", "").strip().lower()
+    if not value:
+        return name in ON_BY_DEFAULT
+    return value not in ("0", "false")
 
 
 def switches_on() -> tuple[str, ...]:

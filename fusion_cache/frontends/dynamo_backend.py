@@ -398,10 +398,21 @@ def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Part
             piece[n] = piece[n.args[0]]
     if switched_on("LONE_CONVOLUTIONS"):  # Note [Unmeasured switches]
         _join_lone_cuts(nodes, piece, item, consumers)
+    if switched_on("PAIRED_PIECES"):  # Note [Paired pieces]
+        piece = {n: math.floor(p / 2) for n, p in piece.items()}
     runs: dict[int, list[Node]] = {}
     for n in nodes:
         runs.setdefault(piece[n], []).append(n)
     return [Partition(nodes=runs[k]) for k in sorted(runs)]
+
+
+# Note [Paired pieces]: each piece of Note [Region cuts] is a region call of its own, and a
+# region call has a fixed host cost (its guard, its sequence's frame, its outputs' tuple, the
+# graph's getitems), paid once a piece: ResNet-18's step makes 37. With the switch, two
+# neighbouring pieces are one region: piece numbers halved (rounded down), a map that never
+# lowers a number, so no edge's piece falls and no cycle forms; a region then holds at most
+# two library ops' pieces, so the segmenter's search stays bounded. Opt-in (Note
+# [Unmeasured switches]) until a GPU run times it.
 
 
 def _join_lone_cuts(nodes: list[Node], piece: dict[Node, float], item: Callable[[Node], bool],
