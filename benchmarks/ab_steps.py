@@ -12,7 +12,8 @@ then the contenders take turns: each round runs `--steps` steps of each, the ord
 one a round, so that a slow stretch of the host falls on all of them. Per contender: the
 minimum and the median step over every timed step, the median of the round medians, and the
 median host time (the step's time before its closing synchronize: near the step's where the
-host bounds it). `--profile N`: after the rounds, one more step of each contender under
+host bounds it); with `--eager`, each one's losses against eager's over the same batches (a
+sanity check: training amplifies a 1-ulp difference, Note [Loss deviation]). `--profile N`: after the rounds, one more step of each contender under
 cProfile, its time summed by source file and its N heaviest functions (self time): where the
 host time goes, eager's and inductor's beside ours (cProfile slows Python calls most, so
 read the shares of a contender's own step, not figures across contenders).
@@ -98,6 +99,7 @@ class Contender:
         self.steps_s: list[float] = []
         self.hosts_s: list[float] = []
         self.round_medians: list[float] = []
+        self.losses: list[torch.Tensor] = []  # of every step, read after the timing
         self.compile_s = 0.0
         self.reports: list[dict[str, Any]] = []
 
@@ -118,8 +120,9 @@ class Contender:
         for batch in batches:
             models.sync(self.device)
             start = time.perf_counter()
-            models.step(self.fn, self.opt, self.case, batch, self.device)
+            loss = models.step(self.fn, self.opt, self.case, batch, self.device)
             self.hosts_s.append(time.perf_counter() - start)
+            self.losses.append(loss.detach())
             models.sync(self.device)
             times.append(time.perf_counter() - start)
         self.steps_s += times
@@ -192,6 +195,12 @@ def run_model(case: Any, args: argparse.Namespace) -> dict[str, Any]:
         for c in contenders[k:] + contenders[:k]:
             c.run_round(batches[: args.steps])
     result = {"model": case.name, "contenders": {c.name: c.summary() for c in contenders}}
+    if args.eager:  # Note [Loss deviation] (benchmarks/models.py): a sanity check, not numerics
+        want = [float(x) for x in contenders[0].losses]
+        for c in contenders[1:]:
+            diffs = [abs(float(x) - w) for x, w in zip(c.losses, want)]
+            result["contenders"][c.name].update(first_loss_diff=diffs[0],
+                                                max_loss_diff=max(diffs))  # fmt: skip
     if args.profile:
         for c in contenders:
             result["contenders"][c.name]["profile"] = c.profile(batches[0], args.profile)
@@ -200,12 +209,14 @@ def run_model(case: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     lines = [f"{result['model']}: | contender | min ms | median ms | median of rounds ms | "
-             "host median ms | regions | ops eager | compile s |"]  # fmt: skip
+             "host median ms | regions | ops eager | compile s | loss diff first / max |"]  # fmt: skip
     for name, s in result["contenders"].items():
+        diff = (f"{s['first_loss_diff']:.1e} / {s['max_loss_diff']:.1e}"
+                if "max_loss_diff" in s else "-")  # fmt: skip
         lines.append(f"| {name} | {s['min_ms']:.2f} | {s['median_ms']:.2f} | "
                      f"{s['median_of_rounds_ms']:.2f} | {s['host_median_ms']:.2f} | "
                      f"{s.get('regions', '-')} | {s.get('ops_eager', '-')} | "
-                     f"{s['compile_s']:.1f} |")  # fmt: skip
+                     f"{s['compile_s']:.1f} | {diff} |")  # fmt: skip
     for name, s in result["contenders"].items():
         prof = s.get("profile")
         if prof is None:

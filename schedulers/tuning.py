@@ -164,6 +164,11 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # both against 17.01 without, within the noise (eager 16.87, eager run again 15.95); losses
 # bit-identical, ops left to eager 24 -> 0, one launch more (the counters' kernel, for 20
 # eager add_). Not yet timed under torch's default settings.
+# Interleaved A/B (benchmarks.ab_steps, Note [Interleaved A/B]), H100 80GB HBM3, 10:15 UTC, torch's
+# defaults, ResNet-18, 8 rounds of 10 steps in one process: median step ms eager 7.95, inductor
+# 8.96, neither switch 8.19, COUNTERS_REGION 7.70 (faster than neither in 8 of 8 rounds; an eager
+# add_ of a 0-d counter cost about 11 us of host under cProfile), LONE_CONVOLUTIONS 7.99 (4 of 8
+# rounds), both 7.70. So COUNTERS_REGION is on by default (ON_BY_DEFAULT; =0 turns it off).
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
@@ -180,6 +185,9 @@ SWITCHES: dict[str, str] = {
     "PAIRED_PIECES": "the torch.compile backend makes two neighbouring pieces of a cut "
                      "partition one region (Note [Paired pieces], "
                      "fusion_cache/frontends/dynamo_backend.py)",
+    "PACKED_OUTPUTS": "a launch sequence carves a kernel step's small outputs of one dtype "
+                      "from one allocation (Note [Packed small outputs], "
+                      "fusion_cache/runtime/sequence.py)",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
 }
@@ -187,7 +195,7 @@ SWITCHES: dict[str, str] = {
 
 # the switches a GPU run decided for: on unless FUSION_CACHE_<NAME>=0 (each with its figures
 # in the Note its description names)
-ON_BY_DEFAULT: frozenset[str] = frozenset()
+ON_BY_DEFAULT: frozenset[str] = frozenset({"COUNTERS_REGION"})
 
 
 def switched_on(name: str) -> bool:
