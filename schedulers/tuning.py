@@ -169,6 +169,13 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # 8.96, neither switch 8.19, COUNTERS_REGION 7.70 (faster than neither in 8 of 8 rounds; an eager
 # add_ of a 0-d counter cost about 11 us of host under cProfile), LONE_CONVOLUTIONS 7.99 (4 of 8
 # rounds), both 7.70. So COUNTERS_REGION is on by default (ON_BY_DEFAULT; =0 turns it off).
+# Second run (10:44 UTC, another H100 host, noisier: eager's round medians 7.7-10.4 ms), 10
+# rounds: ResNet-18 eager 9.14, COUNTERS_REGION off 8.91, on 8.73 (faster in 7 of 10 rounds,
+# min 6.98 against 7.60), +LONE_CONVOLUTIONS 8.84, +PAIRED_PIECES and LONE 8.66 (19 regions),
+# +PACKED_OUTPUTS 8.79, all three 8.82 (min 6.33); Llama-style eager 15.55, default 7.87,
+# PAIRED_PIECES 7.56 (6 regions), PACKED_OUTPUTS 7.37, both 8.24, losses the default's to the
+# bit. Within that run's noise: LONE_CONVOLUTIONS, PAIRED_PIECES and PACKED_OUTPUTS stay off
+# until a quieter run tells them apart (benchmarks.ab_steps, its lower quartile).
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
