@@ -9,14 +9,17 @@ benchmarks.models (docs/performance.md), so two figures from two runs, or from t
 timed one after the other, cannot tell a change of a few percent. Here every contender is
 compiled first (its own copy of the model from the same initial weights, its own optimizer),
 then the contenders take turns: each round runs `--steps` steps of each, the order rotated by
-one a round, so that a slow stretch of the host falls on all of them. Per contender: the
-minimum, the lower quartile and the median step over every timed step, the median of the
-round medians, and the median host time (the step's time before its closing synchronize: near the step's where the
-host bounds it); with `--eager`, each one's losses against eager's over the same batches (a
-sanity check: training amplifies a 1-ulp difference, Note [Loss deviation]). `--profile N`: after the rounds, one more step of each contender under
-cProfile, its time summed by source file and its N heaviest functions (self time): where the
-host time goes, eager's and inductor's beside ours (cProfile slows Python calls most, so
-read the shares of a contender's own step, not figures across contenders).
+one a round, so that a slow stretch of the host falls on all of them (`--steps 1 --rounds
+100` interleaves step by step). Per contender: the minimum, the lower quartile and the median
+step over every timed step, the median of the round medians, the median host time (the
+step's time before its closing synchronize: near the step's where the host bounds it), and
+against `--baseline`, paired round by round, the median ratio of round medians and the
+rounds it was faster; with `--eager`, its losses against eager's over the same batches (a
+sanity check: training amplifies a 1-ulp difference, Note [Loss deviation]). `--profile N`:
+after the rounds, one more step of each contender under cProfile, its time summed by source
+file and its N heaviest functions (self time): where the host time goes, eager's and
+inductor's beside ours (cProfile slows Python calls most, so read the shares of a
+contender's own step, not figures across contenders).
 
 A variant is fusion_cache compiled with environment variables set (`NAME=FUSION_CACHE_X=1,
 FUSION_CACHE_Y=0`; `NAME=` for none): they are set while its first `--warmup` steps run, which
@@ -204,6 +207,13 @@ def run_model(case: Any, args: argparse.Namespace) -> dict[str, Any]:
         for c in contenders[k:] + contenders[:k]:
             c.run_round(batches[: args.steps])
     result = {"model": case.name, "contenders": {c.name: c.summary() for c in contenders}}
+    base = next((c for c in contenders if c.name == args.baseline), None)
+    for c in contenders:  # paired by round: a slow stretch of the host falls on both
+        if base is not None and c is not base:
+            ratios = [a / b for a, b in zip(c.round_medians, base.round_medians)]
+            result["contenders"][c.name].update(
+                ratio_to_baseline=statistics.median(ratios),
+                rounds_faster=sum(r < 1 for r in ratios))  # fmt: skip
     if args.eager:  # Note [Loss deviation] (benchmarks/models.py): a sanity check, not numerics
         want = [float(x) for x in contenders[0].losses]
         for c in contenders[1:]:
@@ -218,10 +228,14 @@ def run_model(case: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     lines = [f"{result['model']}: | contender | min ms | p25 ms | median ms | median of rounds ms | "
-             "host median ms | regions | ops eager | compile s | loss diff first / max |"]  # fmt: skip
+             "host median ms | regions | ops eager | compile s | loss diff first / max | "
+             "x baseline (rounds faster) |"]  # fmt: skip
+    rounds = len(next(iter(result["contenders"].values()))["round_medians_ms"])
     for name, s in result["contenders"].items():
         diff = (f"{s['first_loss_diff']:.1e} / {s['max_loss_diff']:.1e}"
                 if "max_loss_diff" in s else "-")  # fmt: skip
+        diff += (f" | {s['ratio_to_baseline']:.3f} ({s['rounds_faster']}/{rounds})"
+                 if "ratio_to_baseline" in s else " | -")  # fmt: skip
         lines.append(f"| {name} | {s['min_ms']:.2f} | {s['p25_ms']:.2f} | {s['median_ms']:.2f} | "
                      f"{s['median_of_rounds_ms']:.2f} | {s['host_median_ms']:.2f} | "
                      f"{s.get('regions', '-')} | {s.get('ops_eager', '-')} | "
@@ -251,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--stub", action="store_true", help="CPU: plans for h100, stub launches")
+    parser.add_argument("--baseline", default="base",
+                        help="the contender each other is paired with, round by round: the "
+                             "median ratio of round medians and the rounds it was faster")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="one more step of each under cProfile: by file, N top functions")
     parser.add_argument("--json", default=None)
