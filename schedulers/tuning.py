@@ -174,8 +174,11 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # min 6.98 against 7.60), +LONE_CONVOLUTIONS 8.84, +PAIRED_PIECES and LONE 8.66 (19 regions),
 # +PACKED_OUTPUTS 8.79, all three 8.82 (min 6.33); Llama-style eager 15.55, default 7.87,
 # PAIRED_PIECES 7.56 (6 regions), PACKED_OUTPUTS 7.37, both 8.24, losses the default's to the
-# bit. Within that run's noise: LONE_CONVOLUTIONS, PAIRED_PIECES and PACKED_OUTPUTS stay off
-# until a quieter run tells them apart (benchmarks.ab_steps, its lower quartile).
+# bit. Paired round by round with the default (ab_steps --baseline): COUNTERS_REGION on 0.963
+# of off in the first run (8 of 8 rounds faster), 0.970 in the second (7 of 10); in the second,
+# LONE_CONVOLUTIONS 0.997 (5 of 10), PAIRED_PIECES 1.003 (5), PACKED_OUTPUTS 1.012 (4), all three
+# 0.993 (5); Llama-style PAIRED_PIECES 0.992 (5), PACKED_OUTPUTS 0.993 (5), both 1.045 (4). So
+# those three stay off: each moves a ResNet-18 step by about 1% at most, inside the noise.
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
