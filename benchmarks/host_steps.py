@@ -1,6 +1,6 @@
 """Where a compiled training step's region host time goes, step by step of each launch sequence.
 
-    python -m benchmarks.host_steps [--models llama,gpt2] [--tiny] [--stub] [--json FILE]
+    python -m benchmarks.host_steps [--models llama,gpt2,resnet18] [--tiny] [--stub] [--json FILE]
 
 Per model (benchmarks/model_defs.py, compiled with backend="fusion_cache"): after warm-up
 steps, one step runs with every region call recorded (the RegionCall and its inputs). Each
@@ -248,7 +248,8 @@ def render(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.host_steps", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="llama,gpt2")
+    parser.add_argument("--models", default="llama,gpt2",
+                        help="of gpt2, llama, resnet18 (benchmarks/model_defs.py)")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--stub", action="store_true", help="CPU, plans for h100, stub launches")
     parser.add_argument("--warmup", type=int, default=3)

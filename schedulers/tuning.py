@@ -181,6 +181,21 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # both against 17.01 without, within the noise (eager 16.87, eager run again 15.95); losses
 # bit-identical, ops left to eager 24 -> 0, one launch more (the counters' kernel, for 20
 # eager add_). Not yet timed under torch's default settings.
+# Interleaved A/B (benchmarks.ab_steps, Note [Interleaved A/B]), H100 80GB HBM3, 10:15 UTC, torch's
+# defaults, ResNet-18, 8 rounds of 10 steps in one process: median step ms eager 7.95, inductor
+# 8.96, neither switch 8.19, COUNTERS_REGION 7.70 (faster than neither in 8 of 8 rounds; an eager
+# add_ of a 0-d counter cost about 11 us of host under cProfile), LONE_CONVOLUTIONS 7.99 (4 of 8
+# rounds), both 7.70. So COUNTERS_REGION is on by default (ON_BY_DEFAULT; =0 turns it off).
+# Second run (10:44 UTC, another H100 host, noisier: eager's round medians 7.7-10.4 ms), 10
+# rounds: ResNet-18 eager 9.14, COUNTERS_REGION off 8.91, on 8.73 (faster in 7 of 10 rounds,
+# min 6.98 against 7.60), +LONE_CONVOLUTIONS 8.84, +PAIRED_PIECES and LONE 8.66 (19 regions),
+# +PACKED_OUTPUTS 8.79, all three 8.82 (min 6.33); Llama-style eager 15.55, default 7.87,
+# PAIRED_PIECES 7.56 (6 regions), PACKED_OUTPUTS 7.37, both 8.24, losses the default's to the
+# bit. Paired round by round with the default (ab_steps --baseline): COUNTERS_REGION on 0.963
+# of off in the first run (8 of 8 rounds faster), 0.970 in the second (7 of 10); in the second,
+# LONE_CONVOLUTIONS 0.997 (5 of 10), PAIRED_PIECES 1.003 (5), PACKED_OUTPUTS 1.012 (4), all three
+# 0.993 (5); Llama-style PAIRED_PIECES 0.992 (5), PACKED_OUTPUTS 0.993 (5), both 1.045 (4). So
+# those three stay off: each moves a ResNet-18 step by about 1% at most, inside the noise.
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
@@ -194,18 +209,33 @@ SWITCHES: dict[str, str] = {
     "LONE_CONVOLUTIONS": "the torch.compile backend puts a convolution that would be a region "
                          "of one op into a neighbour's region (Note [Lone convolutions], "
                          "fusion_cache/frontends/dynamo_backend.py)",
+    "PAIRED_PIECES": "the torch.compile backend makes two neighbouring pieces of a cut "
+                     "partition one region (Note [Paired pieces], "
+                     "fusion_cache/frontends/dynamo_backend.py)",
+    "PACKED_OUTPUTS": "a launch sequence carves a kernel step's small outputs of one dtype "
+                      "from one allocation (Note [Packed small outputs], "
+                      "fusion_cache/runtime/sequence.py)",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
 }
 
 
+# the switches a GPU run decided for: on unless FUSION_CACHE_<NAME>=0 (each with its figures
+# in the Note its description names)
+ON_BY_DEFAULT: frozenset[str] = frozenset({"COUNTERS_REGION"})
+
+
 def switched_on(name: str) -> bool:
-    """Whether FUSION_CACHE_<name> turns the switch on (Note [Unmeasured switches])."""
+    """Whether switch `name` is on (Note [Unmeasured switches]): FUSION_CACHE_<name> set to 1
+    or 0, else its default (ON_BY_DEFAULT)."""
     import os
 
     if name not in SWITCHES:
         raise KeyError(f"unknown switch {name}; known: {sorted(SWITCHES)}")
-    return os.environ.get(f"FUSION_CACHE_{name}", "").strip().lower() not in ("", "0", "false")
+    value = os.environ.get(f"FUSION_CACHE_{name}", "").strip().lower()
+    if not value:
+        return name in ON_BY_DEFAULT
+    return value not in ("0", "false")
 
 
 def switches_on() -> tuple[str, ...]:

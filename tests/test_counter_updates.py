@@ -1,5 +1,5 @@
 """Note [Counter updates] (fusion_cache/frontends/fx_counters.py): copy_(x, add(x, 1)) is one
-eager add_, and with FUSION_CACHE_COUNTERS_REGION=1 a graph's counters are one region,
+eager add_, and with FUSION_CACHE_COUNTERS_REGION on (the default) a graph's counters are one region,
 called where the last update was; a counter read after its update stays eager."""
 import pytest
 import torch
@@ -73,7 +73,8 @@ def test_counter_read_after_its_update_stays_eager(monkeypatch):
             torch.testing.assert_close(c, w)
 
 
-def test_counters_stay_eager_add_without_the_switch():
+def test_counters_stay_eager_add_without_the_switch(monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_COUNTERS_REGION", "0")  # on by default
     x = torch.randn(5)
     counters = _counters(1, 2, 3)
     gm, report = _fused(_step, [*counters, x])

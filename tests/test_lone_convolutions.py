@@ -47,3 +47,21 @@ def test_lone_convolutions_join_a_region(monkeypatch, switch):
         assert "convolution" not in eager_ops, eager_ops
     else:  # the stem's and the shortcut's
         assert sum(eager_ops["convolution"].values()) == 2, eager_ops
+
+
+def test_paired_pieces_halve_the_regions(monkeypatch):
+    """Note [Paired pieces]: two neighbouring pieces of a cut partition are one region; training
+    still matches eager."""
+    batches = [torch.randn(4, 3, 8, 8) for _ in range(3)]
+    counts = {}
+    for switch in ("0", "1"):
+        monkeypatch.setenv("FUSION_CACHE_PAIRED_PIECES", switch)
+        torch._dynamo.reset()
+        dynamo_backend.reset_reports()
+        eager = _model()
+        compiled = torch.compile(copy.deepcopy(eager), backend="fusion_cache")
+        want, got = _train(eager, batches), _train(compiled, batches)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+        counts[switch] = sum(r["regions"] for r in dynamo_backend.reports())
+    assert counts["1"] < counts["0"], counts

@@ -358,3 +358,31 @@ def test_arena_layout_keeps_live_blocks_apart():
             for (_, f2, l2, n2, _), o2 in zip(blocks, offsets):
                 if (f1, l1, n1, o1) != (f2, l2, n2, o2) and f1 <= l2 and f2 <= l1:
                     assert o1 + n1 <= o2 or o2 + n2 <= o1
+
+
+def test_small_outputs_of_a_step_share_one_allocation(monkeypatch):
+    """Note [Packed small outputs]: with the switch, a kernel step's two small outputs are
+    carved from one allocation, 256 bytes apart, and its launch writes where the returned
+    outputs are; without it each is allocated alone."""
+    fd = _bias_gelu()
+    inputs = [torch.randn(4, 8), torch.randn(8)]
+    log: list = []  # the stub kernels of the plan, made once, write here
+    for switch in ("0", "1"):
+        monkeypatch.setenv("FUSION_CACHE_PACKED_OUTPUTS", switch)
+        with stub_launches(log=log):
+            seq, _ = sequence_for(fd, inputs)
+            (step,) = [s for s in seq.steps if isinstance(s, KernelStep)]
+            for _ in range(2):
+                log.clear()
+                a, b = seq.run(inputs)
+                assert a.shape == b.shape == (4, 8) and a.stride() == b.stride() == (8, 1)
+                ((*_, types, args),) = log
+                written = [p for p, t in zip(args, types) if t == "ptr"][-2:]
+                assert sorted(written) == sorted([a.data_ptr(), b.data_ptr()])
+        shared = a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        if switch == "1":
+            assert not step.fresh and len(step.carves) == 2 and len(step.arenas) == 1
+            assert shared and abs(a.data_ptr() - b.data_ptr()) == seq_mod.ARENA_ALIGN
+            assert step.arenas[0][0] in {s for d in seq.drops for s in d}
+        else:
+            assert len(step.fresh) == 2 and not step.carves and not shared

@@ -12,9 +12,8 @@ op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=gra
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
 definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute; FUSION_CACHE_AOT_CACHE=0
 keeps the compiled graphs out of torch's AOTAutograd cache (Note [AOT cache]).
-FUSION_CACHE_MIN_CUT=1, FUSION_CACHE_CASTS_BEFORE_VIEWS=1 and FUSION_CACHE_COUNTERS_REGION=1: Note
-[Unmeasured switches] in
-schedulers/tuning.py.
+FUSION_CACHE_MIN_CUT, CASTS_BEFORE_VIEWS, COUNTERS_REGION (on by default), LONE_CONVOLUTIONS and
+PAIRED_PIECES: Note [Unmeasured switches] in schedulers/tuning.py.
 """
 from __future__ import annotations
 
@@ -398,10 +397,21 @@ def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Part
             piece[n] = piece[n.args[0]]
     if switched_on("LONE_CONVOLUTIONS"):  # Note [Unmeasured switches]
         _join_lone_cuts(nodes, piece, item, consumers)
+    if switched_on("PAIRED_PIECES"):  # Note [Paired pieces]
+        piece = {n: math.floor(p / 2) for n, p in piece.items()}
     runs: dict[int, list[Node]] = {}
     for n in nodes:
         runs.setdefault(piece[n], []).append(n)
     return [Partition(nodes=runs[k]) for k in sorted(runs)]
+
+
+# Note [Paired pieces]: each piece of Note [Region cuts] is a region call of its own, and a
+# region call has a fixed host cost (its guard, its sequence's frame, its outputs' tuple, the
+# graph's getitems), paid once a piece: ResNet-18's step makes 37. With the switch, two
+# neighbouring pieces are one region: piece numbers halved (rounded down), a map that never
+# lowers a number, so no edge's piece falls and no cycle forms; a region then holds at most
+# two library ops' pieces, so the segmenter's search stays bounded. Opt-in: an interleaved A/B
+# on the H100 could not tell it from the default (Note [Unmeasured switches] has the figures).
 
 
 def _join_lone_cuts(nodes: list[Node], piece: dict[Node, float], item: Callable[[Node], bool],

@@ -10,8 +10,10 @@ worth having (no result read outside it, and a region of one tiny kernel costs m
 eager's launch), but all of a graph's counters are one pointwise kernel over 0-d tensors,
 each written in place: `counters_region` gathers them into one subgraph, called at the last
 update's place. Moving an update there is safe where every other reader of its counter comes
-before it (the graph's return aside, which still sees the updated value). Opt-in
-(FUSION_CACHE_COUNTERS_REGION=1, Note [Unmeasured switches]) until a GPU run times it.
+before it (the graph's return aside, which still sees the updated value). On by default
+since an interleaved A/B on the H100 (Note [Unmeasured switches]: ResNet-18 7.70 ms a step
+against 8.19 with 20 eager add_, faster in each of 8 rounds); FUSION_CACHE_COUNTERS_REGION=0
+keeps the eager add_.
 """
 from __future__ import annotations
 
