@@ -26,8 +26,8 @@ from schedulers.device import resolve_target
 from schedulers.reduction.problem import read_problem
 from schedulers.tuning import overriding
 
-F32, BF16 = torch.float32, torch.bfloat16
-TOL = {F32: 2e-5, BF16: 1.6e-2}
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+TOL = {F32: 2e-5, BF16: 1.6e-2, F16: 2e-3}
 
 
 def rand(shape, dtype=F32, seed=0):
@@ -655,3 +655,50 @@ def test_column_norm_rows_in_smem_under_the_knob(dtype, persistent):
     with overriding(knobs):
         spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
     assert "rows in smem" in spec.description
+
+
+# ---- Note [Whole column tiles] ---------------------------------------------------------------
+
+WHOLE = {"colnorm.cluster": 1, "colnorm.tx": 1, "colnorm.ty": 256, "colnorm.smem": True,
+         "colnorm.min_blocks": 3}
+
+
+@pytest.mark.parametrize("more", [{}, {"colnorm.chunks": 4}, {"colnorm.refill": True},
+                                  {"colnorm.chunks": 4, "colnorm.refill": True},
+                                  {"colnorm.chunks": 16, "colnorm.refill": True, "colnorm.tx": 2,
+                                   "colnorm.min_blocks": 1}], ids=str)  # fmt: skip
+@pytest.mark.parametrize("dtype", [F32, BF16, F16])
+def test_whole_column_tiles_under_the_knobs(dtype, more):
+    """Note [Whole column tiles]: one block holds a tile's whole reduced dim in shared
+    memory, no cluster; its copies land in groups that softmax's one first pass waits for in
+    turn (colnorm.chunks), and blocks looping over tiles refill each slot with the next
+    tile's row once its output is written (colnorm.refill). Softmax, log-softmax and a
+    standardization (Welford: no chunked pass, one wait) compile and replay, tails of rows
+    (4000 and 1000 rows over 256 thread rows) and of columns included."""
+    knobs = {**WHOLE, **more}
+    chunks, refill = knobs.get("colnorm.chunks", 0), knobs.get("colnorm.refill", False)
+    for shape, log in [((5, 4000, 136), False), ((3, 1000, 40), False), ((3, 1000, 1000), True)]:
+        build, ref = softmax(log=log, dim=1)
+        fd = define(build, dtype, 3)
+        x = rand(shape, dtype, 33)
+        with overriding(knobs):
+            spec = check(fd, [x], [ref(x)], kernel="fc_column_norm")
+        kernel = spec.kernels[0]
+        ty, rt, cluster = column_norm_rows(spec)
+        assert cluster == 1 and "__cluster_dims__" not in kernel.source
+        assert "rows in smem" in spec.description and ("refilled" in spec.description) == refill
+        groups = -(-rt // -(-rt // chunks)) if chunks else 1
+        body = kernel.source.split("end prelude")[1]
+        assert body.count("fc_cp_async_wait<") == groups
+        assert body.count("fc_cp_async_commit();") == 1 + refill  # the first copies, the refills
+        assert kernel.shared_mem == kernel.block[0] * ty * rt * 16
+        tiles = -(-math.prod(shape[::2]) // (kernel.block[0] * 16 // x.element_size()))
+        assert kernel.grid[0] == (min(tiles, 132 * knobs["colnorm.min_blocks"]) if refill else tiles)
+        assert ("col_next" in body) == refill and "fc_fold_rows" in body
+    build, ref = standardize(dim=1)
+    fd2 = define(build, dtype, 3)
+    y = (rand((3, 3000, 200), seed=34) * 3 + 1).to(dtype)
+    with overriding(knobs):
+        spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert "rows in smem" in spec.description and body.count("fc_cp_async_wait<0>") == 1

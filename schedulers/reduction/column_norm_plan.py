@@ -129,11 +129,17 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     smem = smem and staged <= 160 * 1024
     push = bool(knob("colnorm.push", narrow)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
+    # Note [Whole column tiles] (codegen/reduction/column_norm.py): a block holding the
+    # whole reduced dim in shared memory needs no cluster
+    whole = smem and cluster == 1
+    chunks = max(0, min(int(knob("colnorm.chunks", 0)), rows)) if whole else 0
+    refill = bool(knob("colnorm.refill", False)) and whole
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
                                 min_blocks, bool(knob("colnorm.online", True)),
-                                persistent, push, reuse_exp and not smem, smem)  # fmt: skip
+                                persistent, push, reuse_exp and not smem, smem, chunks,
+                                refill)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
@@ -147,6 +153,8 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         wave = profile.measured_wave or profile.resident_clusters(cluster, per_sm)
         groups = min(tiles, wave)
         wave = wave if groups == wave and not profile.measured_wave else 0
+    elif refill:  # one resident wave of blocks, each taking every so many tiles
+        groups = min(tiles, profile.sm_count * per_sm)
     kernel = KernelLaunch(COLUMN_NORM_NAME, render_column_norm(program, variant),
                           (groups * cluster, 1, 1), (tx, ty, 1),
                           column_norm_arg_types(program, variant), tuple(args),
