@@ -660,19 +660,24 @@ def test_column_norm_rows_in_smem_under_the_knob(dtype, persistent):
 # ---- Note [Whole column tiles] ---------------------------------------------------------------
 
 WHOLE = {"colnorm.cluster": 1, "colnorm.tx": 1, "colnorm.ty": 256, "colnorm.smem": True,
-         "colnorm.min_blocks": 3}
+         "colnorm.min_blocks": 3, "colnorm.persistent": False}
 
 
 @pytest.mark.parametrize("more", [{}, {"colnorm.chunks": 4}, {"colnorm.refill": True},
                                   {"colnorm.chunks": 4, "colnorm.refill": True},
                                   {"colnorm.chunks": 16, "colnorm.refill": True, "colnorm.tx": 2,
-                                   "colnorm.min_blocks": 1}], ids=str)  # fmt: skip
+                                   "colnorm.min_blocks": 1},
+                                  {"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64,
+                                   "colnorm.chunks": 4, "colnorm.refill": True},
+                                  {"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64,
+                                   "colnorm.chunks": 4}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("dtype", [F32, BF16, F16])
 def test_whole_column_tiles_under_the_knobs(dtype, more):
     """Note [Whole column tiles]: one block holds a tile's whole reduced dim in shared
-    memory, no cluster; its copies land in groups that softmax's one first pass waits for in
-    turn (colnorm.chunks), and blocks looping over tiles refill each slot with the next
-    tile's row once its output is written (colnorm.refill). Softmax, log-softmax and a
+    memory, no cluster (or a cluster's blocks a share of it each); its copies land in groups
+    that softmax's one first pass waits for in turn (colnorm.chunks), the blocks' (max, sum)
+    pairs then exchanged in one go, and blocks looping over tiles refill each slot with the
+    next tile's row once its output is written (colnorm.refill). Softmax, log-softmax and a
     standardization (Welford: no chunked pass, one wait) compile and replay, tails of rows
     (4000 and 1000 rows over 256 thread rows) and of columns included."""
     knobs = {**WHOLE, **more}
@@ -685,7 +690,8 @@ def test_whole_column_tiles_under_the_knobs(dtype, more):
             spec = check(fd, [x], [ref(x)], kernel="fc_column_norm")
         kernel = spec.kernels[0]
         ty, rt, cluster = column_norm_rows(spec)
-        assert cluster == 1 and "__cluster_dims__" not in kernel.source
+        assert cluster == knobs["colnorm.cluster"]
+        assert ("__cluster_dims__" in kernel.source) == (cluster > 1)
         assert "rows in smem" in spec.description and ("refilled" in spec.description) == refill
         groups = -(-rt // -(-rt // chunks)) if chunks else 1
         body = kernel.source.split("end prelude")[1]
@@ -693,7 +699,16 @@ def test_whole_column_tiles_under_the_knobs(dtype, more):
         assert body.count("fc_cp_async_commit();") == 1 + refill  # the first copies, the refills
         assert kernel.shared_mem == kernel.block[0] * ty * rt * 16
         tiles = -(-math.prod(shape[::2]) // (kernel.block[0] * 16 // x.element_size()))
-        assert kernel.grid[0] == (min(tiles, 132 * knobs["colnorm.min_blocks"]) if refill else tiles)
+        wave = resolve_target("h100").resident_clusters(cluster, knobs["colnorm.min_blocks"])
+        # refilled: one wave, of as many blocks an SM as asked for or their smem lets fit
+        assert kernel.grid[0] % cluster == 0
+        assert (kernel.grid[0] <= min(tiles, wave) * cluster) if refill else (
+            kernel.grid[0] == tiles * cluster)  # fmt: skip
+        # the blocks' pairs go through one exchange, pushed where the clusters loop (and by
+        # default for 16-bit rows, Note [Column exchange])
+        sent, loaded = body.count("fc_send_remote("), body.count("fc_load_remote(")
+        assert sent + loaded == (2 if cluster > 1 else 0) and (sent == 2) == (cluster > 1 and (
+            refill or dtype != F32))  # fmt: skip
         assert ("col_next" in body) == refill and "fc_fold_rows" in body
     build, ref = standardize(dim=1)
     fd2 = define(build, dtype, 3)

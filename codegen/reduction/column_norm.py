@@ -67,7 +67,7 @@ class _ColumnNorm:
         self.divisions = row_divisions(program)
         self.sites = 0  # cluster exchanges so far (each its own pair of mbarriers)
         self.reused: dict[str, str] = {}  # var -> its value kept from an earlier pass
-        self.pushed = (v.persistent or v.push) and v.cluster > 1  # Note [Column exchange]
+        self.pushed = (v.persistent or v.push or v.refill) and v.cluster > 1  # Note [Column exchange]
         self.smem_declared = False  # Note [Column rows in smem]: fc_rows declared
         # the fold's shared-memory shape, as an outer kernel of the same threads has it
         self.fold = OuterVariant(v.tx, v.ty, v.vec, 1, v.index_type, (), ())
@@ -91,7 +91,7 @@ class _ColumnNorm:
             types.add(REGISTER_TYPE[r.dtype] if r.op == "welford" else accumulator_type(r))
         for t in sorted(types):
             L.append(f"  __shared__ __align__(16) {t} smem_{ident(t)}[{_fold_smem(self.fold, t)}];")
-        whole = softmax_reductions(program) if v.chunks and v.rows_in_smem and v.cluster == 1 else None
+        whole = softmax_reductions(program) if v.chunks and v.rows_in_smem and not v.persistent else None
         if v.persistent:
             self.tile_loop_head()
         elif v.refill:
@@ -113,7 +113,7 @@ class _ColumnNorm:
             if v.rows_in_smem and not whole:  # Note [Column rows in smem]: the thread's own copies landed
                 L.append("  fc_cp_async_wait<0>();")
         self.column_stage(0)
-        online = softmax_reductions(program) if v.online and v.cluster > 1 else None
+        online = softmax_reductions(program) if v.online and v.cluster > 1 and not whole else None
         for stage in range(1, program.stages + 1):
             if online and stage == 1:
                 self.online_stages(*online)
@@ -249,16 +249,19 @@ class _ColumnNorm:
         soon as the output pass has written that slot's row (refill_lines), so the next
         tile's loads are in flight while the current one's outputs go out. `waits`: wait for
         all of the tile's copies at the top (else the first pass waits group by group)."""
-        program, L = self.program, self.L
+        program, v, L = self.program, self.v, self.L
         n = self.n_acc + len(program.stores)
-        L.append("  const unsigned rank = 0;")
-        L.append("  const idx_t k_base = threadIdx.y;")
+        L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
+        L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
         L.append("  const idx_t tiles = (cols + FC_TX * FC_VEC - 1) / (FC_TX * FC_VEC);")
-        L.append("  const idx_t tile_step = gridDim.x;")
+        L.append("  const idx_t tile_step = gridDim.x / FC_CLUSTER;")
         L.append(f"  auto column_offsets = [&](idx_t c, idx_t (&off)[{n}]) {{")
         L.extend("  " + x for x in self.offset_lines("c", "off"))
         L.append("  };")
-        L.append("  idx_t tile = blockIdx.x;")
+        L.append("  idx_t tile = blockIdx.x / FC_CLUSTER;")
+        if v.cluster > 1:  # Note [Column exchange]: the mbarriers, before any block sends
+            self.bars_at = len(L)
+            L.append("  fc_cluster_bars_init(fc_xbars, FC_SITES);")
         self.declare_smem_rows()
         L.append("  {")
         L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
@@ -267,7 +270,10 @@ class _ColumnNorm:
         L.append("    column_offsets(col_ok ? cb : 0, col);")
         self.copy_rows_to_smem()
         L.append("  }")
-        L.append("  for (; tile < tiles; tile += tile_step) {")
+        if v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
+            L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
+        L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
+        L.append("  const unsigned buf = iter & 1u;")
         L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
         L.append("  const bool col_ok = cb < cols;")
         L.append(f"  idx_t col[{n}];")
@@ -487,7 +493,7 @@ class _ColumnNorm:
             L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
             if pushed:
                 # one tile a block uses buffer 0 only
-                slots = 2 if self.v.persistent else 1
+                slots = 2 if self.v.persistent or self.v.refill else 1
                 L.append(f"  __shared__ {ctype} slot_{var}[{slots}][FC_CLUSTER][FC_TX * FC_VEC];")
         L.append("  if (threadIdx.y == 0) {")
         L.append("#pragma unroll")
@@ -555,22 +561,12 @@ class _ColumnNorm:
                                                *keep])  # fmt: skip
             L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
                      f"{r.var}_c, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
-        m, t = f"{r1.var}_c", f"{r2.var}_c"
+        m = f"{r1.var}_c"
         if self.v.reuse_exp:  # the block's max, before the exchange makes it the column's
             L.append(f"  {ctype} {r1.var}_b[FC_VEC];")
             L.append("#pragma unroll")
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r1.var}_b[j] = {m}[j];")
-        self.exchange([m, t], ctype, [
-            f"{ctype} top = p0[0];",
-            "#pragma unroll",
-            f"for (int r = 1; r < FC_CLUSTER; ++r) top = {op_functor(r1)}(top, p0[r]);",
-            f"{ctype} total = {identity_of(r2)};",
-            "#pragma unroll",
-            "for (int r = 0; r < FC_CLUSTER; ++r)",
-            f"  total = {op_functor(r2)}(total, p0[r] == {identity_of(r1)} ? ({ctype})0 : "
-            "p1[r] * exp2f((p0[r] - top) * 1.4426950408889634f));",
-            f"total_{m}[c] = top;",
-            f"total_{t}[c] = total;"])  # fmt: skip
+        self.exchange_max_and_sum(r1, r2)
         self.kept.append(r2.var)
         if self.v.reuse_exp:
             # exp(x - M) = exp(x - m_b) * exp(m_b - M); a block whose rows are all -inf kept
@@ -623,7 +619,27 @@ class _ColumnNorm:
                          f"({ctype})0 : {t}[j] * exp2f(({r1.var}_t[j] - {m}[j]) * {log2e});")  # fmt: skip
             L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
                      f"{acc}, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
+        if self.v.cluster > 1:  # the blocks' (max, sum) pairs, as Note [Online column softmax]
+            self.exchange_max_and_sum(r1, r2)
         self.kept.append(r2.var)
+
+    def exchange_max_and_sum(self, r1, r2) -> None:
+        """Note [Online column softmax]: each block's max m_b and sum s_b of exp(x - m_b)
+        through one exchange, folded in rank order: M = max m_b, S = sum of s_b * exp(m_b -
+        M), a block whose rows are all -inf (or absent) adding 0."""
+        ctype = accumulator_type(r1)
+        m, t = f"{r1.var}_c", f"{r2.var}_c"
+        self.exchange([m, t], ctype, [
+            f"{ctype} top = p0[0];",
+            "#pragma unroll",
+            f"for (int r = 1; r < FC_CLUSTER; ++r) top = {op_functor(r1)}(top, p0[r]);",
+            f"{ctype} total = {identity_of(r2)};",
+            "#pragma unroll",
+            "for (int r = 0; r < FC_CLUSTER; ++r)",
+            f"  total = {op_functor(r2)}(total, p0[r] == {identity_of(r1)} ? ({ctype})0 : "
+            "p1[r] * exp2f((p0[r] - top) * 1.4426950408889634f));",
+            f"total_{m}[c] = top;",
+            f"total_{t}[c] = total;"])  # fmt: skip
 
     def reduce_stage(self, stage: int) -> None:
         """The stage's reductions over every row of the thread's columns, combined."""

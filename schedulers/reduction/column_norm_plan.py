@@ -123,17 +123,17 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # mbarriers instead of a cluster barrier (Note [Column exchange]; 1633 -> 1757; f32
     # 2489). benchmarks/sweeps/layouts_perf3.json, 2026-11-26
     persistent = bool(knob("colnorm.persistent", not narrow)) and cluster > 1
+    # Note [Whole column tiles] (codegen/reduction/column_norm.py): rows in smem, one buffer
+    refill = bool(knob("colnorm.refill", False)) and smem and (
+        len(cached) * rows * ty * tx * 16 <= 160 * 1024)
+    persistent = persistent and not refill
     # rows in smem: dynamic shared memory, two buffers where clusters loop over tiles (the
     # exchange's static arrays take up to about 18 KB more)
     staged = len(cached) * rows * ty * tx * 16 * (2 if persistent else 1)
     smem = smem and staged <= 160 * 1024
     push = bool(knob("colnorm.push", narrow)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
-    # Note [Whole column tiles] (codegen/reduction/column_norm.py): a block holding the
-    # whole reduced dim in shared memory needs no cluster
-    whole = smem and cluster == 1
-    chunks = max(0, min(int(knob("colnorm.chunks", 0)), rows)) if whole else 0
-    refill = bool(knob("colnorm.refill", False)) and whole
+    chunks = max(0, min(int(knob("colnorm.chunks", 0)), rows)) if smem and not persistent else 0
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
@@ -153,14 +153,33 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         wave = profile.measured_wave or profile.resident_clusters(cluster, per_sm)
         groups = min(tiles, wave)
         wave = wave if groups == wave and not profile.measured_wave else 0
-    elif refill:  # one resident wave of blocks, each taking every so many tiles
-        groups = min(tiles, profile.sm_count * per_sm)
+    elif refill:  # one resident wave of blocks (clusters), each taking every so many tiles,
+        # as many an SM as its shared memory holds: a block past the wave would wait for a
+        # whole loop of another to end
+        block = staged + _static_smem(program, tx, ty, vec, cluster) + profile.smem_reserved_per_block
+        per_sm = max(1, min(per_sm, profile.smem_per_sm // block))
+        groups = min(tiles, profile.resident_clusters(cluster, per_sm) if cluster > 1
+                     else profile.sm_count * per_sm)  # fmt: skip
     kernel = KernelLaunch(COLUMN_NORM_NAME, render_column_norm(program, variant),
                           (groups * cluster, 1, 1), (tx, ty, 1),
                           column_norm_arg_types(program, variant), tuple(args),
                           staged if smem else 0)  # fmt: skip
     return LaunchSpec(NAME, tuple(p.outputs), (), (kernel,),
                       variant.describe() + describe_views(program.views, p.env), wave)
+
+
+def _static_smem(program, tx: int, ty: int, vec: int, cluster: int) -> int:
+    """About the bytes of static shared memory a column norm block declares: the row fold's
+    (Note [Row fold]) for its widest accumulator, and each exchanged value's partials,
+    totals and two slots of every peer's (Note [Column exchange])."""
+    size = max([24 if r.op == "welford" else 8 if ELEMENT_BYTES.get(r.dtype, 4) == 8 else 4
+                for r in program.reductions] or [4])  # fmt: skip
+    fold_columns = vec
+    while fold_columns > 1 and (tx * ty * fold_columns + max(tx * ty, tx * fold_columns)) * size > 16384:
+        fold_columns //= 2
+    fold = (tx * ty * fold_columns + max(tx * ty, tx * fold_columns)) * size
+    exchanged = len(program.reductions) * (2 + 2 * cluster) * tx * vec * size if cluster > 1 else 0
+    return fold + exchanged + 256
 
 
 def _pow2_at_least(n: int) -> int:

@@ -176,26 +176,36 @@ WHOLE = {"colnorm.cluster": 1, "colnorm.tx": 1, "colnorm.ty": 256, "colnorm.smem
          "colnorm.min_blocks": 3, "colnorm.persistent": False}
 
 
-@pytest.mark.parametrize("more", [{}, {"colnorm.chunks": 4}, {"colnorm.refill": True},
-                                  {"colnorm.chunks": 4, "colnorm.refill": True},
+CLUSTERED = [{"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64, "colnorm.chunks": 4,
+              "colnorm.refill": True},
+             {"colnorm.cluster": 8, "colnorm.tx": 8, "colnorm.ty": 32, "colnorm.chunks": 4,
+              "colnorm.min_blocks": 2, "colnorm.refill": True},
+             {"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64, "colnorm.chunks": 4},
+             {"colnorm.cluster": 16, "colnorm.tx": 4, "colnorm.ty": 32, "colnorm.chunks": 2,
+              "colnorm.refill": True, "colnorm.min_blocks": 4}]
+
+
+@pytest.mark.parametrize("more", [*CLUSTERED, {"colnorm.chunks": 4, "colnorm.refill": True},
                                   {"colnorm.chunks": 3, "colnorm.refill": True, "colnorm.ty": 128},
                                   {"colnorm.chunks": 4, "colnorm.refill": True, "colnorm.tx": 2,
-                                   "colnorm.min_blocks": 1}], ids=str)  # fmt: skip
+                                   "colnorm.min_blocks": 1}, {}, {"colnorm.chunks": 4},
+                                  {"colnorm.refill": True}], ids=str)  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_whole_column_tiles(dtype, more, gen):
-    """Softmax, log-softmax and a standardization with the whole reduced dim in one block's
-    shared memory: rows short of the thread rows, tails of columns (an odd count of 16-byte
-    vectors over two column threads), more tiles than resident blocks (refilled slots)."""
+    """Softmax, log-softmax and a standardization with the rows in shared memory, copied in
+    groups (colnorm.chunks) into slots refilled tile after tile (colnorm.refill), in one
+    block or a cluster: rows short of the thread rows, tails of columns (an odd count of
+    16-byte vectors over the column threads), more tiles than resident blocks."""
     knobs = {**WHOLE, **more}
-    for shape, log in [((5, 4000, 136), False), ((3, 1001, 40), True), ((7, 2049, 1000), False),
-                       ((32, 4096, 512), False)]:  # fmt: skip
+    for shape, log in [((5, 4000, 136), False), ((3, 1001, 40), True), ((7, 2049, 1000), False)]:
         build, ref = softmax(log=log, dim=1)
         fd = define(build, dtype, 3)
         x = rand(shape, dtype, gen) * 4
         with overriding(knobs):
             close(fd.execute([x])[0], ref(x))
         description = column_norm(fd).description
-        assert "rows in smem" in description and "clusters of 1," in description
+        assert "rows in smem" in description
+        assert f"clusters of {knobs['colnorm.cluster']}," in description
         assert ("refilled" in description) == bool(knobs.get("colnorm.refill"))
     build, ref = standardize(dim=1)
     fd = define(build, dtype, 3)
@@ -233,7 +243,8 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
                                    {**WHOLE, "colnorm.chunks": 4, "colnorm.refill": True},
                                    {**WHOLE, "colnorm.chunks": 16, "colnorm.refill": True},
                                    {**WHOLE, "colnorm.refill": True, "colnorm.tx": 2,
-                                    "colnorm.min_blocks": 1, "colnorm.chunks": 4}],
+                                    "colnorm.min_blocks": 1, "colnorm.chunks": 4},
+                                   *({**WHOLE, **more} for more in CLUSTERED)],
                          ids=str)  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
