@@ -42,7 +42,22 @@ COLUMN_NORM_NAME = "fc_column_norm"
 # as the output pass has written its row, so the next tile's 64 KB are loading while this
 # one's outputs go out, and the first pass of the next tile waits group by group again.
 # Every slot is the thread's own (it copies and reads back only those), so waiting for
-# its own copies is all the synchronisation the rows need.
+# its own copies is all the synchronisation the rows need. Both work in clusters too: after
+# the chunked pass the blocks' (max, sum) pairs go through one exchange (Note [Online
+# column softmax]); refilled clusters push them through mbarriers (Note [Column exchange]).
+#
+# Measured, softmax [32, 4096, 512] over dim 1: one block a tile of the whole reduced dim
+# lost 2-3x (H100, sweep-whole_tiles.json, 2026-11-27 10:14, ceiling 3011 GB/s: bf16
+# 595-930 GB/s, f32 411-1220, the default 1882-1894 and 2030-2039), whatever its pipeline:
+# 4096 rows of 64 KB leave 16 bytes a row (32 with one block an SM), so each load and store
+# is half a sector, scattered over 4096 rows; the width of a row, not the bytes in flight,
+# bound it. Clusters of 4 and 8 with 64- and 128-byte rows won (H200, sweep-whole_tiles2.json,
+# 10:30, ceiling 4248): bf16 2163 (clusters of 4, 64-byte rows, chunks of 4) against 1996-2013,
+# f32 3212 (clusters of 8, 128-byte rows) against 2037-2049; the refilled wave lost everywhere
+# (bf16 1191-1765, f32 1712-2574): a block that loops waits on its cluster's exchange with
+# the next tile's copies already issued, where one-tile blocks let the SM's other blocks
+# run. The plan takes the winners for softmax over long reduced dims (colnorm.deep,
+# schedulers/reduction/column_norm_plan.py).
 
 
 def column_norm_arg_types(program: ReductionProgram, v: ColumnNormVariant) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from codegen.reduction.column_norm import (
     column_norm_arg_types,
     render_column_norm,
 )
+from codegen.reduction.common import softmax_reductions
 from codegen.reduction.variants import ColumnNormVariant
 
 from ..base import ArgRef, KernelLaunch, LaunchSpec
@@ -108,13 +109,35 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
                 f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
+    # Note [Whole column tiles] (codegen/reduction/column_norm.py): a softmax over a reduced
+    # dim long enough for clusters of 8 or more takes tiles of 32 columns (64-byte rows of
+    # 16-bit values, 128-byte ones of 32-bit) in blocks of 256 threads holding 16 rows a
+    # thread in shared memory (64 KB), copied in four groups, and as many blocks a cluster
+    # as the reduced dim needs: softmax [32, 4096, 512] over dim 1 in clusters of 4 (bf16)
+    # and 8 (f32) on the H200 (benchmarks/results/sweep-whole_tiles2.json, 2026-11-27,
+    # ceiling 4248 GB/s) bf16 2163 GB/s against the old default's 1996-2013 (clusters of 16,
+    # 8 rows a thread; 2136 with its rows in two groups), f32 3212 against 2037-2049 (rows in
+    # registers, clusters of 16 looping over tiles; clusters of 4 of 64-byte rows 3034)
+    staged_ok = profile.arch >= 80 and all(
+        modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16 for i in cached)
+    deep = (bool(knob("colnorm.deep", True)) and bool(knob("colnorm.smem", True))
+            and forced == (None, None) and cluster >= 8 and staged_ok and not reuse_exp
+            and softmax_reductions(program) is not None)  # fmt: skip
+    if deep:
+        deep_tx = knob("colnorm.tx", max(1, min(32 // vec, _pow2_at_least(-(-n_inner // vec)))))
+        deep_ty = max(1, 256 // deep_tx)
+        deep_cluster = _pow2_at_least(-(-p.N // (deep_ty * 16)))
+        deep = deep_cluster <= profile.max_cluster
+        if deep:
+            tx, ty, cluster, smem = deep_tx, deep_ty, deep_cluster, True
+            rows = -(-p.N // (ty * cluster))
     # blocks of 512 threads ask for two an SM, so that one block's loads overlap the other's
     # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one); 16-bit
     # rows in blocks of 256 for three: bf16 softmax [32, 4096, 512] over dim 1 took 93
     # registers and two blocks an SM, 1740 GB/s on the H100, 80 (4 bytes spilled) and three
     # 1906 (torch.compile 1416; four of vec 4 at 64 registers 1850, two of 512 threads at
     # vec 4 1635, 8-byte vectors 1235; benchmarks/sweeps/layouts3.json, 2026-11-27)
-    min_blocks = knob("colnorm.min_blocks", 4 if smem else 2 if tx * ty >= 512 else
+    min_blocks = knob("colnorm.min_blocks", 3 if deep else 4 if smem else 2 if tx * ty >= 512 else
                       3 if narrow and tx * ty == 256 else 0)  # fmt: skip
     # Note [Column tiles in flight] (codegen/reduction/column_norm.py): 32-bit rows loop
     # over tiles, the next one's rows loaded while the current one ends (softmax f32 [32,
@@ -122,7 +145,7 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # that way, one block an SM (bf16 1633 -> 783), and push their partials through
     # mbarriers instead of a cluster barrier (Note [Column exchange]; 1633 -> 1757; f32
     # 2489). benchmarks/sweeps/layouts_perf3.json, 2026-11-26
-    persistent = bool(knob("colnorm.persistent", not narrow)) and cluster > 1
+    persistent = bool(knob("colnorm.persistent", not narrow and not deep)) and cluster > 1
     # Note [Whole column tiles] (codegen/reduction/column_norm.py): rows in smem, one buffer
     refill = bool(knob("colnorm.refill", False)) and smem and (
         len(cached) * rows * ty * tx * 16 <= 160 * 1024)
@@ -133,7 +156,8 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     smem = smem and staged <= 160 * 1024
     push = bool(knob("colnorm.push", narrow)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
-    chunks = max(0, min(int(knob("colnorm.chunks", 0)), rows)) if smem and not persistent else 0
+    chunks = max(0, min(int(knob("colnorm.chunks", 4 if deep else 0)), rows)) if (
+        smem and not persistent) else 0  # fmt: skip
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),

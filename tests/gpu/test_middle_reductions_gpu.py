@@ -226,7 +226,8 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
     column_norm(fd)
 
 
-@pytest.mark.parametrize("knobs", [{}, {"colnorm.online": False}, {"colnorm.persistent": True},
+@pytest.mark.parametrize("knobs", [{}, {"colnorm.deep": False}, {"colnorm.online": False},
+                                   {"colnorm.persistent": True},
                                    {"colnorm.persistent": True, "colnorm.min_blocks": 2,
                                     "colnorm.online": False}, {"colnorm.push": True},
                                    {"colnorm.vec": 4}, {"colnorm.vec": 4, "colnorm.cluster": 16,
@@ -262,9 +263,11 @@ def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
     assert ("two exchanges" in description) == (knobs.get("colnorm.online") is False)
     if "colnorm.smem" in knobs:  # else 16-bit rows of 16-byte vectors (Note [Column rows in smem])
         assert ("rows in smem" in description) == knobs["colnorm.smem"]
-    # 32-bit rows loop over tiles unless told not to (Note [Column tiles in flight])
-    assert ("next tile in flight" in description) == knobs.get("colnorm.persistent",
-                                                               dtype == torch.float32)
+    # 32-bit rows loop over tiles unless told not to (Note [Column tiles in flight]) or
+    # taking deep tiles (Note [Whole column tiles])
+    deep = "4 chunks" in description and "colnorm.chunks" not in knobs
+    assert ("next tile in flight" in description) == knobs.get(
+        "colnorm.persistent", dtype == torch.float32 and not deep)  # fmt: skip
 
 
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.cluster": 1, "colnorm.ty": 64},
