@@ -54,10 +54,10 @@ COLUMN_NORM_NAME = "fc_column_norm"
 # bound it. Clusters of 4 and 8 with 64- and 128-byte rows won (H200, sweep-whole_tiles2.json,
 # 10:30, ceiling 4248): bf16 2163 (clusters of 4, 64-byte rows, chunks of 4) against 1996-2013,
 # f32 3212 (clusters of 8, 128-byte rows) against 2037-2049; the refilled wave lost everywhere
-# (bf16 1191-1765, f32 1712-2574): a block that loops waits on its cluster's exchange with
-# the next tile's copies already issued, where one-tile blocks let the SM's other blocks
-# run. The plan takes the winners for softmax over long reduced dims (colnorm.deep,
-# schedulers/reduction/column_norm_plan.py).
+# (bf16 1191-1765, f32 1712-2574; not profiled: one-tile blocks let the block scheduler
+# start a new tile on any SM as soon as one ends, where a resident wave keeps its tiles).
+# The plan takes the winners for softmax over long reduced dims (colnorm.deep, with the
+# H100 figures, schedulers/reduction/column_norm_plan.py).
 
 
 def column_norm_arg_types(program: ReductionProgram, v: ColumnNormVariant) -> tuple[str, ...]:

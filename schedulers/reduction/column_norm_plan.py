@@ -114,10 +114,13 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # 16-bit values, 128-byte ones of 32-bit) in blocks of 256 threads holding 16 rows a
     # thread in shared memory (64 KB), copied in four groups, and as many blocks a cluster
     # as the reduced dim needs: softmax [32, 4096, 512] over dim 1 in clusters of 4 (bf16)
-    # and 8 (f32) on the H200 (benchmarks/results/sweep-whole_tiles2.json, 2026-11-27,
-    # ceiling 4248 GB/s) bf16 2163 GB/s against the old default's 1996-2013 (clusters of 16,
-    # 8 rows a thread; 2136 with its rows in two groups), f32 3212 against 2037-2049 (rows in
-    # registers, clusters of 16 looping over tiles; clusters of 4 of 64-byte rows 3034)
+    # and 8 (f32). H100 (benchmarks/results/sweep-whole_tiles3.json, 2026-11-27 10:43,
+    # ceiling 2992 GB/s, each default timed three times interleaved, torch.compile in the
+    # same run): bf16 2018-2030 GB/s against the old default's 1879-1887 (clusters of 16, 8
+    # rows a thread; 2011 with its rows in two groups; torch.compile 1409), f32 2596-2607
+    # against 2028-2036 (rows in registers, clusters of 16 looping over tiles; clusters of 4
+    # of 64-byte rows 2430; torch.compile 1815). H200 (sweep-whole_tiles2.json, ceiling
+    # 4248): bf16 2163 against 1996-2013, f32 3212 against 2037-2049
     staged_ok = profile.arch >= 80 and all(
         modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16 for i in cached)
     deep = (bool(knob("colnorm.deep", True)) and bool(knob("colnorm.smem", True))
