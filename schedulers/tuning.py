@@ -116,7 +116,8 @@ KNOBS: dict[str, str] = {
     "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
     "colnorm.deep": "a softmax over a reduced dim long enough for clusters of 8 takes 32-column "
                     "tiles, 16 rows a thread in shared memory, in four groups (Note [Whole "
-                    "column tiles]; False: the clusters of Note [Column norms])",
+                    "column tiles]; default: 16-bit rows; False: the clusters of Note [Column "
+                    "norms])",
     "colnorm.chunks": "groups a column norm block holding the whole reduced dim in shared memory "
                       "copies its rows in, softmax's max and sum folded as each lands (Note "
                       "[Whole column tiles]; 0: one group, three passes)",

@@ -725,12 +725,18 @@ def test_whole_column_tiles_under_the_knobs(dtype, more):
 
 @pytest.mark.parametrize("dtype, tx, cluster", [(F32, 8, 8), (BF16, 4, 4), (F16, 4, 4)])
 def test_softmax_over_a_long_middle_dim_takes_deep_tiles(dtype, tx, cluster):
-    """Note [Whole column tiles]: softmax (and log-softmax) over 4096 rows, which took
-    clusters of 16, takes tiles of 32 columns, 256 threads a block holding 16 rows a thread
-    in shared memory, copied in four groups, asking for three blocks an SM; a
-    standardization (Welford) and a short reduced dim keep their plans."""
+    """Note [Whole column tiles]: softmax (and log-softmax) of 16-bit rows over 4096 rows,
+    which took clusters of 16, takes tiles of 32 columns, 256 threads a block holding 16 rows
+    a thread in shared memory, copied in four groups, asking for three blocks an SM; 32-bit
+    rows under the knob; a standardization (Welford) and a short reduced dim keep their
+    plans."""
+    knobs = {"colnorm.deep": True} if dtype == F32 else {}
     fd = define(softmax(dim=1)[0], dtype, 3)
-    with overriding({}):
+    with overriding({} if dtype == F32 else {"colnorm.deep": False}):  # the other default
+        fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
+    assert "chunks" not in executor_for(fd).last_plan.spec.description
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    with overriding(knobs):
         fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
     spec = executor_for(fd).last_plan.spec
     kernel = spec.kernels[0]
@@ -742,14 +748,17 @@ def test_softmax_over_a_long_middle_dim_takes_deep_tiles(dtype, tx, cluster):
         build, ref = softmax(log=log, dim=1)
         fd = define(build, dtype, 3)
         x = rand(shape, dtype, 35)
-        spec = check(fd, [x], [ref(x)], kernel="fc_column_norm")
+        with overriding(knobs):
+            spec = check(fd, [x], [ref(x)], kernel="fc_column_norm")
         assert "4 chunks" in spec.description, spec.description
     build, ref = standardize(dim=1)
     fd2 = define(build, dtype, 3)
     y = (rand((3, 4096, 40), seed=36) * 3 + 1).to(dtype)
-    spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
+    with overriding(knobs):
+        spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
     assert "chunks" not in spec.description
     fd3 = define(softmax(dim=1)[0], dtype, 3)
     z = rand((3, 300, 40), dtype, 37)
-    spec = check(fd3, [z], [torch.softmax(z.float(), 1).to(dtype)], kernel="fc_column_norm")
+    with overriding(knobs):
+        spec = check(fd3, [z], [torch.softmax(z.float(), 1).to(dtype)], kernel="fc_column_norm")
     assert "chunks" not in spec.description and column_norm_rows(spec)[2] < 8

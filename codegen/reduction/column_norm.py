@@ -51,13 +51,14 @@ COLUMN_NORM_NAME = "fc_column_norm"
 # 595-930 GB/s, f32 411-1220, the default 1882-1894 and 2030-2039), whatever its pipeline:
 # 4096 rows of 64 KB leave 16 bytes a row (32 with one block an SM), so each load and store
 # is half a sector, scattered over 4096 rows; the width of a row, not the bytes in flight,
-# bound it. Clusters of 4 and 8 with 64- and 128-byte rows won (H200, sweep-whole_tiles2.json,
-# 10:30, ceiling 4248): bf16 2163 (clusters of 4, 64-byte rows, chunks of 4) against 1996-2013,
-# f32 3212 (clusters of 8, 128-byte rows) against 2037-2049; the refilled wave lost everywhere
-# (bf16 1191-1765, f32 1712-2574; not profiled: one-tile blocks let the block scheduler
-# start a new tile on any SM as soon as one ends, where a resident wave keeps its tiles).
-# The plan takes the winners for softmax over long reduced dims (colnorm.deep, with the
-# H100 figures, schedulers/reduction/column_norm_plan.py).
+# bound it. Clusters of 4 and 8 with 64- and 128-byte rows won over clusters of 16
+# (sweep-whole_tiles2.json on an H200, sweep-whole_tiles3.json on an H100), and the
+# refilled wave lost everywhere (H200: bf16 1191-1765 against 1996-2013, f32 1712-2574
+# against 2037-2049; not profiled). Those three runs used kernels compiled on a CPU machine
+# by a newer NVRTC, which gave the old f32 default 146 registers instead of 128 (one block
+# an SM instead of two); compiled on the GPU's machine the deep tiles still win for bf16
+# but not for f32 (colnorm.deep in schedulers/reduction/column_norm_plan.py has the
+# figures).
 
 
 def column_norm_arg_types(program: ReductionProgram, v: ColumnNormVariant) -> tuple[str, ...]:

@@ -109,21 +109,23 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
                 f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
-    # Note [Whole column tiles] (codegen/reduction/column_norm.py): a softmax over a reduced
-    # dim long enough for clusters of 8 or more takes tiles of 32 columns (64-byte rows of
-    # 16-bit values, 128-byte ones of 32-bit) in blocks of 256 threads holding 16 rows a
-    # thread in shared memory (64 KB), copied in four groups, and as many blocks a cluster
-    # as the reduced dim needs: softmax [32, 4096, 512] over dim 1 in clusters of 4 (bf16)
-    # and 8 (f32). H100 (benchmarks/results/sweep-whole_tiles3.json, 2026-11-27 10:43,
-    # ceiling 2992 GB/s, each default timed three times interleaved, torch.compile in the
-    # same run): bf16 2018-2030 GB/s against the old default's 1879-1887 (clusters of 16, 8
-    # rows a thread; 2011 with its rows in two groups; torch.compile 1409), f32 2596-2607
-    # against 2028-2036 (rows in registers, clusters of 16 looping over tiles; clusters of 4
-    # of 64-byte rows 2430; torch.compile 1815). H200 (sweep-whole_tiles2.json, ceiling
-    # 4248): bf16 2163 against 1996-2013, f32 3212 against 2037-2049
+    # Note [Whole column tiles] (codegen/reduction/column_norm.py): a softmax of 16-bit rows
+    # over a reduced dim long enough for clusters of 8 or more takes tiles of 32 columns
+    # (64-byte rows; 128-byte ones of 32-bit values under the knob) in blocks of 256 threads
+    # holding 16 rows a thread in shared memory (64 KB), copied in four groups, and as many
+    # blocks a cluster as the reduced dim needs: clusters of 4 (bf16) and 8 (f32) for
+    # softmax [32, 4096, 512] over dim 1. H100, kernels compiled on the GPU's machine
+    # (benchmarks/results/probe-whole_tiles-nvidia-h100-80gb-hbm3.txt, 2026-11-27 11:00,
+    # three interleaved rounds): bf16 2012-2019 GB/s against the old default's 1981-1989
+    # (clusters of 16, 8 rows a thread), f32 2621-2634 against 2648-2656 (rows in registers,
+    # clusters of 16 looping over tiles), so 32-bit rows keep that. Kernels compiled on a
+    # CPU machine by a newer NVRTC (sweep-whole_tiles3.json, H100, 10:43: the same deep
+    # kernels, the old f32 one at 146 registers instead of 128, one block an SM instead of
+    # two) gave bf16 2018-2030 against 1879-1887 and f32 2596-2607 against 2028-2036: the
+    # deep tiles keep their registers (72 and 80 with either compiler)
     staged_ok = profile.arch >= 80 and all(
         modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16 for i in cached)
-    deep = (bool(knob("colnorm.deep", True)) and bool(knob("colnorm.smem", True))
+    deep = (bool(knob("colnorm.deep", narrow)) and bool(knob("colnorm.smem", True))
             and forced == (None, None) and cluster >= 8 and staged_ok and not reuse_exp
             and softmax_reductions(program) is not None)  # fmt: skip
     if deep:

@@ -226,7 +226,8 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
     column_norm(fd)
 
 
-@pytest.mark.parametrize("knobs", [{}, {"colnorm.deep": False}, {"colnorm.online": False},
+@pytest.mark.parametrize("knobs", [{}, {"colnorm.deep": False}, {"colnorm.deep": True},
+                                   {"colnorm.online": False},
                                    {"colnorm.persistent": True},
                                    {"colnorm.persistent": True, "colnorm.min_blocks": 2,
                                     "colnorm.online": False}, {"colnorm.push": True},
