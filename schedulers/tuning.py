@@ -131,6 +131,16 @@ KNOBS: dict[str, str] = {
     "colnorm.smem": "a column norm's rows copied to shared memory by cp.async instead of kept in "
                     "registers (Note [Column rows in smem]; default: 16-bit rows)",
     "colnorm.min_blocks": "blocks an SM a column norm asks for (__launch_bounds__ minimum; 0 = unset)",
+    "colnorm.deep": "a softmax over a reduced dim long enough for clusters of 8 takes 32-column "
+                    "tiles, 16 rows a thread in shared memory, in four groups (Note [Whole "
+                    "column tiles]; default: 16-bit rows; False: the clusters of Note [Column "
+                    "norms])",
+    "colnorm.chunks": "groups a column norm block holding the whole reduced dim in shared memory "
+                      "copies its rows in, softmax's max and sum folded as each lands (Note "
+                      "[Whole column tiles]; 0: one group, three passes)",
+    "colnorm.refill": "column norm blocks holding the whole reduced dim in shared memory loop "
+                      "over tiles, each slot refilled with the next tile's row once its output "
+                      "is written (Note [Whole column tiles])",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",
     "transpose.tile_b": "elements of a transpose tile along the staged inputs' innermost dim",

@@ -26,8 +26,8 @@ from schedulers.device import resolve_target
 from schedulers.reduction.problem import read_problem
 from schedulers.tuning import overriding
 
-F32, BF16 = torch.float32, torch.bfloat16
-TOL = {F32: 2e-5, BF16: 1.6e-2}
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+TOL = {F32: 2e-5, BF16: 1.6e-2, F16: 2e-3}
 
 
 def rand(shape, dtype=F32, seed=0):
@@ -441,7 +441,8 @@ def test_column_norm_folds_each_columns_partials_once(dtype, online):
     max and sum travel through one exchange (Note [Online column softmax])."""
     fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand((3, 4096, 64), dtype, 22)
-    plain = {"colnorm.online": online, "colnorm.push": False, "colnorm.persistent": False}
+    plain = {"colnorm.online": online, "colnorm.push": False, "colnorm.persistent": False,
+             "colnorm.deep": False}
     with overriding(plain):
         spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
     assert column_norm_rows(spec)[2] > 1
@@ -481,10 +482,12 @@ def test_column_norm_clusters_loop_over_tiles_with_the_next_in_flight(dtype):
 @pytest.mark.parametrize("dtype, kind", [(F32, "next tile in flight"), (BF16, "partials pushed")])
 def test_column_norm_defaults_loop_over_tiles_in_f32_and_push_in_bf16(dtype, kind):
     """Note [Column tiles in flight]: 32-bit rows loop over tiles; 16-bit ones, which
-    took too many registers that way, push their partials (Note [Column exchange])."""
+    took too many registers that way, push their partials (Note [Column exchange]); a
+    softmax takes deep tiles instead unless told not to (Note [Whole column tiles])."""
     fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand((32, 4096, 64), dtype, 27)
-    spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
+    with overriding({"colnorm.deep": False}):
+        spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
     assert kind in spec.description
 
 
@@ -521,21 +524,22 @@ def test_softmax_column_norm_keeps_its_exps_under_the_knob(dtype):
     assert "exp2f(" not in out_pass and re.search(r"v\d+_e\[it\]\[j\] \* v\d+_b_f\[j\]", out_pass)
 
 
-@pytest.mark.parametrize("dtype, knobs, tx, blocks", [(BF16, {}, 4, 4),
+@pytest.mark.parametrize("dtype, knobs, tx, blocks", [(BF16, {"colnorm.deep": False}, 4, 4),
                                                      (BF16, {"colnorm.smem": False}, 8, 3),
-                                                     (F32, {}, 8, 0)], ids=str)  # fmt: skip
+                                                     (F32, {"colnorm.deep": False}, 8, 0)],
+                         ids=str)  # fmt: skip
 def test_column_norm_blocks_and_the_blocks_an_sm_they_ask_for(dtype, knobs, tx, blocks):
-    """16-bit rows go to shared memory (Note [Column rows in smem]) in blocks of 4x32 threads
-    (64-byte rows) asking for four an SM; kept in registers, in blocks of 256 threads asking
-    for three (80 registers, three blocks an SM instead of two); 32-bit ones loop over tiles
-    and leave it unset."""
+    """Without deep tiles (Note [Whole column tiles]): 16-bit rows go to shared memory (Note
+    [Column rows in smem]) in blocks of 4x32 threads (64-byte rows) asking for four an SM;
+    kept in registers, in blocks of 256 threads asking for three (80 registers, three blocks
+    an SM instead of two); 32-bit ones loop over tiles and leave it unset."""
     fd = define(softmax(dim=1)[0], dtype, 3)
     with overriding(knobs):
         fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
     spec = executor_for(fd).last_plan.spec
     kernel = spec.kernels[0]
     assert kernel.block == (tx, 32, 1) and column_norm_rows(spec) == (32, 8, 16)
-    assert ("rows in smem" in spec.description) == (dtype == BF16 and not knobs)
+    assert ("rows in smem" in spec.description) == (dtype == BF16 and "colnorm.smem" not in knobs)
     bounds = f"__launch_bounds__({tx * 32}, {blocks})" if blocks else f"__launch_bounds__({tx * 32})"
     assert bounds in kernel.source and (f"{blocks} blocks/SM" in spec.description) == bool(blocks)
 
@@ -635,7 +639,7 @@ def test_column_norm_rows_in_smem_under_the_knob(dtype, persistent):
     shared-memory slots with cp.async (two buffers where clusters loop over tiles) and reads
     them back in every pass; no row stays in registers. Softmax and a standardization
     (Welford: three passes) compile and replay, tails of rows and columns included."""
-    knobs = {"colnorm.smem": True, "colnorm.persistent": persistent}
+    knobs = {"colnorm.smem": True, "colnorm.persistent": persistent, "colnorm.deep": False}
     fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand((5, 4000, 136), dtype, 31)
     with overriding(knobs):
@@ -655,3 +659,106 @@ def test_column_norm_rows_in_smem_under_the_knob(dtype, persistent):
     with overriding(knobs):
         spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
     assert "rows in smem" in spec.description
+
+
+# ---- Note [Whole column tiles] ---------------------------------------------------------------
+
+WHOLE = {"colnorm.cluster": 1, "colnorm.tx": 1, "colnorm.ty": 256, "colnorm.smem": True,
+         "colnorm.min_blocks": 3, "colnorm.persistent": False}
+
+
+@pytest.mark.parametrize("more", [{}, {"colnorm.chunks": 4}, {"colnorm.refill": True},
+                                  {"colnorm.chunks": 4, "colnorm.refill": True},
+                                  {"colnorm.chunks": 16, "colnorm.refill": True, "colnorm.tx": 2,
+                                   "colnorm.min_blocks": 1},
+                                  {"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64,
+                                   "colnorm.chunks": 4, "colnorm.refill": True},
+                                  {"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64,
+                                   "colnorm.chunks": 4}], ids=str)  # fmt: skip
+@pytest.mark.parametrize("dtype", [F32, BF16, F16])
+def test_whole_column_tiles_under_the_knobs(dtype, more):
+    """Note [Whole column tiles]: one block holds a tile's whole reduced dim in shared
+    memory, no cluster (or a cluster's blocks a share of it each); its copies land in groups
+    that softmax's one first pass waits for in turn (colnorm.chunks), the blocks' (max, sum)
+    pairs then exchanged in one go, and blocks looping over tiles refill each slot with the
+    next tile's row once its output is written (colnorm.refill). Softmax, log-softmax and a
+    standardization (Welford: no chunked pass, one wait) compile and replay, tails of rows
+    (4000 and 1000 rows over 256 thread rows) and of columns included."""
+    knobs = {**WHOLE, **more}
+    chunks, refill = knobs.get("colnorm.chunks", 0), knobs.get("colnorm.refill", False)
+    for shape, log in [((5, 4000, 136), False), ((3, 1000, 40), False), ((3, 1000, 1000), True)]:
+        build, ref = softmax(log=log, dim=1)
+        fd = define(build, dtype, 3)
+        x = rand(shape, dtype, 33)
+        with overriding(knobs):
+            spec = check(fd, [x], [ref(x)], kernel="fc_column_norm")
+        kernel = spec.kernels[0]
+        ty, rt, cluster = column_norm_rows(spec)
+        assert cluster == knobs["colnorm.cluster"]
+        assert ("__cluster_dims__" in kernel.source) == (cluster > 1)
+        assert "rows in smem" in spec.description and ("refilled" in spec.description) == refill
+        groups = -(-rt // -(-rt // chunks)) if chunks else 1
+        body = kernel.source.split("end prelude")[1]
+        assert body.count("fc_cp_async_wait<") == groups
+        assert body.count("fc_cp_async_commit();") == 1 + refill  # the first copies, the refills
+        assert kernel.shared_mem == kernel.block[0] * ty * rt * 16
+        tiles = -(-math.prod(shape[::2]) // (kernel.block[0] * 16 // x.element_size()))
+        wave = resolve_target("h100").resident_clusters(cluster, knobs["colnorm.min_blocks"])
+        # refilled: one wave, of as many blocks an SM as asked for or their smem lets fit
+        assert kernel.grid[0] % cluster == 0
+        assert (kernel.grid[0] <= min(tiles, wave) * cluster) if refill else (
+            kernel.grid[0] == tiles * cluster)  # fmt: skip
+        # the blocks' pairs go through one exchange, pushed where the clusters loop (and by
+        # default for 16-bit rows, Note [Column exchange])
+        sent, loaded = body.count("fc_send_remote("), body.count("fc_load_remote(")
+        assert sent + loaded == (2 if cluster > 1 else 0) and (sent == 2) == (cluster > 1 and (
+            refill or dtype != F32))  # fmt: skip
+        assert ("col_next" in body) == refill and "fc_fold_rows" in body
+    build, ref = standardize(dim=1)
+    fd2 = define(build, dtype, 3)
+    y = (rand((3, 3000, 200), seed=34) * 3 + 1).to(dtype)
+    with overriding(knobs):
+        spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert "rows in smem" in spec.description and body.count("fc_cp_async_wait<0>") == 1
+
+
+@pytest.mark.parametrize("dtype, tx, cluster", [(F32, 8, 8), (BF16, 4, 4), (F16, 4, 4)])
+def test_softmax_over_a_long_middle_dim_takes_deep_tiles(dtype, tx, cluster):
+    """Note [Whole column tiles]: softmax (and log-softmax) of 16-bit rows over 4096 rows,
+    which took clusters of 16, takes tiles of 32 columns, 256 threads a block holding 16 rows
+    a thread in shared memory, copied in four groups, asking for three blocks an SM; 32-bit
+    rows under the knob; a standardization (Welford) and a short reduced dim keep their
+    plans."""
+    knobs = {"colnorm.deep": True} if dtype == F32 else {}
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    with overriding({} if dtype == F32 else {"colnorm.deep": False}):  # the other default
+        fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
+    assert "chunks" not in executor_for(fd).last_plan.spec.description
+    fd = define(softmax(dim=1)[0], dtype, 3)
+    with overriding(knobs):
+        fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
+    spec = executor_for(fd).last_plan.spec
+    kernel = spec.kernels[0]
+    assert kernel.block == (tx, 256 // tx, 1) and column_norm_rows(spec) == (256 // tx, 16, cluster)
+    assert "rows in smem, 4 chunks" in spec.description and "3 blocks/SM" in spec.description
+    assert kernel.shared_mem == 64 * 1024 and "next tile in flight" not in spec.description
+    assert kernel.grid[0] == 32 * 512 // 32 * cluster
+    for shape, log in [((3, 4000, 72), False), ((2, 2048, 40), True)]:
+        build, ref = softmax(log=log, dim=1)
+        fd = define(build, dtype, 3)
+        x = rand(shape, dtype, 35)
+        with overriding(knobs):
+            spec = check(fd, [x], [ref(x)], kernel="fc_column_norm")
+        assert "4 chunks" in spec.description, spec.description
+    build, ref = standardize(dim=1)
+    fd2 = define(build, dtype, 3)
+    y = (rand((3, 4096, 40), seed=36) * 3 + 1).to(dtype)
+    with overriding(knobs):
+        spec = check(fd2, [y], ref(y), kernel="fc_column_norm")
+    assert "chunks" not in spec.description
+    fd3 = define(softmax(dim=1)[0], dtype, 3)
+    z = rand((3, 300, 40), dtype, 37)
+    with overriding(knobs):
+        spec = check(fd3, [z], [torch.softmax(z.float(), 1).to(dtype)], kernel="fc_column_norm")
+    assert "chunks" not in spec.description and column_norm_rows(spec)[2] < 8

@@ -29,6 +29,37 @@ from .variants import ColumnNormVariant, OuterVariant
 
 COLUMN_NORM_NAME = "fc_column_norm"
 
+# Note [Whole column tiles]: where a tile of 16-byte columns over the whole reduced dim fits
+# one block's shared memory (softmax of [B, 4096, I] over dim 1: 4096 rows of 16 bytes, 64
+# KB), the block needs no cluster: no exchange, no cluster barrier, and a block of any SM
+# can take any tile (clusters of 16 fit 7 a wave, 112 of the 132 SMs of an H100). Rows in
+# smem (Note [Column rows in smem]) with colnorm.cluster 1; two knobs keep its loads in
+# flight. colnorm.chunks: the thread's copies are committed in groups, and softmax's max
+# and sum are folded in one pass as each group lands (the thread's max raised and its sum
+# rescaled once a group), instead of a pass for each after every copy landed; the block
+# then folds the maxima and the rescaled sums. colnorm.refill: a resident wave of blocks
+# loops over tiles with one buffer; each slot is refilled with the next tile's row as soon
+# as the output pass has written its row, so the next tile's 64 KB are loading while this
+# one's outputs go out, and the first pass of the next tile waits group by group again.
+# Every slot is the thread's own (it copies and reads back only those), so waiting for
+# its own copies is all the synchronisation the rows need. Both work in clusters too: after
+# the chunked pass the blocks' (max, sum) pairs go through one exchange (Note [Online
+# column softmax]); refilled clusters push them through mbarriers (Note [Column exchange]).
+#
+# Measured, softmax [32, 4096, 512] over dim 1: one block a tile of the whole reduced dim
+# lost 2-3x (H100, sweep-whole_tiles.json, 2026-11-27 10:14, ceiling 3011 GB/s: bf16
+# 595-930 GB/s, f32 411-1220, the default 1882-1894 and 2030-2039), whatever its pipeline:
+# 4096 rows of 64 KB leave 16 bytes a row (32 with one block an SM), so each load and store
+# is half a sector, scattered over 4096 rows; the width of a row, not the bytes in flight,
+# bound it. Clusters of 4 and 8 with 64- and 128-byte rows won over clusters of 16
+# (sweep-whole_tiles2.json on an H200, sweep-whole_tiles3.json on an H100), and the
+# refilled wave lost everywhere (H200: bf16 1191-1765 against 1996-2013, f32 1712-2574
+# against 2037-2049; not profiled). Those three runs used kernels compiled on a CPU machine
+# by a newer NVRTC, which gave the old f32 default 146 registers instead of 128 (one block
+# an SM instead of two); compiled on the GPU's machine the deep tiles still win for bf16
+# but not for f32 (colnorm.deep in schedulers/reduction/column_norm_plan.py has the
+# figures).
+
 
 def column_norm_arg_types(program: ReductionProgram, v: ColumnNormVariant) -> tuple[str, ...]:
     idx = "i32" if v.index_type == "int" else "i64"
@@ -52,10 +83,13 @@ class _ColumnNorm:
         self.divisions = row_divisions(program)
         self.sites = 0  # cluster exchanges so far (each its own pair of mbarriers)
         self.reused: dict[str, str] = {}  # var -> its value kept from an earlier pass
-        self.pushed = (v.persistent or v.push) and v.cluster > 1  # Note [Column exchange]
+        self.pushed = (v.persistent or v.push or v.refill) and v.cluster > 1  # Note [Column exchange]
         self.smem_declared = False  # Note [Column rows in smem]: fc_rows declared
         # the fold's shared-memory shape, as an outer kernel of the same threads has it
         self.fold = OuterVariant(v.tx, v.ty, v.vec, 1, v.index_type, (), ())
+        # Note [Whole column tiles]: the groups (first, last + 1 row) a thread's copies land in
+        per = -(-v.rows // max(1, v.chunks)) if v.chunks and not v.persistent else v.rows
+        self.groups = [(lo, min(v.rows, lo + per)) for lo in range(0, v.rows, per)]
 
     def render(self) -> str:
         program, v, L = self.program, self.v, self.L
@@ -73,8 +107,11 @@ class _ColumnNorm:
             types.add(REGISTER_TYPE[r.dtype] if r.op == "welford" else accumulator_type(r))
         for t in sorted(types):
             L.append(f"  __shared__ __align__(16) {t} smem_{ident(t)}[{_fold_smem(self.fold, t)}];")
+        whole = softmax_reductions(program) if v.chunks and v.rows_in_smem and not v.persistent else None
         if v.persistent:
             self.tile_loop_head()
+        elif v.refill:
+            self.refill_loop_head(waits=not whole)
         else:
             L.append("  const idx_t tile = blockIdx.x / FC_CLUSTER;")
             L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
@@ -89,18 +126,20 @@ class _ColumnNorm:
             self.load_rows()
             if v.push and v.cluster > 1:  # every peer's mbarriers exist; the loads overlapped that
                 L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
-            if v.rows_in_smem:  # Note [Column rows in smem]: the thread's own copies landed
+            if v.rows_in_smem and not whole:  # Note [Column rows in smem]: the thread's own copies landed
                 L.append("  fc_cp_async_wait<0>();")
         self.column_stage(0)
-        online = softmax_reductions(program) if v.online and v.cluster > 1 else None
+        online = softmax_reductions(program) if v.online and v.cluster > 1 and not whole else None
         for stage in range(1, program.stages + 1):
             if online and stage == 1:
                 self.online_stages(*online)
-            elif not (online and stage == 2):
+            elif whole and stage == 1:
+                self.chunked_softmax_stages(*whole)
+            elif not ((online or whole) and stage == 2):
                 self.reduce_stage(stage)
             self.column_stage(stage)
         self.write_outputs()
-        if v.persistent:
+        if v.persistent or v.refill:
             L.append("  }")
         if self.pushed:
             L[self.bars_at:self.bars_at] = [
@@ -215,6 +254,70 @@ class _ColumnNorm:
         L.append(f"  idx_t col[{n}];")
         L.append("  column_offsets(col_ok ? cb : 0, col);")
 
+    def group_ends(self) -> str:
+        """True at the last row of each group of the thread's copies (`it` is unrolled)."""
+        return " || ".join(f"it == {hi - 1}" for _, hi in self.groups)
+
+    def refill_loop_head(self, waits: bool) -> None:
+        """Note [Whole column tiles]: a resident wave of blocks, each taking every so many
+        tiles of columns with the whole reduced dim in its shared memory, one buffer. The
+        first tile's rows are copied in here; each later tile's are copied into a slot as
+        soon as the output pass has written that slot's row (refill_lines), so the next
+        tile's loads are in flight while the current one's outputs go out. `waits`: wait for
+        all of the tile's copies at the top (else the first pass waits group by group)."""
+        program, v, L = self.program, self.v, self.L
+        n = self.n_acc + len(program.stores)
+        L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
+        L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
+        L.append("  const idx_t tiles = (cols + FC_TX * FC_VEC - 1) / (FC_TX * FC_VEC);")
+        L.append("  const idx_t tile_step = gridDim.x / FC_CLUSTER;")
+        L.append(f"  auto column_offsets = [&](idx_t c, idx_t (&off)[{n}]) {{")
+        L.extend("  " + x for x in self.offset_lines("c", "off"))
+        L.append("  };")
+        L.append("  idx_t tile = blockIdx.x / FC_CLUSTER;")
+        if v.cluster > 1:  # Note [Column exchange]: the mbarriers, before any block sends
+            self.bars_at = len(L)
+            L.append("  fc_cluster_bars_init(fc_xbars, FC_SITES);")
+        self.declare_smem_rows()
+        L.append("  {")
+        L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("    const bool col_ok = cb < cols;")
+        L.append(f"    idx_t col[{n}];")
+        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.copy_rows_to_smem()
+        L.append("  }")
+        if v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
+            L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
+        L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
+        L.append("  const unsigned buf = iter & 1u;")
+        L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("  const bool col_ok = cb < cols;")
+        L.append(f"  idx_t col[{n}];")
+        L.append("  column_offsets(col_ok ? cb : 0, col);")
+        L.append("  const idx_t cb_next = ((tile + tile_step) * FC_TX + threadIdx.x) * FC_VEC;")
+        L.append("  const bool next_ok = tile + tile_step < tiles && cb_next < cols;")
+        L.append(f"  idx_t col_next[{n}];")
+        L.append("  column_offsets(next_ok ? cb_next : 0, col_next);")
+        if waits:
+            L.append("  fc_cp_async_wait<0>();")
+
+    def refill_lines(self) -> list[str]:
+        """Row `it` of the next tile copied into the thread's slots of row `it`, after the
+        output pass stored that row: its store took the values read from those slots, so
+        the read is done before the copy is issued. Every group of rows is committed, empty
+        or not, so that the next tile's waits count the same groups; after the last tile
+        none is issued, so that no copy is in flight when the block exits."""
+        v = self.v
+        out = ["if (next_ok) {", "  const idx_t k = k_base + (idx_t)it * FC_TY;",
+               "  const bool ok_next = k < N;"]  # fmt: skip
+        for n, i in enumerate(v.cached):
+            out.append(f"  fc_cp_async16(&fc_rows[{n} * FC_RT * FC_TY * FC_TX + (it * FC_TY + "
+                       f"threadIdx.y) * FC_TX + threadIdx.x], a{i} + (ok_next ? col_next[{i}] + "
+                       f"k * a{i}_k : 0), ok_next);")  # fmt: skip
+        out.append("}")
+        out.append(f"if ({self.group_ends()}) fc_cp_async_commit();")
+        return out
+
     def row_type(self, i: int) -> str:
         mt = MEMORY_TYPE[self.program.accesses[i].dtype]
         return f"fc_vec<{mt}, FC_VEC>" if self.v.modes[i] != "bcast" else mt
@@ -267,9 +370,12 @@ class _ColumnNorm:
         for i in v.cached:
             L.append(f"    fc_cp_async16(&x{i}_s[(it * FC_TY + threadIdx.y) * FC_TX + threadIdx.x], "
                      f"a{i} + (ok ? col[{i}] + k * a{i}_k : 0), ok);")  # fmt: skip
+        grouped = commit and len(self.groups) > 1
+        if grouped:  # Note [Whole column tiles]: a group of the thread's rows at a time
+            L.append(f"    if ({self.group_ends()}) fc_cp_async_commit();")
         L.append("  }")
         L.append("  }")
-        if commit:
+        if commit and not grouped:
             L.append("  fc_cp_async_commit();")
 
     def declare_smem_rows(self) -> None:
@@ -322,9 +428,10 @@ class _ColumnNorm:
         return REGISTER_TYPE[self.dtypes[var]]
 
     def element_loop(self, targets: list[str], body: list[str], after: Sequence[str] = (),
-                     before: Sequence[str] = ()) -> None:  # fmt: skip
-        """For each of the thread's rows and columns: the statements `targets` need, then `body`;
-        `before` and `after` once a row, around its columns."""
+                     before: Sequence[str] = (), rows: tuple[int, int] | None = None) -> None:  # fmt: skip
+        """For each of the thread's rows (those of `rows`, first and last + 1, where given)
+        and columns: the statements `targets` need, then `body`; `before` and `after` once a
+        row, around its columns."""
         L = self.L
         stmts, _ = needed(self.program, targets)
         # Note [Row divisors]: a division by a column's value is a multiplication by its
@@ -337,7 +444,8 @@ class _ColumnNorm:
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {y}_dv[j] = fc_divisor_of(({ct}){y}_c[j]);")
         reciprocal = {y for y, _ in divs}
         L.append("#pragma unroll")
-        L.append("  for (int it = 0; it < FC_RT; ++it) {")
+        L.append("  for (int it = 0; it < FC_RT; ++it) {" if rows is None
+                 else f"  for (int it = {rows[0]}; it < {rows[1]}; ++it) {{")  # fmt: skip
         L.append("    const bool ok = col_ok && k_base + (idx_t)it * FC_TY < N;")
         if self.v.rows_in_smem:
             L.extend("    " + x for x in self.smem_row_reads())
@@ -401,7 +509,7 @@ class _ColumnNorm:
             L.append(f"  __shared__ {ctype} total_{var}[FC_TX * FC_VEC];")
             if pushed:
                 # one tile a block uses buffer 0 only
-                slots = 2 if self.v.persistent else 1
+                slots = 2 if self.v.persistent or self.v.refill else 1
                 L.append(f"  __shared__ {ctype} slot_{var}[{slots}][FC_CLUSTER][FC_TX * FC_VEC];")
         L.append("  if (threadIdx.y == 0) {")
         L.append("#pragma unroll")
@@ -469,22 +577,12 @@ class _ColumnNorm:
                                                *keep])  # fmt: skip
             L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
                      f"{r.var}_c, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
-        m, t = f"{r1.var}_c", f"{r2.var}_c"
+        m = f"{r1.var}_c"
         if self.v.reuse_exp:  # the block's max, before the exchange makes it the column's
             L.append(f"  {ctype} {r1.var}_b[FC_VEC];")
             L.append("#pragma unroll")
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r1.var}_b[j] = {m}[j];")
-        self.exchange([m, t], ctype, [
-            f"{ctype} top = p0[0];",
-            "#pragma unroll",
-            f"for (int r = 1; r < FC_CLUSTER; ++r) top = {op_functor(r1)}(top, p0[r]);",
-            f"{ctype} total = {identity_of(r2)};",
-            "#pragma unroll",
-            "for (int r = 0; r < FC_CLUSTER; ++r)",
-            f"  total = {op_functor(r2)}(total, p0[r] == {identity_of(r1)} ? ({ctype})0 : "
-            "p1[r] * exp2f((p0[r] - top) * 1.4426950408889634f));",
-            f"total_{m}[c] = top;",
-            f"total_{t}[c] = total;"])  # fmt: skip
+        self.exchange_max_and_sum(r1, r2)
         self.kept.append(r2.var)
         if self.v.reuse_exp:
             # exp(x - M) = exp(x - m_b) * exp(m_b - M); a block whose rows are all -inf kept
@@ -496,6 +594,68 @@ class _ColumnNorm:
                      "1.4426950408889634f);")  # fmt: skip
             e = f"{r2.input}_e[it][j]"
             self.reused[r2.input] = f"({b}[j] == {identity_of(r1)} ? ({et})0 : {e} * {b}_f[j])"
+
+    def chunked_softmax_stages(self, r1, r2) -> None:
+        """Note [Whole column tiles]: stages 1 and 2 of softmax over a block holding the whole
+        reduced dim, in one pass over the thread's rows as their groups land: each group
+        raises the thread's max m and rescales its sum s of exp(x - m) to it; then the block
+        folds the maxima, rescales each thread's s to the column's max M and folds the sums.
+        A thread whose rows so far are all -inf holds no sum (its exp(-inf - -inf) terms
+        are NaN), and adds 0 wherever its max is -inf."""
+        L = self.L
+        ctype = accumulator_type(r1)
+        m, t, none = f"{r1.var}_c", f"{r2.var}_c", identity_of(r1)
+        log2e = "1.4426950408889634f"
+        for r in (r1, r2):
+            L.append(f"  {ctype} {r.var}_c[FC_VEC];")
+            L.append("#pragma unroll")
+            L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_c[j] = {identity_of(r)};")
+        for g, rows in enumerate(self.groups):
+            L.append(f"  fc_cp_async_wait<{len(self.groups) - 1 - g}>();  // rows {rows[0]} to "
+                     f"{rows[1] - 1} of the thread landed")  # fmt: skip
+            L.append("  {")
+            L.append(f"  {ctype} {r1.var}_p[FC_VEC];")
+            L.append("#pragma unroll")
+            L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r1.var}_p[j] = {m}[j];")
+            self.element_loop([r1.input], [self.masked_accumulate(r1, f"{m}[j]")], rows=rows)
+            L.append("#pragma unroll")
+            L.append(f"  for (int j = 0; j < FC_VEC; ++j) {t}[j] = {r1.var}_p[j] == {none} ? "
+                     f"({ctype})0 : {t}[j] * exp2f(({r1.var}_p[j] - {m}[j]) * {log2e});")  # fmt: skip
+            if r1.var not in self.kept:
+                self.kept.append(r1.var)
+            self.element_loop([r2.input], [self.masked_accumulate(r2, f"{t}[j]")], rows=rows)
+            L.append("  }")
+        L.append(f"  {ctype} {r1.var}_t[FC_VEC];")
+        L.append("#pragma unroll")
+        L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r1.var}_t[j] = {m}[j];")
+        for r, acc in ((r1, m), (r2, t)):
+            if r is r2:  # the thread's sum, rescaled to the column's max
+                L.append("#pragma unroll")
+                L.append(f"  for (int j = 0; j < FC_VEC; ++j) {t}[j] = {r1.var}_t[j] == {none} ? "
+                         f"({ctype})0 : {t}[j] * exp2f(({r1.var}_t[j] - {m}[j]) * {log2e});")  # fmt: skip
+            L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
+                     f"{acc}, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
+        if self.v.cluster > 1:  # the blocks' (max, sum) pairs, as Note [Online column softmax]
+            self.exchange_max_and_sum(r1, r2)
+        self.kept.append(r2.var)
+
+    def exchange_max_and_sum(self, r1, r2) -> None:
+        """Note [Online column softmax]: each block's max m_b and sum s_b of exp(x - m_b)
+        through one exchange, folded in rank order: M = max m_b, S = sum of s_b * exp(m_b -
+        M), a block whose rows are all -inf (or absent) adding 0."""
+        ctype = accumulator_type(r1)
+        m, t = f"{r1.var}_c", f"{r2.var}_c"
+        self.exchange([m, t], ctype, [
+            f"{ctype} top = p0[0];",
+            "#pragma unroll",
+            f"for (int r = 1; r < FC_CLUSTER; ++r) top = {op_functor(r1)}(top, p0[r]);",
+            f"{ctype} total = {identity_of(r2)};",
+            "#pragma unroll",
+            "for (int r = 0; r < FC_CLUSTER; ++r)",
+            f"  total = {op_functor(r2)}(total, p0[r] == {identity_of(r1)} ? ({ctype})0 : "
+            "p1[r] * exp2f((p0[r] - top) * 1.4426950408889634f));",
+            f"total_{m}[c] = top;",
+            f"total_{t}[c] = total;"])  # fmt: skip
 
     def reduce_stage(self, stage: int) -> None:
         """The stage's reductions over every row of the thread's columns, combined."""
@@ -577,7 +737,14 @@ class _ColumnNorm:
                     before.append(f"fc_vec<{MEMORY_TYPE[s.dtype]}, FC_VEC> o{k}_v;")
                     after.append(f"if (ok) fc_store_vec_hint<FC_VEC, {v.store_hint}>(o{k} + "
                                  f"col[{n_acc + k}] + (k_base + (idx_t)it * FC_TY) * o{k}_k, o{k}_v);")  # fmt: skip
+            if self.v.refill:  # Note [Whole column tiles]: the row's slots are free now
+                after += self.refill_lines()
             self.element_loop([s.var for _, s in elem], body, after, before)
+        elif self.v.refill:
+            L.append("#pragma unroll")
+            L.append("  for (int it = 0; it < FC_RT; ++it) {")
+            L.extend("    " + x for x in self.refill_lines())
+            L.append("  }")
         rows = [(k, s) for k, s in enumerate(program.stores) if program.store_rowlevel[k]]
         if rows:
             L.append("  if (threadIdx.y == 0 && rank == 0 && col_ok) {")

@@ -165,6 +165,8 @@ class ColumnNormVariant:
     push: bool = False  # partials pushed through mbarriers, as persistent ones (Note [Column exchange])
     reuse_exp: bool = False  # softmax's exp(x - M) from the sum pass's (Note [Online column softmax])
     rows_in_smem: bool = False  # rows staged in shared memory by cp.async (Note [Column rows in smem])
+    chunks: int = 0  # one block a column tile: its copies land in groups, softmax folded as they do (Note [Whole column tiles])
+    refill: bool = False  # one block a column tile, looping over tiles, the next one's rows copied in as each row is written
 
     def describe(self) -> str:
         return (f"column norm: {self.tx}x{self.ty} threads, vec {self.vec}, {self.rows} rows a "
@@ -174,5 +176,7 @@ class ColumnNormVariant:
                 f"{', partials pushed' if self.push and not self.persistent else ''}"
                 f"{', exps kept' if self.reuse_exp else ''}"
                 f"{', rows in smem' if self.rows_in_smem else ''}"
+                f"{f', {self.chunks} chunks' if self.chunks else ''}"
+                f"{', refilled' if self.refill else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}")  # fmt: skip

@@ -29,6 +29,7 @@ from codegen.reduction.column_norm import (
     column_norm_arg_types,
     render_column_norm,
 )
+from codegen.reduction.common import softmax_reductions
 from codegen.reduction.variants import ColumnNormVariant
 
 from ..base import ArgRef, KernelLaunch, LaunchSpec
@@ -108,13 +109,40 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
                 f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
+    # Note [Whole column tiles] (codegen/reduction/column_norm.py): a softmax of 16-bit rows
+    # over a reduced dim long enough for clusters of 8 or more takes tiles of 32 columns
+    # (64-byte rows; 128-byte ones of 32-bit values under the knob) in blocks of 256 threads
+    # holding 16 rows a thread in shared memory (64 KB), copied in four groups, and as many
+    # blocks a cluster as the reduced dim needs: clusters of 4 (bf16) and 8 (f32) for
+    # softmax [32, 4096, 512] over dim 1. H100, kernels compiled on the GPU's machine
+    # (benchmarks/results/probe-whole_tiles-nvidia-h100-80gb-hbm3.txt, 2026-11-27 11:00,
+    # three interleaved rounds): bf16 2012-2019 GB/s against the old default's 1981-1989
+    # (clusters of 16, 8 rows a thread), f32 2621-2634 against 2648-2656 (rows in registers,
+    # clusters of 16 looping over tiles), so 32-bit rows keep that. Kernels compiled on a
+    # CPU machine by a newer NVRTC (sweep-whole_tiles3.json, H100, 10:43: the same deep
+    # kernels, the old f32 one at 146 registers instead of 128, one block an SM instead of
+    # two) gave bf16 2018-2030 against 1879-1887 and f32 2596-2607 against 2028-2036: the
+    # deep tiles keep their registers (72 and 80 with either compiler)
+    staged_ok = profile.arch >= 80 and all(
+        modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16 for i in cached)
+    deep = (bool(knob("colnorm.deep", narrow)) and bool(knob("colnorm.smem", True))
+            and forced == (None, None) and cluster >= 8 and staged_ok and not reuse_exp
+            and softmax_reductions(program) is not None)  # fmt: skip
+    if deep:
+        deep_tx = knob("colnorm.tx", max(1, min(32 // vec, _pow2_at_least(-(-n_inner // vec)))))
+        deep_ty = max(1, 256 // deep_tx)
+        deep_cluster = _pow2_at_least(-(-p.N // (deep_ty * 16)))
+        deep = deep_cluster <= profile.max_cluster
+        if deep:
+            tx, ty, cluster, smem = deep_tx, deep_ty, deep_cluster, True
+            rows = -(-p.N // (ty * cluster))
     # blocks of 512 threads ask for two an SM, so that one block's loads overlap the other's
     # exchanges and stores (64 registers a thread; softmax bf16 took 81 and held one); 16-bit
     # rows in blocks of 256 for three: bf16 softmax [32, 4096, 512] over dim 1 took 93
     # registers and two blocks an SM, 1740 GB/s on the H100, 80 (4 bytes spilled) and three
     # 1906 (torch.compile 1416; four of vec 4 at 64 registers 1850, two of 512 threads at
     # vec 4 1635, 8-byte vectors 1235; benchmarks/sweeps/layouts3.json, 2026-11-27)
-    min_blocks = knob("colnorm.min_blocks", 4 if smem else 2 if tx * ty >= 512 else
+    min_blocks = knob("colnorm.min_blocks", 3 if deep else 4 if smem else 2 if tx * ty >= 512 else
                       3 if narrow and tx * ty == 256 else 0)  # fmt: skip
     # Note [Column tiles in flight] (codegen/reduction/column_norm.py): 32-bit rows loop
     # over tiles, the next one's rows loaded while the current one ends (softmax f32 [32,
@@ -122,18 +150,25 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # that way, one block an SM (bf16 1633 -> 783), and push their partials through
     # mbarriers instead of a cluster barrier (Note [Column exchange]; 1633 -> 1757; f32
     # 2489). benchmarks/sweeps/layouts_perf3.json, 2026-11-26
-    persistent = bool(knob("colnorm.persistent", not narrow)) and cluster > 1
+    persistent = bool(knob("colnorm.persistent", not narrow and not deep)) and cluster > 1
+    # Note [Whole column tiles] (codegen/reduction/column_norm.py): rows in smem, one buffer
+    refill = bool(knob("colnorm.refill", False)) and smem and (
+        len(cached) * rows * ty * tx * 16 <= 160 * 1024)
+    persistent = persistent and not refill
     # rows in smem: dynamic shared memory, two buffers where clusters loop over tiles (the
     # exchange's static arrays take up to about 18 KB more)
     staged = len(cached) * rows * ty * tx * 16 * (2 if persistent else 1)
     smem = smem and staged <= 160 * 1024
     push = bool(knob("colnorm.push", narrow)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
+    chunks = max(0, min(int(knob("colnorm.chunks", 4 if deep else 0)), rows)) if (
+        smem and not persistent) else 0  # fmt: skip
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
                                 min_blocks, bool(knob("colnorm.online", True)),
-                                persistent, push, reuse_exp and not smem, smem)  # fmt: skip
+                                persistent, push, reuse_exp and not smem, smem, chunks,
+                                refill)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
@@ -147,12 +182,33 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         wave = profile.measured_wave or profile.resident_clusters(cluster, per_sm)
         groups = min(tiles, wave)
         wave = wave if groups == wave and not profile.measured_wave else 0
+    elif refill:  # one resident wave of blocks (clusters), each taking every so many tiles,
+        # as many an SM as its shared memory holds: a block past the wave would wait for a
+        # whole loop of another to end
+        block = staged + _static_smem(program, tx, ty, vec, cluster) + profile.smem_reserved_per_block
+        per_sm = max(1, min(per_sm, profile.smem_per_sm // block))
+        groups = min(tiles, profile.resident_clusters(cluster, per_sm) if cluster > 1
+                     else profile.sm_count * per_sm)  # fmt: skip
     kernel = KernelLaunch(COLUMN_NORM_NAME, render_column_norm(program, variant),
                           (groups * cluster, 1, 1), (tx, ty, 1),
                           column_norm_arg_types(program, variant), tuple(args),
                           staged if smem else 0)  # fmt: skip
     return LaunchSpec(NAME, tuple(p.outputs), (), (kernel,),
                       variant.describe() + describe_views(program.views, p.env), wave)
+
+
+def _static_smem(program, tx: int, ty: int, vec: int, cluster: int) -> int:
+    """About the bytes of static shared memory a column norm block declares: the row fold's
+    (Note [Row fold]) for its widest accumulator, and each exchanged value's partials,
+    totals and two slots of every peer's (Note [Column exchange])."""
+    size = max([24 if r.op == "welford" else 8 if ELEMENT_BYTES.get(r.dtype, 4) == 8 else 4
+                for r in program.reductions] or [4])  # fmt: skip
+    fold_columns = vec
+    while fold_columns > 1 and (tx * ty * fold_columns + max(tx * ty, tx * fold_columns)) * size > 16384:
+        fold_columns //= 2
+    fold = (tx * ty * fold_columns + max(tx * ty, tx * fold_columns)) * size
+    exchanged = len(program.reductions) * (2 + 2 * cluster) * tx * vec * size if cluster > 1 else 0
+    return fold + exchanged + 256
 
 
 def _pow2_at_least(n: int) -> int:

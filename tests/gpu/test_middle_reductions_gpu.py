@@ -11,7 +11,7 @@ from schedulers.tuning import overriding
 
 pytestmark = pytest.mark.gpu
 
-TOL = {torch.float32: 1e-4, torch.bfloat16: 1.6e-2}
+TOL = {torch.float32: 1e-4, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
 
 
 @pytest.fixture
@@ -171,6 +171,52 @@ def column_norm(fd):
     return spec
 
 
+# Note [Whole column tiles]: one block a tile of the whole reduced dim, in shared memory
+WHOLE = {"colnorm.cluster": 1, "colnorm.tx": 1, "colnorm.ty": 256, "colnorm.smem": True,
+         "colnorm.min_blocks": 3, "colnorm.persistent": False}
+
+
+CLUSTERED = [{"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64, "colnorm.chunks": 4,
+              "colnorm.refill": True},
+             {"colnorm.cluster": 8, "colnorm.tx": 8, "colnorm.ty": 32, "colnorm.chunks": 4,
+              "colnorm.min_blocks": 2, "colnorm.refill": True},
+             {"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64, "colnorm.chunks": 4},
+             {"colnorm.cluster": 16, "colnorm.tx": 4, "colnorm.ty": 32, "colnorm.chunks": 2,
+              "colnorm.refill": True, "colnorm.min_blocks": 4}]
+
+
+@pytest.mark.parametrize("more", [*CLUSTERED, {"colnorm.chunks": 4, "colnorm.refill": True},
+                                  {"colnorm.chunks": 3, "colnorm.refill": True, "colnorm.ty": 128},
+                                  {"colnorm.chunks": 4, "colnorm.refill": True, "colnorm.tx": 2,
+                                   "colnorm.min_blocks": 1}, {}, {"colnorm.chunks": 4},
+                                  {"colnorm.refill": True}], ids=str)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_whole_column_tiles(dtype, more, gen):
+    """Softmax, log-softmax and a standardization with the rows in shared memory, copied in
+    groups (colnorm.chunks) into slots refilled tile after tile (colnorm.refill), in one
+    block or a cluster: rows short of the thread rows, tails of columns (an odd count of
+    16-byte vectors over the column threads), more tiles than resident blocks."""
+    knobs = {**WHOLE, **more}
+    for shape, log in [((5, 4000, 136), False), ((3, 1001, 40), True), ((7, 2049, 1000), False)]:
+        build, ref = softmax(log=log, dim=1)
+        fd = define(build, dtype, 3)
+        x = rand(shape, dtype, gen) * 4
+        with overriding(knobs):
+            close(fd.execute([x])[0], ref(x))
+        description = column_norm(fd).description
+        assert "rows in smem" in description
+        assert f"clusters of {knobs['colnorm.cluster']}," in description
+        assert ("refilled" in description) == bool(knobs.get("colnorm.refill"))
+    build, ref = standardize(dim=1)
+    fd = define(build, dtype, 3)
+    y = (rand((6, 700, 1000), torch.float32, gen) * 3 + 1).to(dtype)
+    with overriding(knobs):
+        got = fd.execute([y])
+    for g, w in zip(got, ref(y), strict=True):
+        close(g, w)
+    assert "rows in smem" in column_norm(fd).description
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(32, 4096, 512), (3, 1001, 37), (5, 33, 1030)], ids=str)
 def test_softmax_over_the_middle_dim(shape, dtype, gen):
@@ -180,7 +226,9 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
     column_norm(fd)
 
 
-@pytest.mark.parametrize("knobs", [{}, {"colnorm.online": False}, {"colnorm.persistent": True},
+@pytest.mark.parametrize("knobs", [{}, {"colnorm.deep": False}, {"colnorm.deep": True},
+                                   {"colnorm.online": False},
+                                   {"colnorm.persistent": True},
                                    {"colnorm.persistent": True, "colnorm.min_blocks": 2,
                                     "colnorm.online": False}, {"colnorm.push": True},
                                    {"colnorm.vec": 4}, {"colnorm.vec": 4, "colnorm.cluster": 16,
@@ -192,7 +240,14 @@ def test_softmax_over_the_middle_dim(shape, dtype, gen):
                                    {"colnorm.smem": True, "colnorm.persistent": False},
                                    {"colnorm.smem": True, "colnorm.persistent": True},
                                    {"colnorm.smem": True, "colnorm.persistent": True,
-                                    "colnorm.tx": 4, "colnorm.min_blocks": 2}], ids=str)  # fmt: skip
+                                    "colnorm.tx": 4, "colnorm.min_blocks": 2},
+                                   {**WHOLE}, {**WHOLE, "colnorm.chunks": 4},
+                                   {**WHOLE, "colnorm.chunks": 4, "colnorm.refill": True},
+                                   {**WHOLE, "colnorm.chunks": 16, "colnorm.refill": True},
+                                   {**WHOLE, "colnorm.refill": True, "colnorm.tx": 2,
+                                    "colnorm.min_blocks": 1, "colnorm.chunks": 4},
+                                   *({**WHOLE, **more} for more in CLUSTERED)],
+                         ids=str)  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
     """Note [Online column softmax]: blocks whose rows are all -inf add nothing to the sum;
@@ -209,9 +264,11 @@ def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
     assert ("two exchanges" in description) == (knobs.get("colnorm.online") is False)
     if "colnorm.smem" in knobs:  # else 16-bit rows of 16-byte vectors (Note [Column rows in smem])
         assert ("rows in smem" in description) == knobs["colnorm.smem"]
-    # 32-bit rows loop over tiles unless told not to (Note [Column tiles in flight])
-    assert ("next tile in flight" in description) == knobs.get("colnorm.persistent",
-                                                               dtype == torch.float32)
+    # 32-bit rows loop over tiles unless told not to (Note [Column tiles in flight]) or
+    # taking deep tiles (Note [Whole column tiles])
+    deep = "4 chunks" in description and "colnorm.chunks" not in knobs
+    assert ("next tile in flight" in description) == knobs.get(
+        "colnorm.persistent", dtype == torch.float32 and not deep)  # fmt: skip
 
 
 @pytest.mark.parametrize("knobs", [{}, {"colnorm.cluster": 1, "colnorm.ty": 64},
@@ -219,8 +276,8 @@ def test_softmax_over_the_middle_dim_with_masked_blocks(dtype, knobs, gen):
                                    {"colnorm.min_blocks": 0}, {"colnorm.persistent": True},
                                    {"colnorm.persistent": True, "colnorm.cluster": 4},
                                    {"colnorm.push": True}, {"colnorm.smem": True},
-                                   {"colnorm.smem": True, "colnorm.persistent": False}],
-                         ids=str)  # fmt: skip
+                                   {"colnorm.smem": True, "colnorm.persistent": False},
+                                   {**WHOLE, "colnorm.refill": True}], ids=str)  # fmt: skip
 def test_column_norm_knobs_and_welford(knobs, gen):
     build, ref = standardize(dim=1)
     fd = define(build, torch.float32, 3)
