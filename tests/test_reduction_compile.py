@@ -343,3 +343,39 @@ def test_short_rows_load_several_rows_a_thread_ahead(name, dtype):
     got = fd.execute(inputs)
     for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
         torch.testing.assert_close(g.double(), w, rtol=3e-2, atol=3e-2)
+
+
+def _short_softmax_plan(knobs: dict):
+    fd = define(softmax()[0], torch.float32, 2)
+    with overriding(knobs):
+        fd.precompile([meta(2097152, 32)], target="h100")
+    return executor_for(fd).last_plan.spec
+
+
+def test_short_row_grids_count_a_threads_rows_and_balance_their_loops():
+    # softmax f32 2097152x32 (4x128 threads a block): 16384 row groups over the capped grid of
+    # 4224 blocks; balanced (Note [Balanced row loops]), 4096 blocks of 4 groups each; with
+    # four rows a thread a block's step is four groups, so a block a step needs 4096 blocks
+    assert _short_softmax_plan({}).kernels[0].grid == (4224, 1, 1)
+    assert _short_softmax_plan({"inner.balance": True}).kernels[0].grid == (4096, 1, 1)
+    spec = _short_softmax_plan({"inner.rows": 4, "inner.waves": 0})
+    assert spec.kernels[0].grid == (4096, 1, 1) and "4 rows a thread" in spec.description
+    spec = _short_softmax_plan({"inner.threads": 64, "inner.tx": 8, "inner.rows": 16,
+                                "inner.waves": 0})  # fmt: skip
+    assert spec.kernels[0].grid == (2097152 // (8 * 16), 1, 1)
+    assert spec.kernels[0].block == (8, 8, 1)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "sum"])
+def test_plain_loads_compile(name):
+    # Note [Plain loads]: load.hint 5 reads the rows with the coherent ld.global; the kernels
+    # compile for sm_90 (the row kernel and a sum to a scalar split over the GPU)
+    build = {"softmax": softmax()[0], "layer_norm": layer_norm()[0],
+             "sum": reduce_op("sum", [0])[0]}[name]  # fmt: skip
+    rank = 1 if name == "sum" else 2
+    fd = define(build, torch.float32, rank)
+    shapes = {"softmax": [(4096, 128)], "layer_norm": [(4096, 128), (128,), (128,)],
+              "sum": [(1 << 24,)]}[name]  # fmt: skip
+    with overriding({"load.hint": 5}):
+        refs = fd.precompile([meta(*s) for s in shapes], target="h100")
+    assert any("fc_load_vec_if<FC_VEC, 5>" in r.source.split('extern "C"', 1)[1] for r in refs)
