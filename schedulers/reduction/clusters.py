@@ -100,9 +100,11 @@ def plan_exchange(rs: RowShape, cluster: int, cached: tuple[int, ...], rows_in_s
 # 16384 row groups to 4224 blocks, 3712 of them taking 4 and 512 taking 3, so the last blocks
 # to start run a whole row group longer than most. With inner.balance the grid is the fewest
 # blocks taking the same number each (4096 of 4). A knob, off until a GPU run times it.
-def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int) -> tuple[int, int]:
+def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int,
+                  tiles: bool = False) -> tuple[int, int]:  # fmt: skip
     """(groups, wave): the blocks (clusters) a launch gets, each taking every so many row
-    groups, and the resident wave they were fitted to (0: none)."""
+    groups, and the resident wave they were fitted to (0: none). `tiles`: a block a row
+    group by default (Note [Small row blocks])."""
     p = rs.p
     profile, accumulate, rows, sm = p.profile, p.accumulate, p.rows, p.sm
     pipeline, cluster, tx, ty = v.pipeline, v.cluster, v.tx, v.ty
@@ -110,7 +112,7 @@ def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int) -> tuple[int,
     # with outputs along the row keep the capped grid, which did as well or better. So do
     # row-level outputs of several stages: cross-entropy bf16 8192x50304 2913 -> 2992 GB/s
     # (benchmarks/sweeps/ce.json, H100)
-    waves = 0 if all(p.program.store_rowlevel) else 32
+    waves = 0 if all(p.program.store_rowlevel) or tiles else 32
     if pipeline:  # blocks that stay resident and loop: as many as shared memory holds
         waves = max(1, min(profile.smem_per_sm // (stage_bytes + profile.smem_reserved_per_block),
                            profile.max_threads_per_sm // (tx * ty)))  # fmt: skip
