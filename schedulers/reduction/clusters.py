@@ -99,7 +99,8 @@ def plan_exchange(rs: RowShape, cluster: int, cached: tuple[int, ...], rows_in_s
 # Note [Balanced row loops]: the capped grid (32 blocks an SM) gives softmax f32 2097152x32's
 # 16384 row groups to 4224 blocks, 3712 of them taking 4 and 512 taking 3, so the last blocks
 # to start run a whole row group longer than most. With inner.balance the grid is the fewest
-# blocks taking the same number each (4096 of 4). A knob, off until a GPU run times it.
+# blocks taking the same number each (4096 of 4). A knob, off: it did not gain (H100,
+# sweep-shortrows1.json: 2861 GB/s against 2887-2889; 2857-2879 with other row layouts).
 def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int,
                   tiles: bool = False) -> tuple[int, int]:  # fmt: skip
     """(groups, wave): the blocks (clusters) a launch gets, each taking every so many row

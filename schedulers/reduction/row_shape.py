@@ -37,10 +37,12 @@ class RowShape:
     # bf16 524288x128 3894 against 3778-3844 (3802) and 3889 against 3784-3788 (3931); layer
     # norm bf16 2097152x32 3898 against 3885-3891 (3951). The same small blocks looping over
     # the capped grid ran 3857 (so the gain is a block a tile); one row a thread (Triton's
-    # XBLOCK 8 on the H100) 3297, four rows 4069. H100 (sweep-shortrows1.json, ceiling 3010),
-    # four rows a thread: softmax f32 2097152x32 2934 against 2887-2889 (compile 2955), layer
-    # norm bf16 524288x128 2846 against 2777-2792 (2860). Rows of 256 keep their layout
-    # (64-thread blocks of four vectors a thread gained 2% there on the H200, unconfirmed).
+    # XBLOCK 8 on the H100) 3297, four rows 4069. H100, one call (10:41 UTC, ceiling 2994):
+    # this layout against the old one +1.1 to +2.9% on the eight short cases of the layouts
+    # family (sweep-shortrows3.json: softmax f32 x32 2928 against 2840, layer norm bf16 x128
+    # 2838 against 2758), and in benchmarks.run's three rounds at 0.987-0.999x torch.compile
+    # (shortrows-run-nvidia-h100-80gb-hbm3.txt; before, 0.97-0.98x). Rows of 256 keep their
+    # layout (64-thread blocks of four vectors a thread gained 2% there on the H200, once).
     def small_blocks(self, cluster: int) -> bool:
         """Note [Small row blocks]: whether rows of at most 128 elements with outputs along
         them take blocks of 64 threads, one vector and two rows a thread, a block a row tile."""
