@@ -41,8 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     from schedulers.tuning import overriding
 
     with overriding(args.knobs):
-        for _ in range(args.calls + 1):
+        run()  # the warm-up call: compiles (and autotunes torch.compile's kernels)
+        torch.cuda.synchronize()
+        # the calls after it in an NVTX range, for `ncu --nvtx --nvtx-include calls/`, which
+        # skips the autotuning launches whatever their number
+        torch.cuda.nvtx.range_push("calls")
+        for _ in range(args.calls):
             run()
+        torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
     return 0
 

@@ -377,8 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         torch.cuda.empty_cache()
         status = "ok" if record["correct"] else "FAILED"
-        print(f"[{i}/{len(cases)}] {case.name}: {status} ({time.perf_counter() - start:.1f} s)",
-              flush=True)
+        # the rates too: a call cut short by its time limit still tells what it measured
+        rates = " ".join(f"{k} {record[f'{k}_gbps']:.0f}" for k in ("fusion", "eager", "compile")
+                         if record.get(f"{k}_gbps"))  # fmt: skip
+        print(f"[{i}/{len(cases)}] {case.name}: {status} ({time.perf_counter() - start:.1f} s)"
+              f"{' GB/s ' + rates if rates else ''}", flush=True)
 
     run = {**env, "copy_ceiling_gbps": ceiling}
     stats = cache_stats()

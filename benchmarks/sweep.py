@@ -4,7 +4,9 @@
 
 PLAN.json is a list of sweeps, each {"cases": [names], "grid": {knob: [values]}}; every
 case runs with the heuristic's own choice first, then with each combination of the grid's
-values. Kernels are compiled ahead in N processes (NVRTC needs no GPU), then each variant
+values. A sweep with "compile": true times torch.compile for its cases (as --compile does for
+all) and records the Triton kernels it chose (benchmarks/inductor_kernels.py; their PTX
+goes to DIR/inductor/). Kernels are compiled ahead in N processes (NVRTC needs no GPU), then each variant
 is checked against eager and timed as benchmarks.run times the suite. Results go to
 DIR/sweep-<plan>.json and a table per case to stdout, best first.
 """
@@ -50,6 +52,12 @@ def load_plan(path: Path) -> list[tuple[Case, dict[str, Any]]]:
                 raise SystemExit(f"{path}: unknown case {name!r}")
             runs += [(by_name[name], combo) for combo in combinations(sweep.get("grid", {}))]
     return runs
+
+
+def compiled_cases(path: Path) -> set[str]:
+    """The cases of the plan's sweeps marked "compile": true."""
+    return {name for sweep in json.loads(path.read_text()) if sweep.get("compile")
+            for name in sweep["cases"]}  # fmt: skip
 
 
 def _precompile(job: tuple[str, dict[str, Any]]) -> str | None:
@@ -101,19 +109,30 @@ def run_variant(case: Case, knobs: dict[str, Any], inputs: list, reference: list
 
 
 def sweep_case(case: Case, combos: list[dict[str, Any]], compile_errors: dict, timer: Any,
-               with_compile: bool) -> list[dict[str, Any]]:  # fmt: skip
+               with_compile: bool, out: Path | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Every variant of one case on the same fresh inputs, printed best first."""
     torch.manual_seed(seed_for(case.name))
     inputs = case.inputs("cuda")
     reference = case.reference(inputs)
     baselines = {"eager": gbps(case.bytes_moved, timer(lambda: case.eager(*inputs)))}
+    kernels: list = []
     if with_compile:
+        from benchmarks.inductor_kernels import new_kernels
+
         baselines["compile"] = gbps(case.bytes_moved, timer(compiled_for(case, inputs)))
+        try:
+            kernels = new_kernels(_seen_kernels, out / "inductor" if out else None)
+        except Exception as e:  # noqa: BLE001 - torch's internals move; the timing stands
+            kernels = [{"error": f"{type(e).__name__}: {e}"[:300]}]
     rows = [run_variant(case, knobs, inputs, reference, timer) for knobs in combos]
     for r in rows:
         r["compile_error"] = compile_errors.get(json.dumps([case.name, r["knobs"]]))
         r.update({f"{k}_gbps": v for k, v in baselines.items()})
+        if kernels:
+            r["compile_kernels"] = kernels
     print(f"\n{case.name}: " + ", ".join(f"{k} {v:.0f}" for k, v in baselines.items()))
+    for k in kernels:
+        print(f"  torch.compile: {json.dumps(k)}")
     default = rows[0]["gbps"]
     for r in sorted(rows, key=lambda r: -(r["gbps"] or 0)):
         ok = {True: "ok", False: "WRONG", None: "ERR"}[r["correct"]]
@@ -122,6 +141,9 @@ def sweep_case(case: Case, combos: list[dict[str, Any]], compile_errors: dict, t
         print(f"  {rate:>6} {rel:>6} {ok:>5} {json.dumps(r['knobs'])} | "
               f"{r['plan'] or r['error']}")  # fmt: skip
     return rows
+
+
+_seen_kernels: set[int] = set()  # torch.compile's kernels already reported
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,14 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     ceiling = measure_copy_ceiling(timer)
     print(f"{torch.cuda.get_device_name()}: copy ceiling {ceiling:.0f} GB/s", flush=True)
     records: list[dict[str, Any]] = []
+    to_compile = compiled_cases(args.plan)
+    out = args.out / f"sweep-{args.plan.stem}.json"
     for case in dict.fromkeys(c for c, _ in runs):
         combos = [knobs for c, knobs in runs if c is case]
-        records += sweep_case(case, combos, compile_errors, timer, args.compile)
+        records += sweep_case(case, combos, compile_errors, timer,
+                              args.compile or case.name in to_compile, args.out)  # fmt: skip
         torch.cuda.empty_cache()
-    out = args.out / f"sweep-{args.plan.stem}.json"
-    write_json(out, {"device": torch.cuda.get_device_name(), "copy_ceiling_gbps": ceiling,
-                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                     "plan": json.loads(args.plan.read_text()), "records": records})  # fmt: skip
+        # written after each case: a call cut short by its time limit keeps what it timed
+        write_json(out, {"device": torch.cuda.get_device_name(), "copy_ceiling_gbps": ceiling,
+                         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                         "plan": json.loads(args.plan.read_text()), "records": records})  # fmt: skip
     print(f"\nwrote {out} ({time.perf_counter() - start:.0f} s)")
     return 0
 

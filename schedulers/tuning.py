@@ -36,6 +36,8 @@ KNOBS: dict[str, str] = {
     "inner.waves": "blocks a launch gets, per SM (0 = one block per row group)",
     "inner.cluster": "blocks (a thread-block cluster) sharing one row",
     "inner.pipeline": "copy the next row group to shared memory while computing (Note [Row pipeline])",
+    "inner.balance": "blocks of the row kernel looping over row groups: as many as give each "
+                     "the same number of them (Note [Balanced row loops]; False: the capped grid)",
     "inner.groups": "row groups (blocks, clusters) of a kernel looping over them (partials, pipelines)",
     "inner.merge": "reduce a stage's row reductions of one type together (Note [Merged row reductions])",
     "inner.reread": "blocks sharing a row too long for a cluster's registers (0: one block)",
@@ -91,7 +93,8 @@ KNOBS: dict[str, str] = {
                   "chains only)",
     "launch.dependent": "a finish kernel starts while the kernel before it runs "
                         "(Note [Dependent launch])",
-    "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both",
+    "load.hint": "cache hint of streamed loads: 0 ld.nc, 1 L1::no_allocate, 2 L2::256B, 3 both, "
+                 "5 plain ld.global (Note [Plain loads])",
     "load.weights": "cache hint of inputs every row reads again: 4 L2::evict_last, 0 plain "
                     "(Note [Weights kept in L2])",
     "store.hint": "cache hint of streamed stores: 0 plain, 1 evict-first (.cs)",

@@ -343,3 +343,71 @@ def test_short_rows_load_several_rows_a_thread_ahead(name, dtype):
     got = fd.execute(inputs)
     for g, w in zip(got, want if isinstance(want, (list, tuple)) else [want]):
         torch.testing.assert_close(g.double(), w, rtol=3e-2, atol=3e-2)
+
+
+def _short_plan(knobs: dict, shape=(2097152, 32), dtype=torch.float32, build=None):
+    fd = define(build or softmax()[0], dtype, 2)
+    with overriding(knobs):
+        fd.precompile([meta(*shape, dtype=dtype)], target="h100")
+    return executor_for(fd).last_plan.spec
+
+
+# the layout short rows had before Note [Small row blocks]: 4x128 threads, a capped grid
+_LOOPING = {"inner.threads": 512, "inner.tx": 4, "inner.rows": 1, "inner.waves": 32}
+
+
+def test_short_row_grids_count_a_threads_rows_and_balance_their_loops():
+    # softmax f32 2097152x32 in 4x128 threads a block: 16384 row groups over the capped grid
+    # of 4224 blocks; balanced (Note [Balanced row loops]), 4096 blocks of 4 groups each; with
+    # four rows a thread a block's step is four groups, so a block a step needs 4096 blocks
+    assert _short_plan(_LOOPING).kernels[0].grid == (4224, 1, 1)
+    assert _short_plan({**_LOOPING, "inner.balance": True}).kernels[0].grid == (4096, 1, 1)
+    spec = _short_plan({**_LOOPING, "inner.rows": 4, "inner.waves": 0})
+    assert spec.kernels[0].grid == (4096, 1, 1) and "4 rows a thread" in spec.description
+    spec = _short_plan({"inner.threads": 64, "inner.tx": 8, "inner.rows": 16,
+                        "inner.waves": 0})  # fmt: skip
+    assert spec.kernels[0].grid == (2097152 // (8 * 16), 1, 1)
+    assert spec.kernels[0].block == (8, 8, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [32, 128])
+def test_short_rows_take_small_blocks_a_block_a_row_tile(n, dtype):
+    # Note [Small row blocks]: rows of at most 128 elements with outputs along them take
+    # blocks of 64 threads, one 16-byte vector and two rows a thread, a block a row tile
+    rows = 1 << 20
+    nv = n // (16 // dtype.itemsize)
+    for name, build in (("softmax", softmax()[0]), ("layer_norm", layer_norm()[0])):
+        fd = define(build, dtype, 2)
+        shapes = [(rows, n)] + ([(n,), (n,)] if name == "layer_norm" else [])
+        fd.precompile([meta(*s, dtype=dtype) for s in shapes], target="h100")
+        spec = executor_for(fd).last_plan.spec
+        assert spec.kernels[0].block == (nv, 64 // nv, 1), spec.description
+        assert spec.kernels[0].grid == (rows // (2 * 64 // nv), 1, 1)
+        assert "iters 1" in spec.description and "2 rows a thread" in spec.description
+
+
+def test_rows_beyond_small_blocks_keep_their_layout():
+    # rows of 256, row-level outputs (var_mean) and rows too odd for 16-byte vectors keep the
+    # blocks of 512 threads looping over a capped grid
+    spec = _short_plan({}, shape=(262144, 256))
+    assert spec.kernels[0].block == (16, 32, 1) and spec.kernels[0].grid == (4224, 1, 1)
+    spec = _short_plan({}, shape=(2097152, 32), build=var_mean([-1])[0])
+    assert spec.kernels[0].block[0] * spec.kernels[0].block[1] != 64
+    spec = _short_plan({}, shape=(2097152, 30))
+    assert "rows a thread" not in spec.description and spec.kernels[0].grid == (4224, 1, 1)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "sum"])
+def test_plain_loads_compile(name):
+    # Note [Plain loads]: load.hint 5 reads the rows with the coherent ld.global; the kernels
+    # compile for sm_90 (the row kernel and a sum to a scalar split over the GPU)
+    build = {"softmax": softmax()[0], "layer_norm": layer_norm()[0],
+             "sum": reduce_op("sum", [0])[0]}[name]  # fmt: skip
+    rank = 1 if name == "sum" else 2
+    fd = define(build, torch.float32, rank)
+    shapes = {"softmax": [(4096, 128)], "layer_norm": [(4096, 128), (128,), (128,)],
+              "sum": [(1 << 24,)]}[name]  # fmt: skip
+    with overriding({"load.hint": 5}):
+        refs = fd.precompile([meta(*s) for s in shapes], target="h100")
+    assert any("fc_load_vec_if<FC_VEC, 5>" in r.source.split('extern "C"', 1)[1] for r in refs)

@@ -324,6 +324,23 @@ FC_LD_FORMS(1, ".L1::no_allocate")
 FC_LD_FORMS(2, ".L2::256B")
 FC_LD_FORMS(3, ".L1::no_allocate.L2::256B")
 #undef FC_LD_FORMS
+// Note [Plain loads]: hint 5 is the coherent ld.global, not ld.global.nc, the form Triton
+// emits for the rows of its persistent reductions. No gain (H100, sweep-shortrows1.json):
+// softmax f32 2097152x32 2891 GB/s against 2881-2889, layer norm bf16 524288x128 2776 against
+// 2777-2792, rows of 256 equal, the sum to a scalar 2630 against 2628 with hint 0.
+FC_DEVICE void fc_ld_raw(const void* p, uint4& r, fc_hint<5>) {
+  asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+}
+FC_DEVICE void fc_ld_raw(const void* p, uint2& r, fc_hint<5>) {
+  asm("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+}
+FC_DEVICE void fc_ld_raw(const void* p, unsigned int& r, fc_hint<5>) {
+  asm("ld.global.u32 %0, [%1];" : "=r"(r) : "l"(p));
+}
+FC_DEVICE void fc_ld_raw(const void* p, unsigned short& r, fc_hint<5>) {
+  asm("ld.global.u16 %0, [%1];" : "=h"(r) : "l"(p));
+}
 
 // Hint 4: an L2 evict-last policy (createpolicy, then .L2::cache_hint); the policy asm has
 // no inputs, so the compiler makes it once.
@@ -382,6 +399,21 @@ FC_LD_IF_FORMS(1, ".L1::no_allocate")
 FC_LD_IF_FORMS(2, ".L2::256B")
 FC_LD_IF_FORMS(3, ".L1::no_allocate.L2::256B")
 #undef FC_LD_IF_FORMS
+FC_DEVICE void fc_ld_raw_if(const void* p, uint4& r, bool ok, fc_hint<5>) {
+  asm("{\n\t.reg .pred g;\n\tsetp.ne.b32 g, %5, 0;\n\t"
+      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+      "@g ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "r"((int)ok));
+}
+FC_DEVICE void fc_ld_raw_if(const void* p, uint2& r, bool ok, fc_hint<5>) {
+  asm("{\n\t.reg .pred g;\n\tsetp.ne.b32 g, %3, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+      "@g ld.global.v2.u32 {%0, %1}, [%2];\n\t}"
+      : "=r"(r.x), "=r"(r.y) : "l"(p), "r"((int)ok));
+}
+FC_DEVICE void fc_ld_raw_if(const void* p, unsigned int& r, bool ok, fc_hint<5>) {
+  asm("{\n\t.reg .pred g;\n\tsetp.ne.b32 g, %2, 0;\n\tmov.b32 %0, 0;\n\t"
+      "@g ld.global.u32 %0, [%1];\n\t}" : "=r"(r) : "l"(p), "r"((int)ok));
+}
 FC_DEVICE void fc_ld_raw_if(const void* p, uint4& r, bool ok, fc_hint<4>) {
   asm("{\n\t.reg .pred g;\n\tsetp.ne.b32 g, %5, 0;\n\t"
       "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"

@@ -96,9 +96,16 @@ def plan_exchange(rs: RowShape, cluster: int, cached: tuple[int, ...], rows_in_s
     return two_exchanges, exchange_async, merge, defer
 
 
-def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int) -> tuple[int, int]:
+# Note [Balanced row loops]: the capped grid (32 blocks an SM) gives softmax f32 2097152x32's
+# 16384 row groups to 4224 blocks, 3712 of them taking 4 and 512 taking 3, so the last blocks
+# to start run a whole row group longer than most. With inner.balance the grid is the fewest
+# blocks taking the same number each (4096 of 4). A knob, off: it did not gain (H100,
+# sweep-shortrows1.json: 2861 GB/s against 2887-2889; 2857-2879 with other row layouts).
+def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int,
+                  tiles: bool = False) -> tuple[int, int]:  # fmt: skip
     """(groups, wave): the blocks (clusters) a launch gets, each taking every so many row
-    groups, and the resident wave they were fitted to (0: none)."""
+    groups, and the resident wave they were fitted to (0: none). `tiles`: a block a row
+    group by default (Note [Small row blocks])."""
     p = rs.p
     profile, accumulate, rows, sm = p.profile, p.accumulate, p.rows, p.sm
     pipeline, cluster, tx, ty = v.pipeline, v.cluster, v.tx, v.ty
@@ -106,13 +113,18 @@ def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int) -> tuple[int,
     # with outputs along the row keep the capped grid, which did as well or better. So do
     # row-level outputs of several stages: cross-entropy bf16 8192x50304 2913 -> 2992 GB/s
     # (benchmarks/sweeps/ce.json, H100)
-    waves = 0 if all(p.program.store_rowlevel) else 32
+    waves = 0 if all(p.program.store_rowlevel) or tiles else 32
     if pipeline:  # blocks that stay resident and loop: as many as shared memory holds
         waves = max(1, min(profile.smem_per_sm // (stage_bytes + profile.smem_reserved_per_block),
                            profile.max_threads_per_sm // (tx * ty)))  # fmt: skip
     waves = knob("inner.waves", waves)
-    # groups: blocks (clusters) a launch gets, each taking every so many row groups
-    groups = max(1, min(-(-rows // ty), sm * waves // cluster if waves else 2**31 // cluster))
+    # groups: blocks (clusters) a launch gets, each taking every so many row groups; a thread
+    # of several rows (Note [Rows a thread]) makes a block's step rows_a_thread groups
+    row_groups = -(-rows // (ty * v.rows_a_thread))
+    groups = max(1, min(row_groups, sm * waves // cluster if waves else 2**31 // cluster))
+    if knob("inner.balance", False) and groups < row_groups:
+        # Note [Balanced row loops]: as many blocks as give each the same number of row groups
+        groups = -(-row_groups // -(-row_groups // groups))
     wave = 0
     if accumulate or (pipeline and cluster > 1):
         # enough blocks to fill the GPU; each adds a row of partials to sum later.
@@ -136,7 +148,7 @@ def launch_groups(rs: RowShape, v: InnerVariant, stage_bytes: int) -> tuple[int,
         elif v.finish:  # one resident wave of blocks, as the driver will count them
             wave = groups = profile.measured_wave or sm * max(1, v.min_blocks)
         override = knob("inner.groups", None)
-        groups = max(1, min(-(-rows // ty), override or groups))
+        groups = max(1, min(row_groups, override or groups))
         if override or groups < wave:
             wave = 0  # set by hand, or fewer row groups than a wave: nothing to fit
     return groups, wave

@@ -66,7 +66,8 @@ def plan_rows(p: Problem) -> LaunchSpec:
     #   keep 256: their stages were sized for it above
     short = tx <= 16 and not accumulate and (welford or not pure)
     wide = narrow and tx >= 32 and not rows_in_smem and (cluster <= 2 or bool(accumulate))
-    block = 512 if short or wide else 256
+    small = rs.small_blocks(cluster)  # Note [Small row blocks] (row_shape.py)
+    block = 64 if small else 512 if short or wide else 256
     ty = max(1, knob("inner.threads", block) // tx)
     if iters == 0 and nv >= 4096 and rows < 2 * sm:
         # few long rows (batch norm's channels) leave SMs idle: a wider block per row
@@ -105,11 +106,11 @@ def plan_rows(p: Problem) -> LaunchSpec:
     if hoist_smem and min_blocks * per_block > profile.smem_per_sm:
         min_blocks = 0
     variant = replace(variant, min_blocks=knob("inner.min_blocks", min_blocks))
-    many = knob("inner.rows", 1)  # Note [Rows a thread] (codegen/reduction/row_loads.py)
+    many = knob("inner.rows", 2 if small else 1)  # Note [Rows a thread] (row_loads.py)
     if many > 1 and iters and cached and not (pipeline or rows_in_smem or defer or accumulate
                                               or variant.finish or rv is not None) and cluster == 1:
         variant = replace(variant, rows_a_thread=many)
-    groups, wave = launch_groups(rs, variant, stage_bytes)
+    groups, wave = launch_groups(rs, variant, stage_bytes, tiles=small)
     workspaces: tuple = ()
     if accumulate:
         workspaces = tuple((groups * N, DataType.Double if acc_type(program.stores[k].dtype)

@@ -23,6 +23,35 @@ class RowShape:
     cached: tuple[int, ...]  # the accesses a row would keep (its own loads, not weights)
     narrow: bool  # some tensor moving along the row has 16-bit elements
     weight_ins: tuple[int, ...]  # element-level inputs every row reads again (the weights)
+    widest: int  # bytes of the widest element moving along the row
+
+    # Note [Small row blocks]: rows of at most 128 elements (one 16-byte vector a thread at
+    # most 32 threads a row) with outputs along them (softmax, layer and rms norm) take blocks
+    # of 64 threads, one vector and two rows a thread (Note [Rows a thread]), a block a row
+    # tile: as torch.compile's Triton kernels run them (XBLOCK 8 or 32, two warps, a program a
+    # tile), where blocks of 512 threads looped over a capped grid and trailed them by 2-3%.
+    # H200, one run (sweep-shortrows2.json, 2026-11-27 10:29 UTC, ceiling 4248 GB/s), this
+    # layout against three runs of the old one, torch.compile in the same run: softmax f32
+    # 2097152x32 4110 against 3960-3962 (compile 4074), layer norm 4080 against 3986-4007
+    # (4047); f32 524288x128 4099 against 3936-3956 (4085) and 4076 against 3951-3978 (4113);
+    # bf16 524288x128 3894 against 3778-3844 (3802) and 3889 against 3784-3788 (3931); layer
+    # norm bf16 2097152x32 3898 against 3885-3891 (3951). The same small blocks looping over
+    # the capped grid ran 3857 (so the gain is a block a tile); one row a thread (Triton's
+    # XBLOCK 8 on the H100) 3297, four rows 4069. H100, one call (10:41 UTC, ceiling 2994):
+    # this layout against the old one +1.1 to +2.9% on the eight short cases of the layouts
+    # family (sweep-shortrows3.json: softmax f32 x32 2928 against 2840, layer norm bf16 x128
+    # 2838 against 2758), and in benchmarks.run's three rounds at 0.987-0.999x torch.compile
+    # (shortrows-run-nvidia-h100-80gb-hbm3.txt; before, 0.97-0.98x). Rows of 256 keep their
+    # layout (64-thread blocks of four vectors a thread gained 2% there on the H200, once).
+    def small_blocks(self, cluster: int) -> bool:
+        """Note [Small row blocks]: whether rows of at most 128 elements with outputs along
+        them take blocks of 64 threads, one vector and two rows a thread, a block a row tile."""
+        p = self.p
+        program = p.program
+        return (cluster == 1 and not p.pure and not p.accumulate and not p.finish and not p.k2
+                and p.resize is None and not all(program.store_rowlevel) and p.N <= 128
+                and self.vec * self.widest == 16 and all(m != "strided" for m in self.modes)
+                and not any(s.op in RANDOM_STMTS for s in program.stmts))  # fmt: skip
 
     def split_row(self, cluster: int, most: int, kept: int) -> tuple[int, int]:
         """(threads a row, vectors each) of a block's slice of the row; `kept`: values
@@ -31,7 +60,9 @@ class RowShape:
         nv_block = -(-nv // cluster)  # vectors of a row in one block's slice
         widest = most if cluster > 1 else 512
         default = _row_threads(nv_block, vec, self.per_thread, widest)
-        if cluster == 1 and nv_block <= 8 and not self.p.pure and not self.p.accumulate:
+        if self.small_blocks(cluster):
+            default = next_pow2(nv_block)  # one vector a thread (Note [Small row blocks])
+        elif cluster == 1 and nv_block <= 8 and not self.p.pure and not self.p.accumulate:
             # rows of at most 8 vectors: two vectors a thread. One thread a row of 32 bf16
             # values made each warp load 32 rows' 16-byte pieces 64 bytes apart; two threads
             # read 32 consecutive bytes each: softmax bf16 2097152x32 2144 -> 2835 GB/s on
@@ -56,7 +87,8 @@ def read_row_shape(p: Problem) -> RowShape:
     moving = [program.accesses[i].dtype for i in p.elem]
     moving += [s.dtype for k, s in enumerate(program.stores)
                if not program.store_rowlevel[k] and k not in accumulate]  # fmt: skip
-    vec = max(1, min(8, 16 // max((ELEMENT_BYTES[d] for d in moving), default=4)))
+    widest = max((ELEMENT_BYTES[d] for d in moving), default=4)
+    vec = max(1, min(8, 16 // widest))
     while vec > 1 and p.k_sizes[-1] % vec:
         vec //= 2
     modes = []
@@ -110,7 +142,8 @@ def read_row_shape(p: Problem) -> RowShape:
     per_thread = max(1, knob("inner.values", values) // vec)
     weight_ins = tuple(i for i in range(n_acc) if i not in cached and modes[i] != "row"
                        and not any(i_strides[i]) and i not in windowed)  # fmt: skip
-    return RowShape(p, vec, tuple(modes), nv, welford, per_thread, cached, narrow, weight_ins)
+    return RowShape(p, vec, tuple(modes), nv, welford, per_thread, cached, narrow, weight_ins,
+                    widest)
 
 
 # Note [Random rows in registers]: dropout + residual + layer norm (bf16 [16384, 4096]) keeps

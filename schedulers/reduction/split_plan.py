@@ -55,9 +55,14 @@ def split_rows(p: Problem) -> LaunchSpec | None:
     for i, a in enumerate(program.accesses):
         aligned = p.ptrs[i] % (vec * ELEMENT_BYTES[a.dtype]) == 0 and p.i_strides[i][0] % vec == 0
         modes.append("row" if p.ks[i] == 0 else "vec" if p.ks[i] == 1 and aligned else "strided")
-    unroll = knob("split.unroll", 4)
+    # eight vectors in flight a thread, slices for four blocks an SM (two resident at 54
+    # registers: two waves of half slices). sum f32 67108864: H100 2642 GB/s against 2607-2610
+    # at 2 blocks and unroll 4 (sweep-shortrows1.json), 2575 against 2539 (sweep-layouts6);
+    # H200 3589 against 3538, torch.compile 3611 (sweep-shortrows2.json). Either alone did
+    # not gain (2 blocks, unroll 8: 2542; 4 blocks, unroll 4: 2527)
+    unroll = knob("split.unroll", 8)
     steps = -(-p.N // (threads * vec))
-    want = -(-p.sm * knob("split.blocks_per_sm", 2) // p.rows)
+    want = -(-p.sm * knob("split.blocks_per_sm", 4) // p.rows)
     split = min(want, steps // 4)  # at least four steps of the block's threads a slice
     if split < 2:
         return None
