@@ -125,9 +125,11 @@ class Contender:
             start = time.perf_counter()
             loss = models.step(self.fn, self.opt, self.case, batch, self.device)
             self.hosts_s.append(time.perf_counter() - start)
-            self.losses.append(loss.detach())
             models.sync(self.device)
             times.append(time.perf_counter() - start)
+            # a copy, outside the timing: under CUDA graphs the loss is the graph's static
+            # output, which the next replay overwrites
+            self.losses.append(loss.detach().clone())
         self.steps_s += times
         self.round_medians.append(statistics.median(times))
 
