@@ -217,16 +217,21 @@ def render_fill_bounded(index_type: str, early: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bounded_link_params(it: str, vt: str, rest: int, vw: int) -> list[str]:
+    """The bounded link kernels' parameters (Note [Row chains]; Note [Warp adds])."""
+    return ["int* __restrict__ w", "int* __restrict__ next", "float* __restrict__ acc",
+            f"const {it}* __restrict__ index", "idx_t index_s",
+            f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
+            "idx_t N", "idx_t V", "idx_t H"]  # fmt: skip
+
+
 def render_link_bounded(index_dtype, value_dtype, rest: int, vw: int, index_type: str, what: str,
                         bound: int, wait: bool = False, early: bool = False) -> str:  # fmt: skip
     """Note [Row chains], bounded: a row's first `bound` tokens push themselves on its list;
     the next one takes a slot of float sums for the row (zeroed by the fill) and adds its
     values there, and the later ones wait for that slot and add theirs, with atomics."""
     it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
-    params = ["int* __restrict__ w", "int* __restrict__ next", "float* __restrict__ acc",
-              f"const {it}* __restrict__ index", "idx_t index_s",
-              f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
-              "idx_t N", "idx_t V", "idx_t H"]  # fmt: skip
+    params = _bounded_link_params(it, vt, rest, vw)
     lines = _head(LINK_NAME, params, index_type, wait, early)
     lines.insert(1, RED_ADD)
     lines.insert(2, f"#define VW {vw}")
@@ -261,10 +266,7 @@ def render_link_warp_adds(index_dtype, value_dtype, rest: int, vw: int, index_ty
     size LV), AHEAD tokens' values loaded before any is added, a run of tokens on one slot
     summed in registers and added to the slot with one vector atomic a column vector."""
     it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
-    params = ["int* __restrict__ w", "int* __restrict__ next", "float* __restrict__ acc",
-              f"const {it}* __restrict__ index", "idx_t index_s",
-              f"const {vt}* __restrict__ value", "idx_t value_s", *_rest_params(rest, vw),
-              "idx_t N", "idx_t V", "idx_t H"]  # fmt: skip
+    params = _bounded_link_params(it, vt, rest, vw)
     lines = _head(LINK_NAME, params, index_type, wait, early)
     lines.insert(1, RED_ADD)
     lines.insert(3, _walk_defs(vt, vw, [f"#define LV {max(1, min(4, -(-hv // 32)))}",

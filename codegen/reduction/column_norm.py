@@ -170,14 +170,10 @@ class _ColumnNorm:
             out.append(f"    {off}[{t}] = {' + '.join(f'i{d} * {name}_s{d}' for d in range(v.i_rank))};")
         return out
 
-    def tile_loop_head(self) -> None:
-        """Note [Column tiles in flight]: a cluster stays resident and takes every so many
-        tiles of columns; the rows of its next tile are loaded into a second set of
-        registers while it folds, exchanges and stores the current one, so that an SM's
-        loads do not wait for its blocks' barriers and stores. Partials are pushed to every
-        peer with st.async (Note [Column exchange]) into slots that alternate between
-        tiles, each pair with its mbarriers: a block sends tile t+2's partials only after it
-        has all of tile t+1's, which each peer sends after reading tile t's."""
+    def tile_loop_start(self) -> int:
+        """What every loop over tiles of columns starts with: the block's rank and first row,
+        the tile count and step, the column offsets' lambda, the first tile, and a cluster's
+        mbarriers; the number of offsets a column has."""
         program, v, L = self.program, self.v, self.L
         n = self.n_acc + len(program.stores)
         L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
@@ -191,6 +187,18 @@ class _ColumnNorm:
         if v.cluster > 1:  # Note [Column exchange]: the mbarriers, before any block sends
             self.bars_at = len(L)
             L.append("  fc_cluster_bars_init(fc_xbars, FC_SITES);")
+        return n
+
+    def tile_loop_head(self) -> None:
+        """Note [Column tiles in flight]: a cluster stays resident and takes every so many
+        tiles of columns; the rows of its next tile are loaded into a second set of
+        registers while it folds, exchanges and stores the current one, so that an SM's
+        loads do not wait for its blocks' barriers and stores. Partials are pushed to every
+        peer with st.async (Note [Column exchange]) into slots that alternate between
+        tiles, each pair with its mbarriers: a block sends tile t+2's partials only after it
+        has all of tile t+1's, which each peer sends after reading tile t's."""
+        v, L = self.v, self.L
+        n = self.tile_loop_start()
         if v.rows_in_smem:
             self.smem_tile_loop_head(n)
             return
@@ -265,19 +273,8 @@ class _ColumnNorm:
         soon as the output pass has written that slot's row (refill_lines), so the next
         tile's loads are in flight while the current one's outputs go out. `waits`: wait for
         all of the tile's copies at the top (else the first pass waits group by group)."""
-        program, v, L = self.program, self.v, self.L
-        n = self.n_acc + len(program.stores)
-        L.append("  const unsigned rank = " + ("fc_cluster_rank();" if v.cluster > 1 else "0;"))
-        L.append("  const idx_t k_base = (idx_t)rank * FC_TY * FC_RT + threadIdx.y;")
-        L.append("  const idx_t tiles = (cols + FC_TX * FC_VEC - 1) / (FC_TX * FC_VEC);")
-        L.append("  const idx_t tile_step = gridDim.x / FC_CLUSTER;")
-        L.append(f"  auto column_offsets = [&](idx_t c, idx_t (&off)[{n}]) {{")
-        L.extend("  " + x for x in self.offset_lines("c", "off"))
-        L.append("  };")
-        L.append("  idx_t tile = blockIdx.x / FC_CLUSTER;")
-        if v.cluster > 1:  # Note [Column exchange]: the mbarriers, before any block sends
-            self.bars_at = len(L)
-            L.append("  fc_cluster_bars_init(fc_xbars, FC_SITES);")
+        v, L = self.v, self.L
+        n = self.tile_loop_start()
         self.declare_smem_rows()
         L.append("  {")
         L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
