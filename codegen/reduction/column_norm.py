@@ -189,6 +189,14 @@ class _ColumnNorm:
             L.append("  fc_cluster_bars_init(fc_xbars, FC_SITES);")
         return n
 
+    def tile_columns(self, n: int, indent: str, tile: str) -> None:
+        """The thread's first column of tile `tile` (an expression), whether it is inside
+        the row, and its `n` offsets, declared at `indent`."""
+        self.L += [f"{indent}const idx_t cb = ({tile} * FC_TX + threadIdx.x) * FC_VEC;",
+                   f"{indent}const bool col_ok = cb < cols;",
+                   f"{indent}idx_t col[{n}];",
+                   f"{indent}column_offsets(col_ok ? cb : 0, col);"]
+
     def tile_loop_head(self) -> None:
         """Note [Column tiles in flight]: a cluster stays resident and takes every so many
         tiles of columns; the rows of its next tile are loaded into a second set of
@@ -204,29 +212,20 @@ class _ColumnNorm:
             return
         L.extend(f"  {self.row_type(i)} x{i}_n[FC_RT];" for i in v.cached)
         L.append("  {")
-        L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("    const bool col_ok = cb < cols;")
-        L.append(f"    idx_t col[{n}];")
-        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.tile_columns(n, "    ", "tile")
         self.load_rows("_n", declared=True)
         L.append("  }")
         if v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
             L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
         L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
         L.append("  const unsigned buf = iter & 1u;")
-        L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("  const bool col_ok = cb < cols;")
-        L.append(f"  idx_t col[{n}];")
-        L.append("  column_offsets(col_ok ? cb : 0, col);")
+        self.tile_columns(n, "  ", "tile")
         for i in v.cached:
             L.append(f"  {self.row_type(i)} x{i}[FC_RT];")
             L.append("#pragma unroll")
             L.append(f"  for (int it = 0; it < FC_RT; ++it) x{i}[it] = x{i}_n[it];")
         L.append("  if (tile + tile_step < tiles) {  // the next tile's rows, in flight meanwhile")
-        L.append("    const idx_t cb = ((tile + tile_step) * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("    const bool col_ok = cb < cols;")
-        L.append(f"    idx_t col[{n}];")
-        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.tile_columns(n, "    ", "(tile + tile_step)")
         self.load_rows("_n", declared=True)
         L.append("  }")
 
@@ -238,10 +237,7 @@ class _ColumnNorm:
         L = self.L
         self.declare_smem_rows()
         L.append("  {")
-        L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("    const bool col_ok = cb < cols;")
-        L.append(f"    idx_t col[{n}];")
-        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.tile_columns(n, "    ", "tile")
         self.copy_rows_to_smem("0")
         L.append("  }")
         if self.v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
@@ -249,18 +245,12 @@ class _ColumnNorm:
         L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
         L.append("  const unsigned buf = iter & 1u;")
         L.append("  if (tile + tile_step < tiles) {  // the next tile's rows, in flight meanwhile")
-        L.append("    const idx_t cb = ((tile + tile_step) * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("    const bool col_ok = cb < cols;")
-        L.append(f"    idx_t col[{n}];")
-        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.tile_columns(n, "    ", "(tile + tile_step)")
         self.copy_rows_to_smem("(buf ^ 1u)", commit=False)
         L.append("  }")
         L.append("  fc_cp_async_commit();  // possibly empty: the wait below counts groups")
         L.append("  fc_cp_async_wait<1>();")
-        L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("  const bool col_ok = cb < cols;")
-        L.append(f"  idx_t col[{n}];")
-        L.append("  column_offsets(col_ok ? cb : 0, col);")
+        self.tile_columns(n, "  ", "tile")
 
     def group_ends(self) -> str:
         """True at the last row of each group of the thread's copies (`it` is unrolled)."""
@@ -277,20 +267,14 @@ class _ColumnNorm:
         n = self.tile_loop_start()
         self.declare_smem_rows()
         L.append("  {")
-        L.append("    const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("    const bool col_ok = cb < cols;")
-        L.append(f"    idx_t col[{n}];")
-        L.append("    column_offsets(col_ok ? cb : 0, col);")
+        self.tile_columns(n, "    ", "tile")
         self.copy_rows_to_smem()
         L.append("  }")
         if v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
             L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
         L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
         L.append("  const unsigned buf = iter & 1u;")
-        L.append("  const idx_t cb = (tile * FC_TX + threadIdx.x) * FC_VEC;")
-        L.append("  const bool col_ok = cb < cols;")
-        L.append(f"  idx_t col[{n}];")
-        L.append("  column_offsets(col_ok ? cb : 0, col);")
+        self.tile_columns(n, "  ", "tile")
         L.append("  const idx_t cb_next = ((tile + tile_step) * FC_TX + threadIdx.x) * FC_VEC;")
         L.append("  const bool next_ok = tile + tile_step < tiles && cb_next < cols;")
         L.append(f"  idx_t col_next[{n}];")
