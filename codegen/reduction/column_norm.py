@@ -6,7 +6,7 @@ the cluster's blocks through distributed shared memory, so the data is read once
 outputs written once."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert
 from ..kernel_ir import ReductionProgram, needed
@@ -197,6 +197,19 @@ class _ColumnNorm:
                    f"{indent}idx_t col[{n}];",
                    f"{indent}column_offsets(col_ok ? cb : 0, col);"]
 
+    def first_tile_then_loop(self, n: int, load_first: Callable[[], None]) -> None:
+        """The first tile's columns and rows (`load_first` writes the loads), a cluster's
+        wait for its peers' mbarriers, and the head of the loop over tiles."""
+        L = self.L
+        L.append("  {")
+        self.tile_columns(n, "    ", "tile")
+        load_first()
+        L.append("  }")
+        if self.v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
+            L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
+        L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
+        L.append("  const unsigned buf = iter & 1u;")
+
     def tile_loop_head(self) -> None:
         """Note [Column tiles in flight]: a cluster stays resident and takes every so many
         tiles of columns; the rows of its next tile are loaded into a second set of
@@ -211,14 +224,7 @@ class _ColumnNorm:
             self.smem_tile_loop_head(n)
             return
         L.extend(f"  {self.row_type(i)} x{i}_n[FC_RT];" for i in v.cached)
-        L.append("  {")
-        self.tile_columns(n, "    ", "tile")
-        self.load_rows("_n", declared=True)
-        L.append("  }")
-        if v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
-            L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
-        L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
-        L.append("  const unsigned buf = iter & 1u;")
+        self.first_tile_then_loop(n, lambda: self.load_rows("_n", declared=True))
         self.tile_columns(n, "  ", "tile")
         for i in v.cached:
             L.append(f"  {self.row_type(i)} x{i}[FC_RT];")
@@ -236,14 +242,7 @@ class _ColumnNorm:
         completed (cp.async.wait_group 1 leaves the next tile's group in flight)."""
         L = self.L
         self.declare_smem_rows()
-        L.append("  {")
-        self.tile_columns(n, "    ", "tile")
-        self.copy_rows_to_smem("0")
-        L.append("  }")
-        if self.v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
-            L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
-        L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
-        L.append("  const unsigned buf = iter & 1u;")
+        self.first_tile_then_loop(n, lambda: self.copy_rows_to_smem("0"))
         L.append("  if (tile + tile_step < tiles) {  // the next tile's rows, in flight meanwhile")
         self.tile_columns(n, "    ", "(tile + tile_step)")
         self.copy_rows_to_smem("(buf ^ 1u)", commit=False)
@@ -263,17 +262,10 @@ class _ColumnNorm:
         soon as the output pass has written that slot's row (refill_lines), so the next
         tile's loads are in flight while the current one's outputs go out. `waits`: wait for
         all of the tile's copies at the top (else the first pass waits group by group)."""
-        v, L = self.v, self.L
+        L = self.L
         n = self.tile_loop_start()
         self.declare_smem_rows()
-        L.append("  {")
-        self.tile_columns(n, "    ", "tile")
-        self.copy_rows_to_smem()
-        L.append("  }")
-        if v.cluster > 1:  # every peer's mbarriers exist: the first tile's loads overlapped that
-            L.append('  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");')
-        L.append("  for (unsigned iter = 0; tile < tiles; tile += tile_step, ++iter) {")
-        L.append("  const unsigned buf = iter & 1u;")
+        self.first_tile_then_loop(n, lambda: self.copy_rows_to_smem())
         self.tile_columns(n, "  ", "tile")
         L.append("  const idx_t cb_next = ((tile + tile_step) * FC_TX + threadIdx.x) * FC_VEC;")
         L.append("  const bool next_ok = tile + tile_step < tiles && cb_next < cols;")
