@@ -190,6 +190,24 @@ def test_guard_takes_the_same_signature_only():
     assert Guard([shifted, b]).matches([x, b])
 
 
+@pytest.mark.parametrize("torchs", [True, False], ids=["tensor_guard", "python_check"])
+def test_guard_of_a_tensor_given_twice(torchs, monkeypatch):
+    """A region given one tensor at two positions (a view made once for both, Note [Views as
+    aliases]) replays for later calls that do the same, with torch's tensor guard (which
+    refuses aliased tensors) or without; a call with two tensors there does not."""
+    if not torchs:
+        monkeypatch.setattr(seq_mod, "_tensor_guard", lambda tensors: None)
+    x, r = torch.randn(8, 64), torch.randn(1, 64)
+    guard = Guard([x, r, r])
+    assert guard.same == ((2, 1),)
+    fresh = torch.randn(1, 64)
+    assert guard.matches([torch.randn(8, 64), fresh, fresh])
+    assert not guard.matches([x, r, torch.randn(1, 64)])  # no longer one tensor
+    other = torch.randn(64, 1).t()
+    assert not guard.matches([x, other, other])  # the shared tensor's strides
+    assert Guard([x, r, x, 2]).matches([x, r, x, 2])
+
+
 def test_guard_without_torchs_tensor_guard(monkeypatch):
     monkeypatch.setattr(seq_mod, "_tensor_guard", lambda tensors: None)
     x = torch.randn(4, 6)
