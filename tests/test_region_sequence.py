@@ -313,6 +313,27 @@ def test_aten_step_given_other_strides_takes_the_prepared_path():
 
 
 @pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+def test_aten_step_straight_run_makes_the_same_call():
+    """Note [Straight runs]: the GEMM step's closure views its operand as `run` does, and
+    takes the prepared path for strides it was not prepared for."""
+    a = torch.randn(8, 4)
+    with stub_launches():
+        seq, _ = sequence_for(_matmul_of_a_permute(), [a])
+        (step,) = seq.steps
+        run = step.straight()
+        assert run is not step.run
+        env = [a, *seq.pad]
+        run(env)
+        torch.testing.assert_close(env[step.writes[0]], a @ a.t(), rtol=0, atol=0)
+        other = torch.randn(4, 8).t()
+        env = [other, *seq.pad]
+        run(env)
+        torch.testing.assert_close(env[step.writes[0]], other @ other.t())
+        (out,) = seq.run([a])  # no bound launch: the checked route, its GEMM step straight
+        torch.testing.assert_close(out, a @ a.t(), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
 def test_aten_step_of_several_outputs_replays_execute():
     g = torch.Generator().manual_seed(3)
     fd = _attention_with_lse()

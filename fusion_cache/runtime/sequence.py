@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from operator import and_, itemgetter
+from operator import and_
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
@@ -340,19 +340,35 @@ class AtenStep:
             env[slot] = value
 
     def straight(self) -> Callable[[list], None]:
-        """This step's run as one closure (Note [Straight runs]): the strides checked, each
-        operand read by a getter made once (a slot, a constant, a view of a slot), the
-        call's output written; the same call as `run` makes."""
+        """This step's run as one closure (Note [Straight runs]): the strides checked, the
+        two operands read as `run` reads them (a slot, a view of one, a constant), the
+        call's output written, in no other Python frame."""
         if self.fn is None or len(self.args) != 2 or self.write is None:
             return self.run  # the usual ATen step is a GEMM: two operands, one output
         fn, checks, prepared, write = self.fn, self.checks, self._prepared, self.write
-        first, second = (_operand(slot, view) for slot, view in self.args)
+        (k0, s0, v0), (k1, s1, v1) = (_operand(slot, view) for slot, view in self.args)
 
         def run(env: list) -> None:
             for slot, stride in checks:
                 if env[slot].stride() != stride:
                     return prepared(env)
-            env[write] = fn(first(env), second(env))
+            if k0 == _SLOT:
+                x = env[s0]
+            elif k0 == _VIEW:
+                x = reinterpret(env[s0], *v0)
+            elif k0 == _METHOD:
+                x = v0[0](env[s0], *v0[1])
+            else:
+                x = v0
+            if k1 == _SLOT:
+                y = env[s1]
+            elif k1 == _VIEW:
+                y = reinterpret(env[s1], *v1)
+            elif k1 == _METHOD:
+                y = v1[0](env[s1], *v1[1])
+            else:
+                y = v1
+            env[write] = fn(x, y)
 
         return run
 
@@ -360,17 +376,19 @@ class AtenStep:
         return set(self.reads) | set(self.writes)
 
 
-def _operand(slot: int | None, view: Any) -> Callable[[list], Any]:
-    """A getter of one ATen step argument (AtenStep.args) from the slots."""
+_SLOT, _VIEW, _METHOD, _CONSTANT = range(4)
+
+
+def _operand(slot: int | None, view: Any) -> tuple[int, int | None, Any]:
+    """An ATen step's argument (AtenStep.args) as AtenStep.straight reads it: (kind, slot,
+    view): the slot's tensor, its view by `reinterpret` of (sizes, strides, offset) (Note
+    [Operand views]) or by a (Tensor method, arguments) (view_recipe in aten_calls.py), or
+    a constant."""
     if slot is None:
-        return lambda env: view
+        return _CONSTANT, None, view
     if view is None:
-        return itemgetter(slot)
-    if len(view) == 2:  # a view method (view_recipe in aten_calls.py)
-        method, arguments = view
-        return lambda env: method(env[slot], *arguments)
-    size, stride, offset = view  # Note [Operand views]
-    return lambda env: reinterpret(env[slot], size, stride, offset)
+        return _SLOT, slot, None
+    return (_METHOD if len(view) == 2 else _VIEW), slot, view
 
 
 class ExecuteStep:
