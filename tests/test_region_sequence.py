@@ -288,7 +288,8 @@ def test_aten_step_replays_its_call_in_one_python_call():
     with stub_launches():
         seq, _ = sequence_for(fd, [a])
         (step,) = seq.steps
-        assert isinstance(step, AtenStep) and step.fn is torch.matmul, seq.describe()
+        # Note [GEMM entry]: a matmul of two matrices replays as torch.mm
+        assert isinstance(step, AtenStep) and step.fn is torch.mm, seq.describe()
         env = [a, *seq.pad]
         assert count_python_calls(lambda: step.run(env)) == 1
         before = FusionCache.get().stats().get("aten_runs", 0)
@@ -310,6 +311,33 @@ def test_aten_step_given_other_strides_takes_the_prepared_path():
         env = [other, *seq.pad]
         step.run(env)
     torch.testing.assert_close(env[step.writes[0]], other @ other.t())
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+@pytest.mark.parametrize("old", [False, True], ids=["new", "old_host_path"])
+def test_gemm_entry_is_mm_for_matrices_only(old, monkeypatch):
+    """Note [GEMM entry]: torch.mm where both operands are 2-D (the same result to the bit),
+    torch.matmul for a batched operand, and always on the old path."""
+    from fusion_cache.runtime.sequence import AtenStep
+
+    monkeypatch.setenv("FUSION_CACHE_OLD_HOST_PATH", "1" if old else "0")
+    with FusionDefinition() as batched:
+        x = batched.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        w = batched.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        batched.add_output(batched.ops.matmul(x, w))
+    a, x, w = torch.randn(8, 4), torch.randn(2, 3, 4), torch.randn(4, 5)
+    with stub_launches():
+        (step,), got = _steps(_matmul_of_a_permute(), [a])
+        assert isinstance(step, AtenStep) and step.fn is (torch.matmul if old else torch.mm)
+        torch.testing.assert_close(got[0], a @ a.t(), rtol=0, atol=0)
+        (step,), got = _steps(batched, [x, w])
+        assert step.fn is torch.matmul
+        torch.testing.assert_close(got[0], x @ w, rtol=0, atol=0)
+
+
+def _steps(fd: FusionDefinition, values: list) -> tuple:
+    seq, _ = sequence_for(fd, values)
+    return seq.steps, seq.run(values)
 
 
 @pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")

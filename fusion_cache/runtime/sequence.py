@@ -308,6 +308,8 @@ class AtenStep:
         self.fn = None
         if call.direct is not None:
             self.fn, specs, self.picks = call.direct
+            if getattr(call, "matrices", False) and not switched_on("OLD_HOST_PATH"):
+                self.fn = torch.mm  # Note [GEMM entry] in aten_calls.py
             self.args = tuple((None, view) if pos is None else (reads[pos], view)
                               for pos, view in specs)  # fmt: skip
             self.write = writes[0] if self.picks is None else None
