@@ -24,9 +24,10 @@ aten.detach to its input: "AOT autograd handles this for us"); a transpose of a 
 becomes its source likewise. And a view repeated on the same arguments (the rotary tables'
 slice and view, made anew by each attention block of each layer, and saved for the backward
 once per use) is made once: views are pure, so the first node's tensor serves every reader
-of the others. A Llama-style training step made about 190 eager views, 100 of them detaches
-(ab_steps' cProfile, H100 2026-11-27). FUSION_CACHE_OLD_HOST_PATH=1 keeps them all (Note
-[Unmeasured switches]: an A/B against the path before).
+of the others. A Llama-style training step (benchmarks.ab_steps' cProfile, H100 2026-11-27)
+called Tensor.detach 103 times, view 26 and narrow 16; now 46 (AOTAutograd's own, of saved
+views), 12 and 0. FUSION_CACHE_OLD_HOST_PATH=1 keeps them all (Note [Unmeasured switches]:
+the A/B's baseline; docs/performance.md has its figures).
 """
 from __future__ import annotations
 

@@ -195,10 +195,11 @@ def _prepare(fd: Any, values: Sequence[Any]) -> PreparedCall | None:
 # Note [GEMM entry]: a region's GEMMs are matmuls of 2-D operands (the lowering views a
 # linear layer's activations as rows). torch.matmul is a composite op: its entry checks the
 # ranks and calls at::mm through the dispatcher a second time; inductor's generated code calls
-# torch.mm itself. On the H100's host, under cProfile (benchmarks.ab_steps --profile, 2026-11-27),
-# the Llama-style step's 87 torch.matmul calls took 30 us each, inductor's 87 torch.mm calls of
-# the same GEMMs 25. A replayed GEMM step of two 2-D operands calls torch.mm (AtenStep): the
-# same kernel on the same operands, so the same result.
+# torch.mm itself. A replayed GEMM step of two 2-D operands calls torch.mm (AtenStep): the
+# same kernel on the same operands, so the same result. H100, 2026-11-27: the Llama-style
+# step's 87 GEMMs under cProfile (benchmarks.ab_steps --profile) 30 us each as torch.matmul,
+# 24 as torch.mm (inductor's: 23); alone, back to back (benchmarks.aten_entry), 13.4 against
+# 13.1 us: the entry's own cost is small, the rest of the in-step gap is not explained.
 
 
 def _output_only_rule(run: Interpreter, r: Record) -> list:

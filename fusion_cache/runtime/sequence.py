@@ -498,13 +498,15 @@ class LaunchSequence:
 # Note [Straight runs]: a kernel step's run (KernelStep.run) serves every route: it picks its
 # allocator by the current device, walks its arenas, carves, outputs, scratch and barrier, and
 # for each launch asks whether to call it as it is; on the H100's host that bookkeeping cost
-# about as much as the step's launch (benchmarks.host_steps: a kernel step 8 us against its
+# twice the step's launch (benchmarks.host_steps, ResNet-18: a kernel step 12 us against its
 # launch's 4). On the inline route (Note [Inline launches]) the sequence checks the current
 # device once a call as well (its kernel steps' one CUDA device), and each kernel step runs
 # as a closure made once over just what it does: its allocations and its launches' fill and
 # call (KernelStep.straight); an ATen step likewise reads its operands through getters made
 # once (AtenStep.straight). The same calls in the same order with the same arguments: a
-# replay's launches and torch calls are the checked route's.
+# replay's launches and torch calls are the checked route's. CPU, fake driver, 20 steps of one
+# output and one launch: 1.02 us a step against 1.58 (the bare loop: 0.92); H100 under
+# cProfile, the Llama-style step's 105 kernel steps 1483 us against 1914 (2026-11-27).
 
 
 def _inline_run(step: Any, straight: bool) -> Callable[[list], None]:
