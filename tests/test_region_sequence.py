@@ -362,6 +362,27 @@ def test_aten_step_straight_run_makes_the_same_call():
 
 
 @pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+def test_linear_step_with_a_bias_runs_straight():
+    """Note [Straight runs]: a GEMM with a bias (GPT-2's linear layers) reads its three operands
+    through getters made once, and replays the same call."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        fd.add_output(fd.ops.linear(x, w, b))
+    x, w, b = torch.randn(8, 4), torch.randn(5, 4), torch.randn(5)
+    with stub_launches():
+        seq, _ = sequence_for(fd, [x, w, b])
+        (step,) = seq.steps
+        run = step.straight()
+        assert run is not step.run and len(step.args) == 3, seq.describe()
+        env = [x, w, b, *seq.pad]
+        run(env)
+    want = torch.nn.functional.linear(x, w, b)
+    torch.testing.assert_close(env[step.writes[0]], want, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
 def test_aten_step_of_several_outputs_replays_execute():
     g = torch.Generator().manual_seed(3)
     fd = _attention_with_lse()

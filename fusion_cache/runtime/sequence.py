@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from operator import and_
+from operator import and_, itemgetter
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
@@ -342,35 +342,24 @@ class AtenStep:
             env[slot] = value
 
     def straight(self) -> Callable[[list], None]:
-        """This step's run as one closure (Note [Straight runs]): the strides checked, the
-        two operands read as `run` reads them (a slot, a view of one, a constant), the
-        call's output written, in no other Python frame."""
-        if self.fn is None or len(self.args) != 2 or self.write is None:
-            return self.run  # the usual ATen step is a GEMM: two operands, one output
+        """This step's run as one closure (Note [Straight runs]): the strides checked, each
+        operand read by a getter made once (a slot, a view of one, a constant), the call's
+        one output written; the same call as `run` makes."""
+        if self.fn is None or self.write is None or len(self.args) not in (2, 3):
+            return self.run  # the usual ATen step is a GEMM: two operands, or three (a bias)
         fn, checks, prepared, write = self.fn, self.checks, self._prepared, self.write
-        (k0, s0, v0), (k1, s1, v1) = (_operand(slot, view) for slot, view in self.args)
+        getters = [_operand(slot, view) for slot, view in self.args]
+        first, second = getters[:2]
+        third = getters[2] if len(getters) == 3 else None
 
         def run(env: list) -> None:
             for slot, stride in checks:
                 if env[slot].stride() != stride:
                     return prepared(env)
-            if k0 == _SLOT:
-                x = env[s0]
-            elif k0 == _VIEW:
-                x = reinterpret(env[s0], *v0)
-            elif k0 == _METHOD:
-                x = v0[0](env[s0], *v0[1])
+            if third is None:
+                env[write] = fn(first(env), second(env))
             else:
-                x = v0
-            if k1 == _SLOT:
-                y = env[s1]
-            elif k1 == _VIEW:
-                y = reinterpret(env[s1], *v1)
-            elif k1 == _METHOD:
-                y = v1[0](env[s1], *v1[1])
-            else:
-                y = v1
-            env[write] = fn(x, y)
+                env[write] = fn(first(env), second(env), third(env))
 
         return run
 
@@ -378,19 +367,19 @@ class AtenStep:
         return set(self.reads) | set(self.writes)
 
 
-_SLOT, _VIEW, _METHOD, _CONSTANT = range(4)
-
-
-def _operand(slot: int | None, view: Any) -> tuple[int, int | None, Any]:
-    """An ATen step's argument (AtenStep.args) as AtenStep.straight reads it: (kind, slot,
-    view): the slot's tensor, its view by `reinterpret` of (sizes, strides, offset) (Note
-    [Operand views]) or by a (Tensor method, arguments) (view_recipe in aten_calls.py), or
-    a constant."""
+def _operand(slot: int | None, view: Any) -> Callable[[list], Any]:
+    """A getter of one ATen step argument (AtenStep.args) from the slots: the slot's tensor
+    (a C-level itemgetter), its view by `reinterpret` (Note [Operand views]) or by a Tensor
+    method (view_recipe in aten_calls.py), or a constant."""
     if slot is None:
-        return _CONSTANT, None, view
+        return lambda env: view
     if view is None:
-        return _SLOT, slot, None
-    return (_METHOD if len(view) == 2 else _VIEW), slot, view
+        return itemgetter(slot)
+    if len(view) == 2:
+        method, arguments = view
+        return lambda env: method(env[slot], *arguments)
+    size, stride, offset = view
+    return lambda env: reinterpret(env[slot], size, stride, offset)
 
 
 class ExecuteStep:
