@@ -228,6 +228,12 @@ SWITCHES: dict[str, str] = {
     "PACKED_OUTPUTS": "a launch sequence carves a kernel step's small outputs of one dtype "
                       "from one allocation (Note [Packed small outputs], "
                       "fusion_cache/runtime/sequence.py)",
+    "OLD_HOST_PATH": "the host path as before 2026-11-27's cuts, for an A/B against it: "
+                     "detaches and repeated views stay eager (Note [Views as aliases], "
+                     "fusion_cache/frontends/eager_views.py), launch sequences run as before "
+                     "(Note [Straight runs], fusion_cache/runtime/sequence.py), GEMMs "
+                     "through torch.matmul (Note [GEMM entry], fusion_cache/runtime/"
+                     "aten_calls.py)",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
 }

@@ -2,6 +2,7 @@
 same views as the aten ops they replace."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -25,7 +26,11 @@ def _layout(t):
     return t.shape, t.stride(), t.storage_offset(), t.untyped_storage().data_ptr()
 
 
-def test_views_outside_regions_become_tensor_methods_with_the_same_views():
+@pytest.mark.parametrize("old", [False, True], ids=["aliases", "old_host_path"])
+def test_views_outside_regions_become_tensor_methods_with_the_same_views(old, monkeypatch):
+    """Note [Views as aliases]: t(t(w)) is w and detach(detach(x)) is x; with the old path
+    each keeps one op (a detach)."""
+    monkeypatch.setenv("FUSION_CACHE_OLD_HOST_PATH", "1" if old else "0")
     args = (torch.randn(4, 6), torch.randn(3, 5), torch.randn(8, 3))
     gm = make_fx(_views)(*args)
     want = gm(*args)
@@ -34,7 +39,8 @@ def test_views_outside_regions_become_tensor_methods_with_the_same_views():
     gm.recompile()
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert not any(isinstance(t, torch._ops.OpOverload) for t in targets), targets
-    assert len(targets) == len(ops) - 2  # t(t(w)) and detach(detach(x)) lost their inner op
+    assert len(targets) == len(ops) - (2 if old else 4)
+    assert targets.count(torch.Tensor.detach) == (2 if old else 0)
     assert targets.count(torch.Tensor.narrow) == 2
     fresh = tuple(torch.randn_like(a) for a in args)  # fresh inputs of the same layouts
     for got, ref in zip(gm(*fresh), make_fx(_views)(*args)(*fresh)):
@@ -45,9 +51,38 @@ def test_views_outside_regions_become_tensor_methods_with_the_same_views():
         assert _layout(got) == _layout(ref)
 
 
-def test_rewritten_nodes_name_their_aten_ops():
+def _repeated(x, cos):
+    a = cos[0:4].view(1, 4, 2)  # the rotary tables' slice and view, made per use
+    b = cos[0:4].view(1, 4, 2)
+    c = x.detach()
+    return a * x, b + x, c, cos[0:4].view(1, 4, 2), cos[1:5]
+
+
+def test_repeated_views_are_made_once_and_detaches_are_their_sources():
+    """Note [Views as aliases]: the same view of the same arguments is one node, read by
+    every reader of the others; a detach's readers read its source; the results hold the
+    same values, layouts and storages as before."""
+    args = (torch.randn(1, 4, 2), torch.randn(8, 2))
+    gm = make_fx(_repeated)(*args)
+    want = gm(*args)
+    fast_views(gm)
+    gm.recompile()
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.Tensor.narrow) == 2  # [0:4] once, [1:5]
+    assert targets.count(torch.Tensor.view) == 1
+    assert torch.Tensor.detach not in targets and _aten.detach.default not in targets
+    got = gm(*args)
+    assert got[2] is args[0]
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert _layout(g)[:3] == _layout(w)[:3]
+        assert k < 2 or _layout(g) == _layout(w)  # the views: the same storage
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_rewritten_nodes_name_their_aten_ops(monkeypatch):
     """The fused graph's form (Note [Fused graph form]) keeps aten ops: each method node
-    names the op it calls, squeeze by its argument."""
+    names the op it calls, squeeze by its argument (the detach kept: the old path)."""
+    monkeypatch.setenv("FUSION_CACHE_OLD_HOST_PATH", "1")
     gm = make_fx(lambda x: (x.t(), x.unsqueeze(0).squeeze(0), x[None].squeeze([0]),
                             x.view(-1), x.detach()))(torch.randn(2, 3))  # fmt: skip
     before = [n.target for n in gm.graph.nodes if n.op == "call_function"]

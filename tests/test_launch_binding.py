@@ -301,3 +301,60 @@ def test_an_inline_launch_that_fails_raises_naming_the_kernel():
     driver.results = [1]  # CUDA_ERROR_INVALID_VALUE for the next launch, an inline one
     with pytest.raises(LaunchError, match="fake_kernel"):
         seq.run(_env())
+
+
+def _straight_sequence(kernel: LoadedKernel, monkeypatch, old: bool):
+    """Two kernel steps of pointer-only bound launches: the first makes slot 5 from slot 1 (one
+    launch), the second slot 6 from slots 0 and 5 (two launches); both outputs returned."""
+    from types import SimpleNamespace
+
+    from fusion_cache.runtime.sequence import KernelStep, LaunchSequence
+
+    monkeypatch.setenv("FUSION_CACHE_OLD_HOST_PATH", "1" if old else "0")
+    types = ("ptr", "ptr", "i64")
+    plan = SimpleNamespace(device=torch.device("cpu"))
+
+    def bind(grid, pointers, size):
+        return kernel.bind(grid, (32, 1, 1), types, (None, None, size), pointers, ())
+
+    first = KernelStep(((5, (4,), (1,), torch.float32),), (), (bind((1, 1, 1), ((0, 1), (1, 5)),
+                                                                     4),), plan, None)  # fmt: skip
+    second = KernelStep(((6, (2, 3), (3, 1), torch.float64),), (),
+                        (bind((2, 1, 1), ((0, 0), (1, 6)), 6),
+                         bind((3, 1, 1), ((0, 5), (1, 6)), 7)), plan, None)  # fmt: skip
+    fd = SimpleNamespace(_cache=SimpleNamespace(counters={"kernel_launches": 0}), _fid=0)
+    return LaunchSequence(fd, 5, 7, [first, second], (5, 6))
+
+
+def test_straight_runs_launch_what_the_checked_route_launches(monkeypatch):
+    """Note [Straight runs]: kernel steps replayed as closures allocate their outputs and make
+    the same launches, with the same arguments and stream, as the old path's steps."""
+    seen = {}
+    for old in (True, False):
+        driver = _FakeDriver(("ptr", "ptr", "i64"))
+        seq = _straight_sequence(_kernel(driver), monkeypatch, old)
+        runs = []
+        for _ in range(3):  # the first checked, then inline
+            env = _env()
+            outs = seq.run(env)
+            assert outs[0].shape == (4,) and outs[1].stride() == (3, 1)
+            assert outs[1].dtype == torch.float64
+            ptrs = {env[0].data_ptr(): "in0", env[1].data_ptr(): "in1",
+                    outs[0].data_ptr(): "out5", outs[1].data_ptr(): "out6"}  # fmt: skip
+            runs.append([(c["grid"], c["stream"], [ptrs.get(a, a) for a in c["args"]])
+                         for c in driver.calls[-3:]])  # fmt: skip
+        seen[old] = runs
+        assert (getattr(seq._inline_runs[0][0], "__name__", "") == "run_one") is not old
+    assert seen[True] == seen[False]
+    assert seen[False][2] == [((1, 1, 1), STREAM, ["in1", "out5", 4]),
+                              ((2, 1, 1), STREAM, ["in0", "out6", 6]),
+                              ((3, 1, 1), STREAM, ["out5", "out6", 7])]  # fmt: skip
+
+
+def test_a_straight_launch_that_fails_raises_naming_the_kernel(monkeypatch):
+    driver = _FakeDriver(("ptr", "ptr", "i64"))
+    seq = _straight_sequence(_kernel(driver), monkeypatch, False)
+    seq.run(_env())  # checked: the stream is now every launch's
+    driver.results = [0, 1]  # the second launch fails: CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(LaunchError, match="fake_kernel"):
+        seq.run(_env())

@@ -190,6 +190,24 @@ def test_guard_takes_the_same_signature_only():
     assert Guard([shifted, b]).matches([x, b])
 
 
+@pytest.mark.parametrize("torchs", [True, False], ids=["tensor_guard", "python_check"])
+def test_guard_of_a_tensor_given_twice(torchs, monkeypatch):
+    """A region given one tensor at two positions (a view made once for both, Note [Views as
+    aliases]) replays for later calls that do the same, with torch's tensor guard (which
+    refuses aliased tensors) or without; a call with two tensors there does not."""
+    if not torchs:
+        monkeypatch.setattr(seq_mod, "_tensor_guard", lambda tensors: None)
+    x, r = torch.randn(8, 64), torch.randn(1, 64)
+    guard = Guard([x, r, r])
+    assert guard.same == ((2, 1),)
+    fresh = torch.randn(1, 64)
+    assert guard.matches([torch.randn(8, 64), fresh, fresh])
+    assert not guard.matches([x, r, torch.randn(1, 64)])  # no longer one tensor
+    other = torch.randn(64, 1).t()
+    assert not guard.matches([x, other, other])  # the shared tensor's strides
+    assert Guard([x, r, x, 2]).matches([x, r, x, 2])
+
+
 def test_guard_without_torchs_tensor_guard(monkeypatch):
     monkeypatch.setattr(seq_mod, "_tensor_guard", lambda tensors: None)
     x = torch.randn(4, 6)
@@ -270,7 +288,8 @@ def test_aten_step_replays_its_call_in_one_python_call():
     with stub_launches():
         seq, _ = sequence_for(fd, [a])
         (step,) = seq.steps
-        assert isinstance(step, AtenStep) and step.fn is torch.matmul, seq.describe()
+        # Note [GEMM entry]: a matmul of two matrices replays as torch.mm
+        assert isinstance(step, AtenStep) and step.fn is torch.mm, seq.describe()
         env = [a, *seq.pad]
         assert count_python_calls(lambda: step.run(env)) == 1
         before = FusionCache.get().stats().get("aten_runs", 0)
@@ -292,6 +311,75 @@ def test_aten_step_given_other_strides_takes_the_prepared_path():
         env = [other, *seq.pad]
         step.run(env)
     torch.testing.assert_close(env[step.writes[0]], other @ other.t())
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+@pytest.mark.parametrize("old", [False, True], ids=["new", "old_host_path"])
+def test_gemm_entry_is_mm_for_matrices_only(old, monkeypatch):
+    """Note [GEMM entry]: torch.mm where both operands are 2-D (the same result to the bit),
+    torch.matmul for a batched operand, and always on the old path."""
+    from fusion_cache.runtime.sequence import AtenStep
+
+    monkeypatch.setenv("FUSION_CACHE_OLD_HOST_PATH", "1" if old else "0")
+    with FusionDefinition() as batched:
+        x = batched.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        w = batched.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        batched.add_output(batched.ops.matmul(x, w))
+    a, x, w = torch.randn(8, 4), torch.randn(2, 3, 4), torch.randn(4, 5)
+    with stub_launches():
+        (step,), got = _steps(_matmul_of_a_permute(), [a])
+        assert isinstance(step, AtenStep) and step.fn is (torch.matmul if old else torch.mm)
+        torch.testing.assert_close(got[0], a @ a.t(), rtol=0, atol=0)
+        (step,), got = _steps(batched, [x, w])
+        assert step.fn is torch.matmul
+        torch.testing.assert_close(got[0], x @ w, rtol=0, atol=0)
+
+
+def _steps(fd: FusionDefinition, values: list) -> tuple:
+    seq, _ = sequence_for(fd, values)
+    return seq.steps, seq.run(values)
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+def test_aten_step_straight_run_makes_the_same_call():
+    """Note [Straight runs]: the GEMM step's closure views its operand as `run` does, and
+    takes the prepared path for strides it was not prepared for."""
+    a = torch.randn(8, 4)
+    with stub_launches():
+        seq, _ = sequence_for(_matmul_of_a_permute(), [a])
+        (step,) = seq.steps
+        run = step.straight()
+        assert run is not step.run
+        env = [a, *seq.pad]
+        run(env)
+        torch.testing.assert_close(env[step.writes[0]], a @ a.t(), rtol=0, atol=0)
+        other = torch.randn(4, 8).t()
+        env = [other, *seq.pad]
+        run(env)
+        torch.testing.assert_close(env[step.writes[0]], other @ other.t())
+        (out,) = seq.run([a])  # no bound launch: the checked route, its GEMM step straight
+        torch.testing.assert_close(out, a @ a.t(), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")
+def test_linear_step_with_a_bias_runs_straight():
+    """Note [Straight runs]: a GEMM with a bias (GPT-2's linear layers) reads its three operands
+    through getters made once, and replays the same call."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        fd.add_output(fd.ops.linear(x, w, b))
+    x, w, b = torch.randn(8, 4), torch.randn(5, 4), torch.randn(5)
+    with stub_launches():
+        seq, _ = sequence_for(fd, [x, w, b])
+        (step,) = seq.steps
+        run = step.straight()
+        assert run is not step.run and len(step.args) == 3, seq.describe()
+        env = [x, w, b, *seq.pad]
+        run(env)
+    want = torch.nn.functional.linear(x, w, b)
+    torch.testing.assert_close(env[step.writes[0]], want, rtol=0, atol=0)
 
 
 @pytest.mark.skipif(not HAS_ATEN, reason="this build's frontend has no ATen ops")

@@ -15,6 +15,19 @@ a tensor of its own as before). Ops with keyword arguments, and slices whose siz
 symbolic, stay as they are. `aten_op_of` names the ATen op a rewritten node calls, for the
 fused graph's form (Note [Fused graph form]), which is rebuilt with aten ops and rewritten
 again.
+
+Note [Views as aliases]: beyond making each view cheaper, `fast_views` makes fewer of them,
+as inductor's generated code does. A detach becomes its source: the graphs run under no_grad
+inside AOTAutograd's function, which alone gives the outputs their autograd meaning, so a
+detach there only made a second tensor of the same storage and layout (inductor lowers
+aten.detach to its input: "AOT autograd handles this for us"); a transpose of a transpose
+becomes its source likewise. And a view repeated on the same arguments (the rotary tables'
+slice and view, made anew by each attention block of each layer, and saved for the backward
+once per use) is made once: views are pure, so the first node's tensor serves every reader
+of the others. A Llama-style training step (benchmarks.ab_steps' cProfile, H100 2026-11-27)
+called Tensor.detach 103 times, view 26 and narrow 16; now 46 (AOTAutograd's own, of saved
+views), 12 and 0. FUSION_CACHE_OLD_HOST_PATH=1 keeps them all (Note [Unmeasured switches]:
+the A/B's baseline; docs/performance.md has its figures).
 """
 from __future__ import annotations
 
@@ -23,6 +36,8 @@ from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
+
+from schedulers.tuning import switched_on
 
 _aten = torch.ops.aten
 _T = torch.Tensor
@@ -60,9 +75,13 @@ def aten_op_of(node: Node) -> Any:
 def fast_views(gm: GraphModule) -> int:
     """Rewrite the graph's view ops outside regions (Note [Eager views]), in place; the
     caller recompiles. Returns how many nodes were rewritten or dropped."""
+    aliases = not switched_on("OLD_HOST_PATH")  # Note [Views as aliases]
     changed = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.kwargs:
+            continue
+        if aliases and _as_alias(gm, node):
+            changed += 1
             continue
         if node.target in (_aten.t.default, _aten.detach.default) and _collapse(gm, node):
             changed += 1
@@ -74,7 +93,66 @@ def fast_views(gm: GraphModule) -> int:
         if method is not None and len(node.args) <= _ARITY.get(node.target, len(node.args)):
             node.target = method
             changed += 1
+    if aliases:
+        changed += _share_repeated_views(gm)
     return changed
+
+
+def _as_alias(gm: GraphModule, node: Node) -> bool:
+    """detach(x), and t(t(x)) where the inner t has no other reader: x itself (Note [Views as
+    aliases]). The node is erased, its readers read x."""
+    inner = None
+    if node.target is _aten.detach.default and len(node.args) == 1:
+        source = node.args[0]
+    elif node.target is _aten.t.default and len(node.args) == 1:
+        inner = node.args[0]
+        if not (isinstance(inner, Node) and inner.op == "call_function" and len(inner.users) == 1
+                and inner.target in (_aten.t.default, _T.t) and len(inner.args) == 1
+                and not inner.kwargs):  # fmt: skip
+            return False
+        source = inner.args[0]
+    else:
+        return False
+    if not isinstance(source, Node):
+        return False
+    node.replace_all_uses_with(source)
+    gm.graph.erase_node(node)
+    if inner is not None:  # the inner t of t(t(x)), read by nothing now
+        gm.graph.erase_node(inner)
+    return True
+
+
+_VIEW_TARGETS = frozenset(METHODS.values()) | {_aten.slice.Tensor} | set(METHODS)
+
+
+def _share_repeated_views(gm: GraphModule) -> int:
+    """A view node of the same target and arguments as an earlier one: its readers read the
+    earlier (Note [Views as aliases]); returns how many were dropped."""
+    seen: dict[tuple, Node] = {}
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _VIEW_TARGETS:
+            continue
+        try:
+            key = (node.target, _hashable(node.args), _hashable(node.kwargs))
+            hash(key)
+        except TypeError:
+            continue
+        first = seen.setdefault(key, node)
+        if first is not node:
+            node.replace_all_uses_with(first)
+            gm.graph.erase_node(node)
+            dropped += 1
+    return dropped
+
+
+def _hashable(value: Any) -> Any:
+    """Node arguments as a key: lists as tuples, dicts as sorted item tuples."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
 
 
 def _collapse(gm: GraphModule, node: Node) -> bool:

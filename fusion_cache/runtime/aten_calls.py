@@ -70,6 +70,9 @@ class PreparedCall:
     # offset) of an as_strided view of it)) and which of its outputs the segment returns
     # (None: it returns its one output itself)
     direct: tuple[Callable, tuple, tuple[int, ...] | None] | None = None
+    # the op is a matmul of two 2-D operands: torch.mm makes the same call with less on the
+    # way (Note [GEMM entry])
+    matrices: bool = False
 
     def __call__(self, values: Sequence[Any]) -> list[Any]:
         for pos, stride in self.strides:
@@ -182,9 +185,21 @@ def _prepare(fd: Any, values: Sequence[Any]) -> PreparedCall | None:
     strides = tuple(sorted({(pos, values[pos].stride()) for _, (pos, size, _, _) in operands
                             if size is not None}))  # fmt: skip
     direct = _direct(op, call, single, outputs, dict(operands), fixed, dict(read), recipes)
+    matrices = op.name == "matmul" and all(views[a.index][1].dim() == 2 for a in op.refs()
+                                           if a.kind == "T")  # fmt: skip
     return PreparedCall(op, rule, infos, tuple(fixed.items()), tuple(read), tuple(operands),
                         outputs, strides, partial(interpret_segment, fd), device_of(values),
-                        direct)  # fmt: skip
+                        direct, matrices)  # fmt: skip
+
+
+# Note [GEMM entry]: a region's GEMMs are matmuls of 2-D operands (the lowering views a
+# linear layer's activations as rows). torch.matmul is a composite op: its entry checks the
+# ranks and calls at::mm through the dispatcher a second time; inductor's generated code calls
+# torch.mm itself. A replayed GEMM step of two 2-D operands calls torch.mm (AtenStep): the
+# same kernel on the same operands, so the same result. H100, 2026-11-27: the Llama-style
+# step's 87 GEMMs under cProfile (benchmarks.ab_steps --profile) 30 us each as torch.matmul,
+# 24 as torch.mm (inductor's: 23); alone, back to back (benchmarks.aten_entry), 13.4 against
+# 13.1 us: the entry's own cost is small, the rest of the in-step gap is not explained.
 
 
 def _output_only_rule(run: Interpreter, r: Record) -> list:

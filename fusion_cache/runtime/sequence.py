@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from operator import and_
+from operator import and_, itemgetter
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
@@ -51,13 +51,24 @@ class Guard:
     Shapes, strides and dtypes are checked by torch's own tensor guard (the C++ check that
     torch.compile's guards run: dtype, device, dispatch keys, sizes, strides) where this
     torch has it, about five times faster than reading them in Python; the alignment is one
-    pass of C-level maps over the data pointers."""
+    pass of C-level maps over the data pointers.
 
-    __slots__ = ("check", "aligns", "tensor_at", "scalars", "everything_tensor", "specs")
+    A tensor passed at several positions (a view made once for several readers, Note [Views
+    as aliases] in fusion_cache/frontends/eager_views.py) is checked once, and its other
+    positions must hold the same tensor: torch's tensor guard refuses tensors that alias one
+    another, so a region given one tensor twice missed its guard on every call."""
+
+    __slots__ = ("check", "aligns", "tensor_at", "scalars", "everything_tensor", "specs", "same")
 
     def __init__(self, values: Sequence[Any]) -> None:
-        tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        self.tensor_at = tuple(i for i, v in enumerate(values) if isinstance(v, torch.Tensor))
+        first: dict[int, int] = {}  # id of a tensor -> the first position holding it
+        same = []  # (position, the first position holding its tensor)
+        for i, v in enumerate(values):
+            if isinstance(v, torch.Tensor) and first.setdefault(id(v), i) != i:
+                same.append((i, first[id(v)]))
+        self.same = tuple(same)
+        self.tensor_at = tuple(first.values())
+        tensors = [values[i] for i in self.tensor_at]
         self.everything_tensor = len(tensors) == len(values)
         self.aligns = [_alignment(t.data_ptr()) - 1 for t in tensors]
         self.scalars = tuple((i, v if type(v) is int else type(v)) for i, v in enumerate(values)
@@ -67,13 +78,16 @@ class Guard:
 
     def matches(self, args: Sequence[Any]) -> bool:
         """True when `args` (of the recorded arity) may replay the recorded sequence."""
-        if self.everything_tensor:  # the usual region: tensors only
+        if self.everything_tensor:  # the usual region: tensors only, each once
             tensors = args
         else:
             tensors = [args[i] for i in self.tensor_at]
             for i, want in self.scalars:
                 v = args[i]
                 if (v if type(v) is int else type(v)) != want:
+                    return False
+            for i, j in self.same:
+                if args[i] is not args[j]:
                     return False
         check = self.check
         if check is not None:
@@ -179,6 +193,52 @@ class KernelStep:
             if err:
                 launch.kernel._recover(err, call, launch.grid, launch.block, launch.shared_mem)
 
+    def _run_inline(self, env: list) -> None:
+        self.run(env, True)
+
+    def straight(self) -> Callable[[list], None]:
+        """This step's run for a straight replay (Note [Straight runs]): one closure over its
+        allocations and inline launches, for a sequence that checked the thread, stream and
+        current device once."""
+        if self.scratch or self.barrier_slot is not None or self.empty is None or any(
+                fill is None or call is None for fill, _, _, call, _ in self.inlined):  # fmt: skip
+            return self._run_inline
+        inlined = tuple((fill, buffer, pointers, call, launch.kernel._recover, launch.grid,
+                         launch.block, launch.shared_mem)
+                        for fill, buffer, pointers, call, launch in self.inlined)  # fmt: skip
+        empty, arenas, carves, fresh = self.empty, self.arenas, self.carves, self.fresh
+
+        def allocate(env: list) -> None:
+            for slot, size, dtype in arenas:
+                env[slot] = empty((size,), (1,), dtype)
+            for slot, arena, shape, stride, offset in carves:
+                env[slot] = reinterpret(env[arena], shape, stride, offset)
+
+        if len(inlined) != 1 or arenas or carves:
+            def run(env: list) -> None:
+                if arenas or carves:
+                    allocate(env)
+                for slot, shape, stride, dtype in fresh:
+                    env[slot] = empty(shape, stride, dtype)
+                for fill, buffer, pointers, call, recover, grid, block, smem in inlined:
+                    fill(buffer, 0, *map(_data_ptr, pointers(env)))
+                    err = call()
+                    if err:
+                        recover(err, call, grid, block, smem)
+
+            return run
+        ((fill, buffer, pointers, call, recover, grid, block, smem),) = inlined
+
+        def run_one(env: list) -> None:  # the usual step: fresh outputs, one launch
+            for slot, shape, stride, dtype in fresh:
+                env[slot] = empty(shape, stride, dtype)
+            fill(buffer, 0, *map(_data_ptr, pointers(env)))
+            err = call()
+            if err:
+                recover(err, call, grid, block, smem)
+
+        return run_one
+
     def _empty_on_device(self, shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
 
@@ -248,6 +308,8 @@ class AtenStep:
         self.fn = None
         if call.direct is not None:
             self.fn, specs, self.picks = call.direct
+            if getattr(call, "matrices", False) and not switched_on("OLD_HOST_PATH"):
+                self.fn = torch.mm  # Note [GEMM entry] in aten_calls.py
             self.args = tuple((None, view) if pos is None else (reads[pos], view)
                               for pos, view in specs)  # fmt: skip
             self.write = writes[0] if self.picks is None else None
@@ -279,8 +341,45 @@ class AtenStep:
         for slot, value in zip(self.writes, self.call([env[s] for s in self.reads])):
             env[slot] = value
 
+    def straight(self) -> Callable[[list], None]:
+        """This step's run as one closure (Note [Straight runs]): the strides checked, each
+        operand read by a getter made once (a slot, a view of one, a constant), the call's
+        one output written; the same call as `run` makes."""
+        if self.fn is None or self.write is None or len(self.args) not in (2, 3):
+            return self.run  # the usual ATen step is a GEMM: two operands, or three (a bias)
+        fn, checks, prepared, write = self.fn, self.checks, self._prepared, self.write
+        getters = [_operand(slot, view) for slot, view in self.args]
+        first, second = getters[:2]
+        third = getters[2] if len(getters) == 3 else None
+
+        def run(env: list) -> None:
+            for slot, stride in checks:
+                if env[slot].stride() != stride:
+                    return prepared(env)
+            if third is None:
+                env[write] = fn(first(env), second(env))
+            else:
+                env[write] = fn(first(env), second(env), third(env))
+
+        return run
+
     def slots(self) -> set[int]:
         return set(self.reads) | set(self.writes)
+
+
+def _operand(slot: int | None, view: Any) -> Callable[[list], Any]:
+    """A getter of one ATen step argument (AtenStep.args) from the slots: the slot's tensor
+    (a C-level itemgetter), its view by `reinterpret` (Note [Operand views]) or by a Tensor
+    method (view_recipe in aten_calls.py), or a constant."""
+    if slot is None:
+        return lambda env: view
+    if view is None:
+        return itemgetter(slot)
+    if len(view) == 2:
+        method, arguments = view
+        return lambda env: method(env[slot], *arguments)
+    size, stride, offset = view
+    return lambda env: reinterpret(env[slot], size, stride, offset)
 
 
 class ExecuteStep:
@@ -313,7 +412,8 @@ class LaunchSequence:
     returns the output slots' values; `drops[k]` are the slots step k reads last."""
 
     __slots__ = ("steps", "drops", "outputs", "n_inputs", "pad", "launches", "aten_runs",
-                 "counters", "fusion_id", "_runs", "_inline", "_inline_runs", "_stream")  # fmt: skip
+                 "counters", "fusion_id", "_runs", "_inline", "_inline_runs", "_stream",
+                 "_device")  # fmt: skip
 
     def __init__(self, fd: FusionDefinition, n_inputs: int, n_slots: int, steps: Sequence[Any],
                  outputs: Sequence[int]) -> None:  # fmt: skip
@@ -329,11 +429,15 @@ class LaunchSequence:
         self.aten_runs = sum(isinstance(s, AtenStep) for s in self.steps)
         self.counters = fd._cache.counters
         self.fusion_id = fd._fid
-        self._runs = tuple((step.run, drop) for step, drop in zip(self.steps, self.drops))
+        devices = {step.device for step in self.steps if isinstance(step, KernelStep)}
+        # Note [Straight runs]; the old path is the A/B's baseline (Note [Unmeasured switches])
+        straight = len(devices) <= 1 and not switched_on("OLD_HOST_PATH")
+        self._runs = tuple((step.straight() if straight and isinstance(step, AtenStep)
+                            else step.run, drop) for step, drop in zip(self.steps, self.drops))  # fmt: skip
         self._inline = _inline_binding(self.steps)
-        self._inline_runs = tuple((partial(step.run, inline=True) if isinstance(step, KernelStep)
-                                   else step.run, drop) for step, drop in zip(self.steps,
-                                                                              self.drops))  # fmt: skip
+        self._inline_runs = tuple((_inline_run(step, straight), drop)
+                                  for step, drop in zip(self.steps, self.drops))  # fmt: skip
+        self._device = _device_index(devices) if straight else None
         self._stream = None  # the stream every bound launch was last launched on
 
     def run(self, args: Sequence[Any]) -> list:
@@ -342,7 +446,8 @@ class LaunchSequence:
         inline = self._inline
         if inline is not None and get_ident() == inline[0]:  # Note [Inline launches]
             stream = inline[2](inline[1])
-            if stream == self._stream:
+            device = self._device
+            if stream == self._stream and (device is None or _current_cuda_device() == device):
                 runs, stream = self._inline_runs, None
         for run, drop in runs:
             run(env)
@@ -377,6 +482,36 @@ class LaunchSequence:
 # checked, so that each moved its config to it), its kernel steps fill and call each launch
 # themselves; otherwise each launch runs checked, as before (another thread takes the unbound
 # route, a new stream is written into each config).
+
+
+# Note [Straight runs]: a kernel step's run (KernelStep.run) serves every route: it picks its
+# allocator by the current device, walks its arenas, carves, outputs, scratch and barrier, and
+# for each launch asks whether to call it as it is; on the H100's host that bookkeeping cost
+# twice the step's launch (benchmarks.host_steps, ResNet-18: a kernel step 12 us against its
+# launch's 4). On the inline route (Note [Inline launches]) the sequence checks the current
+# device once a call as well (its kernel steps' one CUDA device), and each kernel step runs
+# as a closure made once over just what it does: its allocations and its launches' fill and
+# call (KernelStep.straight); an ATen step likewise reads its operands through getters made
+# once (AtenStep.straight). The same calls in the same order with the same arguments: a
+# replay's launches and torch calls are the checked route's. CPU, fake driver, 20 steps of one
+# output and one launch: 1.02 us a step against 1.58 (the bare loop: 0.92); H100 under
+# cProfile, the Llama-style step's 105 kernel steps 1483 us against 1914 (2026-11-27).
+
+
+def _inline_run(step: Any, straight: bool) -> Callable[[list], None]:
+    """A step's run on the inline route (Note [Inline launches])."""
+    if straight and isinstance(step, (KernelStep, AtenStep)):
+        return step.straight()
+    return partial(step.run, inline=True) if isinstance(step, KernelStep) else step.run
+
+
+def _device_index(devices: set[torch.device]) -> int | None:
+    """The CUDA device index a straight run checks once a call (its kernel steps' one
+    device), or None where there is nothing to check (no kernel step, CPU steps: the stub)."""
+    for device in devices:
+        if device.type == "cuda":
+            return torch.cuda.current_device() if device.index is None else device.index
+    return None
 
 
 def _inline_binding(steps: Sequence[Any]) -> tuple | None:
