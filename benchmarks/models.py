@@ -17,6 +17,15 @@ plan misses and reference-evaluator runs (zero on a GPU). `fusion_cache_graphs` 
 are fusion_cache with every switch of Note [Unmeasured switches] (schedulers/tuning.py) on,
 timed beside the others in the same run.
 
+Note [Torch's floor]: `aot_eager` and `dynamo_eager` (opt-in) are torch.compile with torch's
+own backends "aot_eager" (dynamo's tracing and AOT autograd, the graphs run by eager) and
+"eager" (dynamo's tracing alone), each run in a new process: their first step is what any
+backend built on dynamo (and on AOT autograd) pays in a new process before compiling anything,
+the floor under fusion_cache's warm first step. Our warm process hits torch's AOTAutograd
+cache (Note [AOT cache]) and so pays less than aot_eager's AOT tracing, but never less than
+dynamo_eager's. The report's "Torch's floor" table sets both against our cold and warm first
+steps.
+
 `--stub` (with --device cpu) is a model of the GPU path's host side on a machine without
 one: fusion_cache plans every region for the h100 profile (NVRTC compiles here, through
 the store), stub kernels launch nothing, and the eager ops run on the CPU; losses are
@@ -65,7 +74,9 @@ from benchmarks.model_defs import ModelCase, model_cases
 RESULTS_DIR = Path(__file__).parent / "results"
 CONTENDERS = ("eager", "eager_again", "inductor", "fusion_cache")
 OPTIONAL = ("fusion_cache_graphs", "inductor_graphs", "fusion_cache_switched",
-            "fusion_cache_switched_graphs")
+            "fusion_cache_switched_graphs", "aot_eager", "dynamo_eager")
+# Note [Torch's floor]: contender -> torch's backend, each run in a new process
+FLOORS = {"aot_eager": "aot_eager", "dynamo_eager": "eager"}
 SWITCHED = "_switched"  # Note [Unmeasured switches]: the contender with every switch on
 MEDIAN_FROM = 4  # steps 5.. (0-based 4..): the median skips compiles and warm-up
 
@@ -174,6 +185,8 @@ def compiled(contender: str, model: torch.nn.Module) -> Callable:
         return model
     if contender == "inductor":
         return torch.compile(model)
+    if contender in FLOORS:  # Note [Torch's floor]
+        return torch.compile(model, backend=FLOORS[contender])
     if contender == "inductor_graphs":  # beside fusion_cache_graphs: both replay CUDA graphs
         return torch.compile(model, mode="reduce-overhead")
     from fusion_cache.frontends import register_backend
@@ -397,10 +410,11 @@ def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool,
-               profile: Path | None = None) -> int:  # fmt: skip
-    """In a new process on the store FUSION_CACHE_DIR names: one fusion_cache run, as JSON."""
+               profile: Path | None = None, contender: str = "fusion_cache") -> int:  # fmt: skip
+    """In a new process on the store FUSION_CACHE_DIR names: one run (fusion_cache's, or a
+    floor's: Note [Torch's floor]), as JSON."""
     case = next(c for c in model_cases(tiny) if c.name == name)
-    row = run_contender("fusion_cache", case, steps, device, stub, profile)
+    row = run_contender(contender, case, steps, device, stub, profile)
     row.pop(FIRST_GRADS, None)  # tensors: compared in the parent only for its own runs
     print("WARM-RESULT " + json.dumps(row))
     return 0
@@ -408,11 +422,12 @@ def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool,
 
 def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
                    profile: Path | None = None, extra_env: dict[str, str] | None = None,
-                   ) -> dict[str, Any]:  # fmt: skip
+                   contender: str = "fusion_cache") -> dict[str, Any]:  # fmt: skip
     """fusion_cache's run in a new process on `store` and this process's torch cache dir:
-    warm, or cold where both are still empty (--cold-process)."""
+    warm, or cold where both are still empty (--cold-process); or a floor's (Note [Torch's
+    floor])."""
     cmd = [sys.executable, "-m", "benchmarks.models", "--warm-child", case.name,
-           "--steps", str(args.steps), "--device", args.device]  # fmt: skip
+           "--steps", str(args.steps), "--device", args.device, "--child-contender", contender]
     cmd += ["--tiny"] if args.tiny else []
     cmd += ["--stub"] if args.stub else []
     cmd += ["--deterministic"] if getattr(args, "deterministic", False) else []
@@ -443,6 +458,11 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
         try:
             profile = (args.profile_first / f"profile-cold-{case.name}"
                        if args.profile_first and contender == "fusion_cache" else None)
+            if contender in FLOORS:  # Note [Torch's floor]: always a new process
+                out["contenders"][contender] = run_warm_child(case, args, store,
+                                                              contender=contender)  # fmt: skip
+                out["contenders"][contender]["new_process"] = True
+                continue
             if contender == "fusion_cache" and args.cold_process:
                 # the store still empty: a cold run in a new process, as the warm one will be
                 out["contenders"][contender] = run_warm_child(case, args, store, profile)
@@ -603,6 +623,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
                 f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} "
                 f"| {_s(row.get('free_gib_at_start'))} |")
+    lines += floor_table(data)
     for m in data["models"]:
         row = m["contenders"].get("fusion_cache", {})
         if "eager_ops" not in row:
@@ -612,6 +633,43 @@ def render_markdown(data: dict[str, Any]) -> str:
             for why, n in whys.items():
                 lines.append(f"- {op} x{n}: {why}")
     return "\n".join(lines) + "\n"
+
+
+def floor_table(data: dict[str, Any]) -> list[str]:
+    """Note [Torch's floor]: torch's own first step in a new process against ours, cold and
+    warm; the target asks warm <= cold / 4."""
+    models_with = [m for m in data["models"] if any(f in m["contenders"] for f in FLOORS)]
+    if not models_with:
+        return []
+    lines = ["", "## Torch's floor", "",
+             "first steps in new processes, s; dynamo s: torch's compile_inner (tracing and "
+             "the backend inside it); floor / cold: torch's floor over fusion_cache's cold "
+             "first step (above 0.25: a warm first step under a quarter of the cold one is "
+             "beyond any backend that pays it)", "",
+             "| model | fusion_cache cold | fusion_cache warm | warm / cold | inductor cold "
+             "| cold / inductor | aot_eager (dynamo s) | dynamo_eager (dynamo s) "
+             "| aot_eager / cold | dynamo_eager / cold |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+
+    def first(row: dict) -> Any:
+        return row.get("first_step_s") if isinstance(row, dict) else None
+
+    def ratio(a: Any, b: Any) -> str:
+        return f"{a / b:.2f}" if isinstance(a, (int, float)) and b else "-"
+
+    for m in models_with:
+        rows = m["contenders"]
+        cold, warm = first(rows.get("fusion_cache", {})), first(rows.get("fusion_cache_warm", {}))
+        ind = first(rows.get("inductor", {}))
+        floors = []
+        for name in FLOORS:
+            row = rows.get(name, {})
+            dyn = row.get("tracing_s", {}).get("_compile.compile_inner") if row else None
+            floors.append((first(row), f"{_s(first(row))} ({_s(dyn)})"))
+        lines.append(f"| {m['model']} | {_s(cold)} | {_s(warm)} | {ratio(warm, cold)} | {_s(ind)} "
+                     f"| {ratio(cold, ind)} | {floors[0][1]} | {floors[1][1]} "
+                     f"| {ratio(floors[0][0], cold)} | {ratio(floors[1][0], cold)} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -660,12 +718,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="a folder: fusion_cache's cold first step runs under cProfile "
                              "(profile-cold-<model>.prof/.txt; its figures are slowed by it)")
     parser.add_argument("--profile-stem", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-contender", default="fusion_cache", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.deterministic:
         set_deterministic()
     if args.warm_child:
         return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub,
-                          args.profile_stem)  # fmt: skip
+                          args.profile_stem, args.child_contender)  # fmt: skip
     if args.stub and args.device != "cpu":
         parser.error("--stub runs on the CPU (--device cpu)")
     global SWITCHED_ONLY
