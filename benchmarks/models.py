@@ -77,6 +77,11 @@ OPTIONAL = ("fusion_cache_graphs", "inductor_graphs", "fusion_cache_switched",
             "fusion_cache_switched_graphs", "aot_eager", "dynamo_eager")
 # Note [Torch's floor]: contender -> torch's backend, each run in a new process
 FLOORS = {"aot_eager": "aot_eager", "dynamo_eager": "eager"}
+# Note [Dynamo's cache]: torch's experimental caching precompile (dynamo's bytecode and guards,
+# the backend's bundled AOTAutograd entry), saved by a run and loaded by torch.compile in the
+# next process. --dynamo-cache runs fusion_cache's cold and warm processes with it on, and a
+# warm process with it off beside them (fusion_cache_warm_traced)
+DYNAMO_CACHE_ENV = "TORCH_CACHING_PRECOMPILE"
 SWITCHED = "_switched"  # Note [Unmeasured switches]: the contender with every switch on
 MEDIAN_FROM = 4  # steps 5.. (0-based 4..): the median skips compiles and warm-up
 
@@ -294,7 +299,9 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     dynamo_backend.reset_reports()
     before = fusion_counters()
     aot_before = aot_counters()
-    fn = compiled(contender, model)
+    wrap_start = time.perf_counter()
+    fn = compiled(contender, model)  # with dynamo's cache on, its load (Note [Dynamo's cache])
+    wrap_s = time.perf_counter() - wrap_start
     compilation_time_metrics.clear()
     watch = StepWatch()
     hosts: list[float] = []
@@ -311,7 +318,7 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
         "losses": losses, "step_s": times, "first_step_s": times[0],
         "median_ms": statistics.median(times[MEDIAN_FROM:] or times) * 1e3,
         "host_s": hosts, "host_median_ms": statistics.median(hosts[MEDIAN_FROM:] or hosts) * 1e3,
-        "free_gib_at_start": free, "tracing_s": tracing_times(),
+        "free_gib_at_start": free, "tracing_s": tracing_times(), "wrap_s": wrap_s,
         FIRST_GRADS: grads,  # dropped once compared with eager's (run_model)
     }  # fmt: skip
     row["per_step"] = {k: [r[k] for r in watch.rows] for k in watch.rows[0]} if watch.rows else {}
@@ -321,6 +328,8 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
         row["aot_cache"] = {k: v - aot_before.get(k, 0) for k, v in aot_counters().items()}
         row.update(graph_summary(dynamo_backend.reports()))
         row["kernels"] = kernel_keys()
+        if os.environ.get(DYNAMO_CACHE_ENV) == "1":  # Note [Dynamo's cache]: for the next process
+            torch.compiler.save_cache_artifacts()
     torch._dynamo.reset()
     return row
 
@@ -450,6 +459,11 @@ def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
 # ---- one model, every contender ---------------------------------------------------------------
 
 
+def dynamo_cache(args: argparse.Namespace) -> dict[str, str] | None:
+    """The environment that turns dynamo's cache on in a child (Note [Dynamo's cache])."""
+    return {DYNAMO_CACHE_ENV: "1"} if args.dynamo_cache else None
+
+
 def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
     store = fresh_caches(args.caches)  # each model's cold start is cold
     out: dict[str, Any] = {"model": case.name, "contenders": {}}
@@ -465,7 +479,8 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
                 continue
             if contender == "fusion_cache" and args.cold_process:
                 # the store still empty: a cold run in a new process, as the warm one will be
-                out["contenders"][contender] = run_warm_child(case, args, store, profile)
+                out["contenders"][contender] = run_warm_child(case, args, store, profile,
+                                                              dynamo_cache(args))  # fmt: skip
                 out["contenders"][contender]["new_process"] = True
                 continue
             out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
@@ -476,7 +491,12 @@ def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
         print(f"{case.name}: fusion_cache, new process on the warm store ...", flush=True)
         if not args.warm_beside_cache:
             release_memory(args.device)
-        out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store)
+        out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store,
+                                                                extra_env=dynamo_cache(args))
+        if args.dynamo_cache:  # the same warm stores, dynamo tracing again: the baseline
+            print(f"{case.name}: fusion_cache, new process without dynamo's cache ...", flush=True)
+            out["contenders"]["fusion_cache_warm_traced"] = run_warm_child(
+                case, args, store, extra_env={DYNAMO_CACHE_ENV: "0"})
         if args.warm_without_aot:  # the same warm store, AOTAutograd traced again: the baseline
             print(f"{case.name}: fusion_cache, new process without the AOT cache ...", flush=True)
             out["contenders"]["fusion_cache_warm_noaot"] = run_warm_child(
@@ -592,12 +612,14 @@ def render_markdown(data: dict[str, Any]) -> str:
               "steps 2+ of each run: plan misses, compiles, reference runs, dynamo recompiles "
               "and garbage-collection ms (all should be 0 but gc), Python launches a step "
               "(0 once CUDA graphs replay); host ms: a step's time before its closing synchronize "
-              "(median, as step ms): near step ms where the step is host-bound", "",
+              "(median, as step ms): near step ms where the step is host-bound; compile call s: "
+              "torch.compile's own call, before the first step (dynamo's cache loads there, "
+              "Note [Dynamo's cache])", "",
               "| model | run | first step s | of which lowering s / first region calls s | "
-              "dynamo s | AOT cache hit / miss | step ms | host ms | warm/cold first | kernels as cold | "
+              "dynamo s | compile call s | AOT cache hit / miss | step ms | host ms | warm/cold first | kernels as cold | "
               "misses | compiles | ref runs | recompiles | gc ms | launches/step | "
               "free GiB at start |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in data["models"]:
         rows = m["contenders"]
         cold = rows.get("fusion_cache", {})
@@ -618,7 +640,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {m['model']} | {name} | {_s(row['first_step_s'])} "
                 f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} "
                 f"| {_s(row.get('tracing_s', {}).get('_compile.compile_inner'))} "
-                f"| {aot} | {_ms(row['median_ms'])} | {_ms(row.get('host_median_ms'))} "
+                f"| {_s(row.get('wrap_s'))} | {aot} | {_ms(row['median_ms'])} | {_ms(row.get('host_median_ms'))} "
                 f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
                 f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
                 f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} "
@@ -696,6 +718,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="fusion_cache's cold run in a new process too (not this one, after "
                              "eager and inductor warmed its imports, CUDA libraries and "
                              "allocator): cold and warm processes of the same history")
+    parser.add_argument("--dynamo-cache", action="store_true",
+                        help="fusion_cache's cold and warm processes with torch's caching "
+                             "precompile on (Note [Dynamo's cache]; needs --cold-process), and "
+                             "a warm process with it off (fusion_cache_warm_traced)")
     parser.add_argument("--warm-beside-cache", action="store_true",
                         help="start the warm-store process while this one holds its allocator's "
                              "cache (the condition a warm ResNet-18 once ran slower under)")
@@ -725,6 +751,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm_child:
         return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub,
                           args.profile_stem, args.child_contender)  # fmt: skip
+    if args.dynamo_cache and not args.cold_process:
+        parser.error("--dynamo-cache runs fusion_cache's cold run in a new process: add "
+                     "--cold-process")
     if args.stub and args.device != "cpu":
         parser.error("--stub runs on the CPU (--device cpu)")
     global SWITCHED_ONLY

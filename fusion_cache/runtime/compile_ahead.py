@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .pending_compiles import deferred, enabled, pending  # noqa: F401 (pending: for callers)
+from .searches_apart import SearchNeeded, holding_searches, search_apart
 
 # ---- regions ------------------------------------------------------------------------------------
 
@@ -78,6 +79,7 @@ def _compile_regions(regions: Iterable[tuple[Any, Sequence[Any]]]) -> int:
     from fusion_cache.runtime.executor import plan_signature
 
     planned = 0
+    searching = []  # Note [Searches apart]: regions whose plan waits for a search
     for fd, values in regions:
         try:
             profile = profile_for(values)
@@ -87,9 +89,19 @@ def _compile_regions(regions: Iterable[tuple[Any, Sequence[Any]]]) -> int:
             store = FusionCache.get().store
             if store.get_plan(fd.id(), plan_signature(inputs), f"sm_{profile.arch}"):
                 continue  # planned before: its kernels are in the store (or being compiled)
+            with deferred(), holding_searches():
+                fd.precompile(inputs, target=profile)
+            planned += 1
+        except SearchNeeded as need:
+            searching.append((fd, inputs, profile, need))
+        except Exception:  # noqa: BLE001 - the first call plans and reports for itself
+            continue
+    search_apart([need for *_, need in searching])
+    for fd, inputs, profile, _ in searching:
+        try:
             with deferred():
                 fd.precompile(inputs, target=profile)
             planned += 1
-        except Exception:  # noqa: BLE001 - the first call plans and reports for itself
+        except Exception:  # noqa: BLE001 - as above
             continue
     return planned
