@@ -464,43 +464,57 @@ def dynamo_cache(args: argparse.Namespace) -> dict[str, str] | None:
     return {DYNAMO_CACHE_ENV: "1"} if args.dynamo_cache else None
 
 
+def first_step_line(model: str, name: str, row: dict[str, Any]) -> str:
+    """One run's first-step figures as a line of JSON, printed as soon as they are measured
+    (a run killed at its time limit keeps them in its log)."""
+    c = row.get("counters", {})
+    keep = {"first_step_s": row.get("first_step_s"), "lowering_s": row.get("fuse_s"),
+            "region_calls_s": row.get("record_s"), "wrap_s": row.get("wrap_s"),
+            "dynamo_s": row.get("tracing_s", {}).get("_compile.compile_inner"),
+            "process_s": row.get("process_s"), "compiled": c.get("kernels_compiled"),
+            "loaded": c.get("kernels_loaded"), "reference_runs": c.get("reference_runs"),
+            "error": row.get("error", "")[:300]}  # fmt: skip
+    return "FIRST-STEP " + json.dumps({"model": model, "run": name, **keep})
+
+
 def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
     store = fresh_caches(args.caches)  # each model's cold start is cold
     out: dict[str, Any] = {"model": case.name, "contenders": {}}
+
+    def keep(name: str, row: dict[str, Any]) -> None:
+        out["contenders"][name] = row
+        print(first_step_line(case.name, name, row), flush=True)
+
     for contender in args.contenders:
         print(f"{case.name}: {contender} ...", flush=True)
         try:
             profile = (args.profile_first / f"profile-cold-{case.name}"
                        if args.profile_first and contender == "fusion_cache" else None)
             if contender in FLOORS:  # Note [Torch's floor]: always a new process
-                out["contenders"][contender] = run_warm_child(case, args, store,
-                                                              contender=contender)  # fmt: skip
-                out["contenders"][contender]["new_process"] = True
-                continue
-            if contender == "fusion_cache" and args.cold_process:
+                keep(contender, {**run_warm_child(case, args, store, contender=contender),
+                                 "new_process": True})  # fmt: skip
+            elif contender == "fusion_cache" and args.cold_process:
                 # the store still empty: a cold run in a new process, as the warm one will be
-                out["contenders"][contender] = run_warm_child(case, args, store, profile,
-                                                              dynamo_cache(args))  # fmt: skip
-                out["contenders"][contender]["new_process"] = True
-                continue
-            out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
-                                                         args.stub, profile)  # fmt: skip
+                keep(contender, {**run_warm_child(case, args, store, profile, dynamo_cache(args)),
+                                 "new_process": True})  # fmt: skip
+            else:
+                keep(contender, run_contender(contender, case, args.steps, args.device,
+                                              args.stub, profile))  # fmt: skip
         except Exception as err:  # one failing contender does not lose the others' figures
-            out["contenders"][contender] = {"error": f"{type(err).__name__}: {err}"[:3000]}
+            keep(contender, {"error": f"{type(err).__name__}: {err}"[:3000]})
     if "fusion_cache" in args.contenders and not args.no_warm:
         print(f"{case.name}: fusion_cache, new process on the warm store ...", flush=True)
         if not args.warm_beside_cache:
             release_memory(args.device)
-        out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store,
-                                                                extra_env=dynamo_cache(args))
+        keep("fusion_cache_warm", run_warm_child(case, args, store, extra_env=dynamo_cache(args)))
         if args.dynamo_cache:  # the same warm stores, dynamo tracing again: the baseline
             print(f"{case.name}: fusion_cache, new process without dynamo's cache ...", flush=True)
-            out["contenders"]["fusion_cache_warm_traced"] = run_warm_child(
-                case, args, store, extra_env={DYNAMO_CACHE_ENV: "0"})
+            keep("fusion_cache_warm_traced",
+                 run_warm_child(case, args, store, extra_env={DYNAMO_CACHE_ENV: "0"}))
         if args.warm_without_aot:  # the same warm store, AOTAutograd traced again: the baseline
             print(f"{case.name}: fusion_cache, new process without the AOT cache ...", flush=True)
-            out["contenders"]["fusion_cache_warm_noaot"] = run_warm_child(
-                case, args, store, extra_env={"FUSION_CACHE_AOT_CACHE": "0"})
+            keep("fusion_cache_warm_noaot",
+                 run_warm_child(case, args, store, extra_env={"FUSION_CACHE_AOT_CACHE": "0"}))
         if args.profile_warm:  # a third process, so that cProfile slows no figure above
             print(f"{case.name}: fusion_cache, profiled first step on the warm store ...",
                   flush=True)  # fmt: skip

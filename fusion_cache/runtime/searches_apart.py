@@ -37,7 +37,10 @@ from typing import Any
 
 _state = threading.local()  # .holding: a search raises SearchNeeded instead of running
 _hints: dict[tuple, list] = {}  # (fusion id, input signature, arch) -> groups found apart
-_DEADLINE_S = 120.0
+# the children's time before the parent searches itself: a search is seconds (H100, 3.3 s for all
+# ResNet-18's regions one after another); a child stuck on a lock another thread held at the
+# fork must not hold the step much longer
+_DEADLINE_S = 30.0
 
 
 @dataclass(eq=False)
@@ -136,6 +139,7 @@ def _fork_search(need: SearchNeeded) -> tuple[int, int] | None:
         code = 1
         try:
             os.close(read)
+            warnings.simplefilter("ignore")  # nothing written to streams another thread may hold
             from schedulers.segmenter import segment
 
             drafts = segment(need.fd, need.values, need.env, need.profile)
