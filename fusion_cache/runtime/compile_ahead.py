@@ -14,7 +14,9 @@ kernel is stored, and compiled once across processes, as any other.
 
 H100 (Llama-style, same run): cold first step 6.16 s against 9.26 s without, its region calls
 0.34 s against 6.46 s. What remains is the planning itself, now at lowering (the segmenter's
-search: 3.1 s for the Llama-style model's 6 distinct regions, 3.3 s for ResNet-18's 30).
+search: 3.1 s for the Llama-style model's 6 distinct regions, 3.3 s for ResNet-18's 30): its
+trials are shared across the process (Note [Shared trials] in schedulers/segmenter.py), and
+the regions' searches run side by side in forked children (Note [Searches apart]).
 
 A region whose plan the store already holds for these inputs (a warm store, or a region
 that repeats another's definition) is not planned ahead: its kernels are found in the store
