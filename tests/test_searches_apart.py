@@ -4,6 +4,7 @@ plans the searches run one after another here find. Run on the CPU with stub lau
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -47,7 +48,10 @@ def _stored_plans(name: str) -> list:
     for f in store.fusions():
         for p in store.plans_for(f.id):
             plan = json.loads(p.plan_json)
-            plan.pop("segments", None)  # the segments' fusion ids: numbered as they came
+            # the segments' fusion ids: numbered as they came, and the regions whose searches
+            # ran apart are planned in the order the children end
+            plan.pop("segments", None)
+            plan["plan"] = re.sub(r"\[fusion \d+\]", "", plan["plan"])
             plans.append((f.definition_key, p.signature_key, p.target,
                           json.dumps(plan, sort_keys=True)))  # fmt: skip
     return sorted(plans)
@@ -57,8 +61,10 @@ def test_searches_apart_find_the_same_plans(tmp_path, monkeypatch):
     found = []
     search = compile_ahead.search_apart
 
-    def counted(needed):
-        found.append(search(needed))
+    def counted(needed, on_done):
+        done = []
+        found.append(search(needed, lambda need: (done.append(need), on_done(need))))
+        assert sorted(map(id, done)) == sorted(map(id, needed)), "a region left unplanned"
         return found[-1]
 
     monkeypatch.setattr(compile_ahead, "search_apart", counted)
@@ -82,6 +88,13 @@ def test_a_failed_child_leaves_the_search_here(monkeypatch):
     values = list(sp.layer_norm_backward_inputs(64, 256, torch.float32))
     need = searches_apart.SearchNeeded(("key",), fd, values, {}, profile_by_name("h100"))
     monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "2")
-    # the shapes left out: each child's search fails, and nothing is kept
-    assert searches_apart.search_apart([need, need]) == 0
+    done = []
+    # the shapes left out: each child's search fails, nothing is kept, each is left to here
+    assert searches_apart.search_apart([need, need], done.append) == 0
     assert searches_apart.take_hint(("key",)) is None
+    assert done == [need, need]
+
+
+def test_searches_apart_are_off_by_default(monkeypatch):
+    monkeypatch.delenv("FUSION_CACHE_SEARCH_PROCESSES", raising=False)
+    assert searches_apart.most_children() == 0

@@ -98,12 +98,17 @@ def _compile_regions(regions: Iterable[tuple[Any, Sequence[Any]]]) -> int:
             searching.append((fd, inputs, profile, need))
         except Exception:  # noqa: BLE001 - the first call plans and reports for itself
             continue
-    search_apart([need for *_, need in searching])
-    for fd, inputs, profile, _ in searching:
+    regions_of = {id(need): (fd, inputs, profile) for fd, inputs, profile, need in searching}
+
+    def plan_found(need: SearchNeeded) -> None:  # as its search ends: its compiles go early
+        nonlocal planned
+        fd, inputs, profile = regions_of[id(need)]
         try:
             with deferred():
                 fd.precompile(inputs, target=profile)
             planned += 1
         except Exception:  # noqa: BLE001 - as above
-            continue
+            pass
+
+    search_apart([need for *_, need in searching], plan_found)
     return planned
