@@ -24,7 +24,7 @@ Off by default: FUSION_CACHE_SEARCH_PROCESSES=N runs up to N children at once (0
 H100 80GB HBM3, 2026-11-27 12:40 UTC, with Note [Shared trials], 16 children at most, the
 regions planned only after every search had ended (before `on_done`): cold first step of
 ResNet-18 7.20 s (lowering 3.08 s, first region calls 0.89 s) against 9.91 s (5.83 / 0.94) in
-the morning's run without either; the Llama-style model 11.17 s (3.30 / 2.73) against 10.13 s
+the 11:22 UTC run without either; the Llama-style model 11.17 s (3.30 / 2.73) against 10.13 s
 (4.38 / 0.83): its first calls waited for kernels whose compiles began only after the last
 search, beside children taking the cores the compile threads needed. Not measured since:
 the regions planned as their searches end, each alone or with the memo only.
