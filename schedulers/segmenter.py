@@ -133,6 +133,7 @@ class _Segmenter:
         self.forbidden: list[tuple[int, frozenset[int]]] = []
         self.views_to_readers = switched_on("VIEWS_TO_READERS")  # Note [Unmeasured switches]
         self._made: dict[frozenset[int], frozenset[int]] = {}
+        self._reads: dict[frozenset[int], frozenset[int]] = {}
         self.context = trial_context(profile) if trials_shared() else None
         self._stand_in_keys: dict[int, Any] = {}
         records = fd._records
@@ -188,6 +189,15 @@ class _Segmenter:
             found = self._made[ops] = frozenset(self.graph.produced(ops))
         return found
 
+    def reads(self, ops: frozenset[int]) -> frozenset[int]:
+        """The states `ops` read and do not make themselves (cached as `made`)."""
+        found = self._reads.get(ops)
+        if found is None:
+            inside = self.made(ops)
+            found = frozenset(v for pos in ops for v in self.graph.needs[pos] if v not in inside)
+            self._reads[ops] = found
+        return found
+
     def outputs_of(self, groups: list[_Group], i: int, owned: frozenset[int],
                    ops: frozenset[int]) -> tuple[frozenset[int], frozenset[int]]:  # fmt: skip
         """(caller outputs, values other groups read) of a group owning `owned` and
@@ -196,11 +206,8 @@ class _Segmenter:
         finals = frozenset(made & self.graph.final)
         shared = set()
         for k, g in enumerate(groups):
-            if k == i or g is None:
-                continue
-            inside = self.made(g.ops)
-            for pos in g.ops:
-                shared.update(v for v in self.graph.needs[pos] if v in made and v not in inside)
+            if k != i and g is not None:
+                shared |= made & self.reads(g.ops)
         return finals, frozenset(shared)
 
     def accepts(self, groups: list, i: int, owned: frozenset[int], ops: frozenset[int]) -> bool:
@@ -213,11 +220,9 @@ class _Segmenter:
         made = {v: owner[pos] for pos in owner for v in self.graph.produced((pos,))}
         out: dict[int, set[int]] = {i: set() for i in range(len(groups))}
         for i, g in enumerate(groups):
-            inside = self.made(g.ops)
-            for pos in g.ops:
-                for v in self.graph.needs[pos]:
-                    if v in made and v not in inside and made[v] != i:
-                        out[made[v]].add(i)
+            for v in self.reads(g.ops):
+                if v in made and made[v] != i:
+                    out[made[v]].add(i)
         return out
 
     @staticmethod
@@ -274,11 +279,8 @@ class _Segmenter:
         """Pairs of groups that read a common tensor: merged, it is read once."""
         readers: dict[int, set[int]] = {}
         for i, g in enumerate(groups):
-            inside = self.made(g.ops)
-            for pos in g.ops:
-                for v in self.graph.needs[pos]:
-                    if v not in inside:
-                        readers.setdefault(v, set()).add(i)
+            for v in self.reads(g.ops):
+                readers.setdefault(v, set()).add(i)
         pairs = set()
         for rs in readers.values():
             ordered = sorted(rs)
