@@ -17,6 +17,15 @@ plan misses and reference-evaluator runs (zero on a GPU). `fusion_cache_graphs` 
 are fusion_cache with every switch of Note [Unmeasured switches] (schedulers/tuning.py) on,
 timed beside the others in the same run.
 
+Note [Torch's floor]: `aot_eager` and `dynamo_eager` (opt-in) are torch.compile with torch's
+own backends "aot_eager" (dynamo's tracing and AOT autograd, the graphs run by eager) and
+"eager" (dynamo's tracing alone), each run in a new process: their first step is what any
+backend built on dynamo (and on AOT autograd) pays in a new process before compiling anything,
+the floor under fusion_cache's warm first step. Our warm process hits torch's AOTAutograd
+cache (Note [AOT cache]) and so pays less than aot_eager's AOT tracing, but never less than
+dynamo_eager's. The report's "Torch's floor" table sets both against our cold and warm first
+steps.
+
 `--stub` (with --device cpu) is a model of the GPU path's host side on a machine without
 one: fusion_cache plans every region for the h100 profile (NVRTC compiles here, through
 the store), stub kernels launch nothing, and the eager ops run on the CPU; losses are
@@ -65,7 +74,14 @@ from benchmarks.model_defs import ModelCase, model_cases
 RESULTS_DIR = Path(__file__).parent / "results"
 CONTENDERS = ("eager", "eager_again", "inductor", "fusion_cache")
 OPTIONAL = ("fusion_cache_graphs", "inductor_graphs", "fusion_cache_switched",
-            "fusion_cache_switched_graphs")
+            "fusion_cache_switched_graphs", "aot_eager", "dynamo_eager")
+# Note [Torch's floor]: contender -> torch's backend, each run in a new process
+FLOORS = {"aot_eager": "aot_eager", "dynamo_eager": "eager"}
+# Note [Dynamo's cache]: torch's experimental caching precompile (dynamo's bytecode and guards,
+# the backend's bundled AOTAutograd entry), saved by a run and loaded by torch.compile in the
+# next process. --dynamo-cache runs fusion_cache's cold and warm processes with it on, and a
+# warm process with it off beside them (fusion_cache_warm_traced)
+DYNAMO_CACHE_ENV = "TORCH_CACHING_PRECOMPILE"
 SWITCHED = "_switched"  # Note [Unmeasured switches]: the contender with every switch on
 MEDIAN_FROM = 4  # steps 5.. (0-based 4..): the median skips compiles and warm-up
 
@@ -174,6 +190,8 @@ def compiled(contender: str, model: torch.nn.Module) -> Callable:
         return model
     if contender == "inductor":
         return torch.compile(model)
+    if contender in FLOORS:  # Note [Torch's floor]
+        return torch.compile(model, backend=FLOORS[contender])
     if contender == "inductor_graphs":  # beside fusion_cache_graphs: both replay CUDA graphs
         return torch.compile(model, mode="reduce-overhead")
     from fusion_cache.frontends import register_backend
@@ -281,7 +299,9 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
     dynamo_backend.reset_reports()
     before = fusion_counters()
     aot_before = aot_counters()
-    fn = compiled(contender, model)
+    wrap_start = time.perf_counter()
+    fn = compiled(contender, model)  # with dynamo's cache on, its load (Note [Dynamo's cache])
+    wrap_s = time.perf_counter() - wrap_start
     compilation_time_metrics.clear()
     watch = StepWatch()
     hosts: list[float] = []
@@ -298,7 +318,7 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
         "losses": losses, "step_s": times, "first_step_s": times[0],
         "median_ms": statistics.median(times[MEDIAN_FROM:] or times) * 1e3,
         "host_s": hosts, "host_median_ms": statistics.median(hosts[MEDIAN_FROM:] or hosts) * 1e3,
-        "free_gib_at_start": free, "tracing_s": tracing_times(),
+        "free_gib_at_start": free, "tracing_s": tracing_times(), "wrap_s": wrap_s,
         FIRST_GRADS: grads,  # dropped once compared with eager's (run_model)
     }  # fmt: skip
     row["per_step"] = {k: [r[k] for r in watch.rows] for k in watch.rows[0]} if watch.rows else {}
@@ -308,6 +328,8 @@ def run_contender(contender: str, case: ModelCase, steps: int, device: str,
         row["aot_cache"] = {k: v - aot_before.get(k, 0) for k, v in aot_counters().items()}
         row.update(graph_summary(dynamo_backend.reports()))
         row["kernels"] = kernel_keys()
+        if os.environ.get(DYNAMO_CACHE_ENV) == "1":  # Note [Dynamo's cache]: for the next process
+            torch.compiler.save_cache_artifacts()
     torch._dynamo.reset()
     return row
 
@@ -397,10 +419,11 @@ def graph_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool,
-               profile: Path | None = None) -> int:  # fmt: skip
-    """In a new process on the store FUSION_CACHE_DIR names: one fusion_cache run, as JSON."""
+               profile: Path | None = None, contender: str = "fusion_cache") -> int:  # fmt: skip
+    """In a new process on the store FUSION_CACHE_DIR names: one run (fusion_cache's, or a
+    floor's: Note [Torch's floor]), as JSON."""
     case = next(c for c in model_cases(tiny) if c.name == name)
-    row = run_contender("fusion_cache", case, steps, device, stub, profile)
+    row = run_contender(contender, case, steps, device, stub, profile)
     row.pop(FIRST_GRADS, None)  # tensors: compared in the parent only for its own runs
     print("WARM-RESULT " + json.dumps(row))
     return 0
@@ -408,11 +431,12 @@ def warm_child(name: str, tiny: bool, steps: int, device: str, stub: bool,
 
 def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
                    profile: Path | None = None, extra_env: dict[str, str] | None = None,
-                   ) -> dict[str, Any]:  # fmt: skip
+                   contender: str = "fusion_cache") -> dict[str, Any]:  # fmt: skip
     """fusion_cache's run in a new process on `store` and this process's torch cache dir:
-    warm, or cold where both are still empty (--cold-process)."""
+    warm, or cold where both are still empty (--cold-process); or a floor's (Note [Torch's
+    floor])."""
     cmd = [sys.executable, "-m", "benchmarks.models", "--warm-child", case.name,
-           "--steps", str(args.steps), "--device", args.device]  # fmt: skip
+           "--steps", str(args.steps), "--device", args.device, "--child-contender", contender]
     cmd += ["--tiny"] if args.tiny else []
     cmd += ["--stub"] if args.stub else []
     cmd += ["--deterministic"] if getattr(args, "deterministic", False) else []
@@ -435,32 +459,62 @@ def run_warm_child(case: ModelCase, args: argparse.Namespace, store: str,
 # ---- one model, every contender ---------------------------------------------------------------
 
 
+def dynamo_cache(args: argparse.Namespace) -> dict[str, str] | None:
+    """The environment that turns dynamo's cache on in a child (Note [Dynamo's cache])."""
+    return {DYNAMO_CACHE_ENV: "1"} if args.dynamo_cache else None
+
+
+def first_step_line(model: str, name: str, row: dict[str, Any]) -> str:
+    """One run's first-step figures as a line of JSON, printed as soon as they are measured
+    (a run killed at its time limit keeps them in its log)."""
+    c = row.get("counters", {})
+    keep = {"first_step_s": row.get("first_step_s"), "lowering_s": row.get("fuse_s"),
+            "region_calls_s": row.get("record_s"), "wrap_s": row.get("wrap_s"),
+            "dynamo_s": row.get("tracing_s", {}).get("_compile.compile_inner"),
+            "process_s": row.get("process_s"), "compiled": c.get("kernels_compiled"),
+            "loaded": c.get("kernels_loaded"), "reference_runs": c.get("reference_runs"),
+            "error": row.get("error", "")[:300]}  # fmt: skip
+    return "FIRST-STEP " + json.dumps({"model": model, "run": name, **keep})
+
+
 def run_model(case: ModelCase, args: argparse.Namespace) -> dict[str, Any]:
     store = fresh_caches(args.caches)  # each model's cold start is cold
     out: dict[str, Any] = {"model": case.name, "contenders": {}}
+
+    def keep(name: str, row: dict[str, Any]) -> None:
+        out["contenders"][name] = row
+        print(first_step_line(case.name, name, row), flush=True)
+
     for contender in args.contenders:
         print(f"{case.name}: {contender} ...", flush=True)
         try:
             profile = (args.profile_first / f"profile-cold-{case.name}"
                        if args.profile_first and contender == "fusion_cache" else None)
-            if contender == "fusion_cache" and args.cold_process:
+            if contender in FLOORS:  # Note [Torch's floor]: always a new process
+                keep(contender, {**run_warm_child(case, args, store, contender=contender),
+                                 "new_process": True})  # fmt: skip
+            elif contender == "fusion_cache" and args.cold_process:
                 # the store still empty: a cold run in a new process, as the warm one will be
-                out["contenders"][contender] = run_warm_child(case, args, store, profile)
-                out["contenders"][contender]["new_process"] = True
-                continue
-            out["contenders"][contender] = run_contender(contender, case, args.steps, args.device,
-                                                         args.stub, profile)  # fmt: skip
+                keep(contender, {**run_warm_child(case, args, store, profile, dynamo_cache(args)),
+                                 "new_process": True})  # fmt: skip
+            else:
+                keep(contender, run_contender(contender, case, args.steps, args.device,
+                                              args.stub, profile))  # fmt: skip
         except Exception as err:  # one failing contender does not lose the others' figures
-            out["contenders"][contender] = {"error": f"{type(err).__name__}: {err}"[:3000]}
+            keep(contender, {"error": f"{type(err).__name__}: {err}"[:3000]})
     if "fusion_cache" in args.contenders and not args.no_warm:
         print(f"{case.name}: fusion_cache, new process on the warm store ...", flush=True)
         if not args.warm_beside_cache:
             release_memory(args.device)
-        out["contenders"]["fusion_cache_warm"] = run_warm_child(case, args, store)
+        keep("fusion_cache_warm", run_warm_child(case, args, store, extra_env=dynamo_cache(args)))
+        if args.dynamo_cache:  # the same warm stores, dynamo tracing again: the baseline
+            print(f"{case.name}: fusion_cache, new process without dynamo's cache ...", flush=True)
+            keep("fusion_cache_warm_traced",
+                 run_warm_child(case, args, store, extra_env={DYNAMO_CACHE_ENV: "0"}))
         if args.warm_without_aot:  # the same warm store, AOTAutograd traced again: the baseline
             print(f"{case.name}: fusion_cache, new process without the AOT cache ...", flush=True)
-            out["contenders"]["fusion_cache_warm_noaot"] = run_warm_child(
-                case, args, store, extra_env={"FUSION_CACHE_AOT_CACHE": "0"})
+            keep("fusion_cache_warm_noaot",
+                 run_warm_child(case, args, store, extra_env={"FUSION_CACHE_AOT_CACHE": "0"}))
         if args.profile_warm:  # a third process, so that cProfile slows no figure above
             print(f"{case.name}: fusion_cache, profiled first step on the warm store ...",
                   flush=True)  # fmt: skip
@@ -572,12 +626,14 @@ def render_markdown(data: dict[str, Any]) -> str:
               "steps 2+ of each run: plan misses, compiles, reference runs, dynamo recompiles "
               "and garbage-collection ms (all should be 0 but gc), Python launches a step "
               "(0 once CUDA graphs replay); host ms: a step's time before its closing synchronize "
-              "(median, as step ms): near step ms where the step is host-bound", "",
+              "(median, as step ms): near step ms where the step is host-bound; compile call s: "
+              "torch.compile's own call, before the first step (dynamo's cache loads there, "
+              "Note [Dynamo's cache])", "",
               "| model | run | first step s | of which lowering s / first region calls s | "
-              "dynamo s | AOT cache hit / miss | step ms | host ms | warm/cold first | kernels as cold | "
+              "dynamo s | compile call s | AOT cache hit / miss | step ms | host ms | warm/cold first | kernels as cold | "
               "misses | compiles | ref runs | recompiles | gc ms | launches/step | "
               "free GiB at start |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in data["models"]:
         rows = m["contenders"]
         cold = rows.get("fusion_cache", {})
@@ -598,11 +654,12 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"| {m['model']} | {name} | {_s(row['first_step_s'])} "
                 f"| {_s(row.get('fuse_s'))} / {_s(row.get('record_s'))} "
                 f"| {_s(row.get('tracing_s', {}).get('_compile.compile_inner'))} "
-                f"| {aot} | {_ms(row['median_ms'])} | {_ms(row.get('host_median_ms'))} "
+                f"| {_s(row.get('wrap_s'))} | {aot} | {_ms(row['median_ms'])} | {_ms(row.get('host_median_ms'))} "
                 f"| {ratio} | {same} | {sum(steady['plan_cache_misses']):g} "
                 f"| {sum(steady['kernels_compiled']):g} | {sum(steady['reference_runs']):g} "
                 f"| {sum(steady['recompiles']):g} | {sum(steady['gc_ms']):.1f} | {launches:g} "
                 f"| {_s(row.get('free_gib_at_start'))} |")
+    lines += floor_table(data)
     for m in data["models"]:
         row = m["contenders"].get("fusion_cache", {})
         if "eager_ops" not in row:
@@ -612,6 +669,43 @@ def render_markdown(data: dict[str, Any]) -> str:
             for why, n in whys.items():
                 lines.append(f"- {op} x{n}: {why}")
     return "\n".join(lines) + "\n"
+
+
+def floor_table(data: dict[str, Any]) -> list[str]:
+    """Note [Torch's floor]: torch's own first step in a new process against ours, cold and
+    warm; the target asks warm <= cold / 4."""
+    models_with = [m for m in data["models"] if any(f in m["contenders"] for f in FLOORS)]
+    if not models_with:
+        return []
+    lines = ["", "## Torch's floor", "",
+             "first steps in new processes, s; dynamo s: torch's compile_inner (tracing and "
+             "the backend inside it); floor / cold: torch's floor over fusion_cache's cold "
+             "first step (above 0.25: a warm first step under a quarter of the cold one is "
+             "beyond any backend that pays it)", "",
+             "| model | fusion_cache cold | fusion_cache warm | warm / cold | inductor cold "
+             "| cold / inductor | aot_eager (dynamo s) | dynamo_eager (dynamo s) "
+             "| aot_eager / cold | dynamo_eager / cold |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+
+    def first(row: dict) -> Any:
+        return row.get("first_step_s") if isinstance(row, dict) else None
+
+    def ratio(a: Any, b: Any) -> str:
+        return f"{a / b:.2f}" if isinstance(a, (int, float)) and b else "-"
+
+    for m in models_with:
+        rows = m["contenders"]
+        cold, warm = first(rows.get("fusion_cache", {})), first(rows.get("fusion_cache_warm", {}))
+        ind = first(rows.get("inductor", {}))
+        floors = []
+        for name in FLOORS:
+            row = rows.get(name, {})
+            dyn = row.get("tracing_s", {}).get("_compile.compile_inner") if row else None
+            floors.append((first(row), f"{_s(first(row))} ({_s(dyn)})"))
+        lines.append(f"| {m['model']} | {_s(cold)} | {_s(warm)} | {ratio(warm, cold)} | {_s(ind)} "
+                     f"| {ratio(cold, ind)} | {floors[0][1]} | {floors[1][1]} "
+                     f"| {ratio(floors[0][0], cold)} | {ratio(floors[1][0], cold)} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -638,6 +732,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="fusion_cache's cold run in a new process too (not this one, after "
                              "eager and inductor warmed its imports, CUDA libraries and "
                              "allocator): cold and warm processes of the same history")
+    parser.add_argument("--dynamo-cache", action="store_true",
+                        help="fusion_cache's cold and warm processes with torch's caching "
+                             "precompile on (Note [Dynamo's cache]; needs --cold-process), and "
+                             "a warm process with it off (fusion_cache_warm_traced)")
     parser.add_argument("--warm-beside-cache", action="store_true",
                         help="start the warm-store process while this one holds its allocator's "
                              "cache (the condition a warm ResNet-18 once ran slower under)")
@@ -660,12 +758,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="a folder: fusion_cache's cold first step runs under cProfile "
                              "(profile-cold-<model>.prof/.txt; its figures are slowed by it)")
     parser.add_argument("--profile-stem", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-contender", default="fusion_cache", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.deterministic:
         set_deterministic()
     if args.warm_child:
         return warm_child(args.warm_child, args.tiny, args.steps, args.device, args.stub,
-                          args.profile_stem)  # fmt: skip
+                          args.profile_stem, args.child_contender)  # fmt: skip
+    if args.dynamo_cache and not args.cold_process:
+        parser.error("--dynamo-cache runs fusion_cache's cold run in a new process: add "
+                     "--cold-process")
     if args.stub and args.device != "cpu":
         parser.error("--stub runs on the CPU (--device cpu)")
     global SWITCHED_ONLY

@@ -9,9 +9,23 @@ lowering allowed, e.g. a reduction whose epilogue runs over a different extent).
 no pair merges. `segment_set` forces a boundary: its consumers never join its group.
 Trials are cached by group, and planned against stand-ins (meta tensors for intermediates),
 so segmenting needs no GPU and compiles nothing.
+
+Note [Shared trials]: a trial (carve the group, build it, lower and plan it) was most of a
+cold first step's planning (a tiny Llama-style model's: 1122 trials, 2.4 of 3.3 s of search),
+and many trials are of the same segment: a layer stack's layers, a forward's groups again in
+its backward, and the first call's check of the groups planned ahead. So the answer is kept
+for the process under what decides it: the carved segment's records in its own numbering
+(`FusionGraph.carve_key`, without carving), its inputs' stand-ins (dtype, sizes, strides,
+offset, alignment, device; scalars by value), and the planning's context (the profile, the
+schedulers, the knobs overridden, the FUSION_CACHE_* environment, torch's deterministic
+switch). Equal keys mean the same definition planned for the same inputs in the same
+context, so the search takes the same path and finds the same segments (tests/
+test_shared_trials.py checks it on the tiny models' regions). FUSION_CACHE_SHARED_TRIALS=0
+turns it off.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +38,7 @@ from .base import SchedulerRefused
 from .pointwise import NAME as POINTWISE
 from .registry import plan_for, schedule
 from .transpose import NAME as TRANSPOSE
-from .tuning import switched_on
+from .tuning import overridden, switched_on
 
 # cheap elementwise work is worth redoing; these are not. Random ops are: the definitions
 # scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers
@@ -62,6 +76,47 @@ def scheduler_taking(fd: Any, values: Sequence[Any], env: dict,
     return name, ""
 
 
+# Note [Shared trials]: (context, segment key, inputs' stand-ins) -> the scheduler taking it
+_TRIALS: dict[tuple, str | None] = {}
+_MOST_TRIALS = 50_000  # about 2 kB a key: past it, the memo starts again
+
+
+def trials_shared() -> bool:
+    return os.environ.get("FUSION_CACHE_SHARED_TRIALS", "1").strip().lower() not in ("0", "false")
+
+
+def trial_context(profile: Any) -> tuple:
+    """What a trial's answer depends on besides the segment and its inputs."""
+    from .registry import SCHEDULERS
+
+    schedulers = tuple((name, id(lower), id(plan)) for name, lower, plan in SCHEDULERS)
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("FUSION_CACHE_")))
+    knobs = repr(sorted(overridden().items()))
+    try:
+        hash(profile)
+    except TypeError:
+        profile = repr(profile)
+    import torch
+
+    return (profile, schedulers, env, knobs, torch.are_deterministic_algorithms_enabled())
+
+
+def stand_in_key(value: Any) -> Any:
+    """What planning sees of an input: a tensor's layout, alignment and device; a scalar's or
+    a vector's value."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        ptr = 0 if value.is_meta else value.data_ptr()
+        return (value.dtype, tuple(value.shape), value.stride(), value.storage_offset(),
+                ptr & 255, value.device.type)  # fmt: skip
+    try:
+        hash(value)
+    except TypeError:
+        return (type(value), repr(value))
+    return (type(value), value)
+
+
 def whole_fusion_refusal(fd: Any, values: Sequence[Any], env: dict, profile: Any) -> str | None:
     """Why no single scheduler runs the fusion on these inputs (None when one does)."""
     name, why = scheduler_taking(fd, values, env, profile)
@@ -78,6 +133,9 @@ class _Segmenter:
         self.forbidden: list[tuple[int, frozenset[int]]] = []
         self.views_to_readers = switched_on("VIEWS_TO_READERS")  # Note [Unmeasured switches]
         self._made: dict[frozenset[int], frozenset[int]] = {}
+        self._reads: dict[frozenset[int], frozenset[int]] = {}
+        self.context = trial_context(profile) if trials_shared() else None
+        self._stand_in_keys: dict[int, Any] = {}
         records = fd._records
         for pos in self.graph.ops:
             if records[pos].name == "segment_set":
@@ -90,8 +148,27 @@ class _Segmenter:
                       shared: frozenset[int]) -> str | None:  # fmt: skip
         key = (ops, finals, shared)
         if key not in self.tried:
-            self.tried[key] = self._try(self.graph.carve(ops, set(finals), set(shared)))
+            self.tried[key] = self._try_shared(ops, set(finals), set(shared))
         return self.tried[key]
+
+    def _try_shared(self, ops: frozenset[int], finals: set[int], shared: set[int]) -> str | None:
+        """Note [Shared trials]: a trial of the same segment on the same inputs in the same
+        context, anywhere in this process, answers for this one."""
+        if self.context is None:
+            return self._try(self.graph.carve(ops, finals, shared))
+        segment_key, inputs = self.graph.carve_key(ops, finals, shared)
+        key = (self.context, segment_key, tuple(self._stand_in_key(v) for v in inputs))
+        if key not in _TRIALS:
+            if len(_TRIALS) >= _MOST_TRIALS:
+                _TRIALS.clear()
+            _TRIALS[key] = self._try(self.graph.carve(ops, finals, shared))
+        return _TRIALS[key]
+
+    def _stand_in_key(self, v: int) -> Any:
+        found = self._stand_in_keys.get(v)
+        if found is None:
+            found = self._stand_in_keys[v] = stand_in_key(self.stand_in[v])
+        return found
 
     def _try(self, sub: SubFusion) -> str | None:
         from fusion_cache.ir.shape_eval import runtime_shapes
@@ -112,6 +189,15 @@ class _Segmenter:
             found = self._made[ops] = frozenset(self.graph.produced(ops))
         return found
 
+    def reads(self, ops: frozenset[int]) -> frozenset[int]:
+        """The states `ops` read and do not make themselves (cached as `made`)."""
+        found = self._reads.get(ops)
+        if found is None:
+            inside = self.made(ops)
+            found = frozenset(v for pos in ops for v in self.graph.needs[pos] if v not in inside)
+            self._reads[ops] = found
+        return found
+
     def outputs_of(self, groups: list[_Group], i: int, owned: frozenset[int],
                    ops: frozenset[int]) -> tuple[frozenset[int], frozenset[int]]:  # fmt: skip
         """(caller outputs, values other groups read) of a group owning `owned` and
@@ -120,11 +206,8 @@ class _Segmenter:
         finals = frozenset(made & self.graph.final)
         shared = set()
         for k, g in enumerate(groups):
-            if k == i or g is None:
-                continue
-            inside = self.made(g.ops)
-            for pos in g.ops:
-                shared.update(v for v in self.graph.needs[pos] if v in made and v not in inside)
+            if k != i and g is not None:
+                shared |= made & self.reads(g.ops)
         return finals, frozenset(shared)
 
     def accepts(self, groups: list, i: int, owned: frozenset[int], ops: frozenset[int]) -> bool:
@@ -137,11 +220,9 @@ class _Segmenter:
         made = {v: owner[pos] for pos in owner for v in self.graph.produced((pos,))}
         out: dict[int, set[int]] = {i: set() for i in range(len(groups))}
         for i, g in enumerate(groups):
-            inside = self.made(g.ops)
-            for pos in g.ops:
-                for v in self.graph.needs[pos]:
-                    if v in made and v not in inside and made[v] != i:
-                        out[made[v]].add(i)
+            for v in self.reads(g.ops):
+                if v in made and made[v] != i:
+                    out[made[v]].add(i)
         return out
 
     @staticmethod
@@ -198,11 +279,8 @@ class _Segmenter:
         """Pairs of groups that read a common tensor: merged, it is read once."""
         readers: dict[int, set[int]] = {}
         for i, g in enumerate(groups):
-            inside = self.made(g.ops)
-            for pos in g.ops:
-                for v in self.graph.needs[pos]:
-                    if v not in inside:
-                        readers.setdefault(v, set()).add(i)
+            for v in self.reads(g.ops):
+                readers.setdefault(v, set()).add(i)
         pairs = set()
         for rs in readers.values():
             ordered = sorted(rs)

@@ -163,6 +163,11 @@ def _current() -> Mapping[str, Any]:
     return getattr(_local, "values", {})
 
 
+def overridden() -> dict[str, Any]:
+    """The knobs overridden for this thread, by name."""
+    return dict(_current())
+
+
 def knob(name: str, default: Any) -> Any:
     """The override of `name` if one is set, else `default` (the heuristic's choice)."""
     return _current().get(name, default)

@@ -71,6 +71,26 @@ def test_a_cold_run_in_a_new_process(tmp_path):
     assert warm["aot_cache"]["hit"] == 1 and warm["fused_ops"] == cold["fused_ops"]
 
 
+def test_torchs_floor_and_dynamos_cache(tmp_path):
+    """Note [Torch's floor]: aot_eager and dynamo_eager in new processes; Note [Dynamo's cache]:
+    the warm process loads dynamo's cache and traces nothing, with eager's losses."""
+    out = tmp_path / "results"
+    assert models.main(["--tiny", "--device", "cpu", "--steps", "3", "--out", str(out),
+                        "--caches", str(tmp_path / "caches"), "--models", "llama",
+                        "--cold-process", "--dynamo-cache",
+                        "--contenders", "eager,fusion_cache,aot_eager,dynamo_eager"]) == 0
+    (path,) = out.glob("models-*-tiny.json")
+    assert "## Torch's floor" in path.with_suffix(".md").read_text()
+    rows = json.loads(path.read_text())["models"][0]["contenders"]
+    for name in ("fusion_cache", "fusion_cache_warm", "fusion_cache_warm_traced", "aot_eager",
+                 "dynamo_eager"):  # fmt: skip
+        _check_losses(rows[name], rows["eager"])
+        assert rows[name]["new_process"] if name in models.FLOORS else True
+    assert "_compile.compile_inner" not in rows["fusion_cache_warm"]["tracing_s"]
+    assert rows["fusion_cache_warm_traced"]["tracing_s"]["_compile.compile_inner"] > 0
+    assert rows["fusion_cache_warm"]["fused_ops"] == rows["fusion_cache"]["fused_ops"]
+
+
 def test_llama_and_resnet(tmp_path):
     data = _run(tmp_path, "--models", "llama,resnet18", "--no-warm")
     assert [m["model"] for m in data["models"]] == ["llama", "resnet18"]

@@ -17,6 +17,7 @@ What a segment holds, for a group of the original's tensor ops:
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,8 @@ class FusionGraph:
         self.final = {r.args[0].index for r in self.output_records}
         # the stride order each returned value is written in (Note [Output layouts])
         self.final_orders: dict[int, tuple[int, ...]] = {}
+        self._texts: dict[Any, str] = {}  # carve_key's record texts, made once
+        self._refs: dict[int, list[Ref]] = {}
         for r, order in zip(self.output_records, output_stride_orders(fd)):
             if r.kw("alias_input") is None:
                 self.final_orders.setdefault(r.args[0].index, order)
@@ -133,16 +136,11 @@ class FusionGraph:
     def produced(self, group: Iterable[int]) -> set[int]:
         return {o.index for pos in group for o in self.fd._records[pos].outputs}
 
-    def carve(self, group: Iterable[int], finals: set[int] | None = None,
-              shared: set[int] | None = None, strided: set[int] = frozenset()
-              ) -> SubFusion:  # fmt: skip
-        """The segment computing `group`'s ops. It returns the caller's outputs among
-        `finals` and hands other segments the values in `shared`; by default, everything
-        the group computes that anything outside it needs. Intermediates in `strided` come
-        with any strides (an ATen segment's results, Note [ATen segments]); others are
-        contiguous."""
-        group = frozenset(group)
-        records, infos = self.fd._records, self.fd._infos
+    def _parts(self, group: frozenset[int], finals: set[int] | None,
+               shared: set[int] | None) -> tuple[list[int], list[int], list[Record], list[int]]:  # fmt: skip
+        """What the segment of `group` holds (carve's arguments): its inputs, the records it
+        copies (scalar work and the group's ops), its caller outputs and the values it hands
+        other segments besides them, each in the segment's order."""
         made = self.produced(group)
         if finals is None:
             finals = made & self.final
@@ -155,6 +153,34 @@ class FusionGraph:
             alias = r.kw("alias_input")
             if alias is not None:
                 inputs.add(alias.index)
+        returned = {r.args[0].index for r in final_records if r.kw("alias_input") is None}
+        return sorted(inputs), sorted(copies | group), final_records, sorted(shared - returned)
+
+    def _input_record(self, v: int, strided: Iterable[int] = ()) -> Record:
+        """The record defining input `v` in a segment (its output numbered later): an input of
+        the original keeps its definition; an intermediate is a fresh tensor input."""
+        src = self.fd._records[self.producer[v]]
+        if src.kind != "op":
+            return Record(src.kind, src.name, src.args, src.kwargs, src.outputs[:1])
+        info = self.fd._infos[v]
+        dense = v not in strided
+        order = self.order_of(v) if dense else ()
+        contiguity = tuple(None if info.shape[d] == 1 else dense
+                           for d in allocation_order(order, len(info.shape)))  # fmt: skip
+        kwargs = (("shape", info.shape), ("contiguity", contiguity), ("dtype", info.dtype),
+                  ("is_cpu", False), ("stride_order", order))  # fmt: skip
+        return Record("tensor", kwargs=kwargs, outputs=(Ref("T", v),))
+
+    def carve(self, group: Iterable[int], finals: set[int] | None = None,
+              shared: set[int] | None = None, strided: set[int] = frozenset()
+              ) -> SubFusion:  # fmt: skip
+        """The segment computing `group`'s ops. It returns the caller's outputs among
+        `finals` and hands other segments the values in `shared`; by default, everything
+        the group computes that anything outside it needs. Intermediates in `strided` come
+        with any strides (an ATen segment's results, Note [ATen segments]); others are
+        contiguous."""
+        records = self.fd._records
+        inputs, body, final_records, handed = self._parts(frozenset(group), finals, shared)
         renumber: dict[int, int] = {}
 
         def ref(r: Ref) -> Ref:
@@ -175,20 +201,10 @@ class FusionGraph:
             return tuple(new)
 
         out: list[Record] = []
-        for v in sorted(inputs):
-            src = records[self.producer[v]]
-            if src.kind != "op":  # an input of the original: same definition
-                out.append(Record(src.kind, src.name, src.args, src.kwargs, fresh(src.outputs[:1])))
-                continue
-            info = infos[v]
-            dense = v not in strided
-            order = self.order_of(v) if dense else ()
-            contiguity = tuple(None if info.shape[d] == 1 else dense
-                               for d in allocation_order(order, len(info.shape)))  # fmt: skip
-            kwargs = (("shape", info.shape), ("contiguity", contiguity), ("dtype", info.dtype),
-                      ("is_cpu", False), ("stride_order", order))  # fmt: skip
-            out.append(Record("tensor", kwargs=kwargs, outputs=fresh((Ref("T", v),))))
-        for pos in sorted(copies | group):
+        for v in inputs:
+            r = self._input_record(v, strided)
+            out.append(Record(r.kind, r.name, r.args, r.kwargs, fresh(r.outputs)))
+        for pos in body:
             r = records[pos]
             out.append(Record(r.kind, r.name, remap(r.args),
                               tuple((k, remap(x)) for k, x in r.kwargs), fresh(r.outputs)))  # fmt: skip
@@ -197,11 +213,59 @@ class FusionGraph:
             v = r.args[0].index
             out.append(Record("output", "", remap(r.args), tuple((k, remap(x)) for k, x in r.kwargs)))
             (returned if r.kw("alias_input") is None else aliased).append(v)
-        for v in sorted(shared - set(returned)):
+        for v in handed:
             out.append(Record("output", "", (ref(Ref("T", v)),),
                               (("alias_input", None), ("stride_order", self.order_of(v)))))  # fmt: skip
             returned.append(v)
-        index_map = {renumber[v]: v for v in sorted(inputs)}
+        index_map = {renumber[v]: v for v in inputs}
         index_map.update({renumber[v]: v for v in returned + aliased})
-        return SubFusion(tuple(out), index_map, tuple(sorted(inputs)), tuple(returned),
-                         tuple(aliased))  # fmt: skip
+        return SubFusion(tuple(out), index_map, tuple(inputs), tuple(returned), tuple(aliased))
+
+    def carve_key(self, group: frozenset[int], finals: set[int],
+                  shared: set[int]) -> tuple[tuple, list[int]]:  # fmt: skip
+        """Note [Shared trials] (schedulers/segmenter.py): (a value equal for two groups exactly
+        when `carve` makes equal records of them, in the segment's own numbering; the
+        segment's inputs), without making the records. Each record counts as its text with
+        the state numbers left out (made once per record) and the segment's numbers of the
+        states it reads."""
+        inputs, body, final_records, handed = self._parts(group, finals, shared)
+        renumber = {v: n for n, v in enumerate(inputs)}
+        key: list[Any] = [self._input_text(v) for v in inputs]
+        for pos in body:
+            rec = self.fd._records[pos]
+            key.append((self._shape_text(rec, pos),
+                        tuple(renumber[r.index] for r in self._reads(rec, pos))))  # fmt: skip
+            for o in rec.outputs:
+                renumber[o.index] = len(renumber)
+        for r in final_records:
+            key.append((self._shape_text(r, id(r)),
+                        tuple(renumber[x.index] for x in r.refs())))  # fmt: skip
+        key.extend((renumber[v], self.order_of(v)) for v in handed)
+        return tuple(key), inputs
+
+    def _input_text(self, v: int) -> str:
+        """The canonical text of input `v`'s record in a segment, numbered 0."""
+        text = self._texts.get(("input", v))
+        if text is None:
+            r = self._input_record(v)
+            text = Record(r.kind, r.name, r.args, r.kwargs, (Ref(r.outputs[0].kind, 0),)).key
+            self._texts[("input", v)] = text
+        return text
+
+    def _shape_text(self, record: Record, slot: Any) -> str:
+        """The record's canonical text (Note [Record identity]) with the numbers of the states
+        it reads and makes left out, their kinds kept."""
+        text = self._texts.get(slot)
+        if text is None:
+            text = self._texts[slot] = _STATE_NUMBER.sub(r'"$ref":"\1"', record.key)
+        return text
+
+    def _reads(self, record: Record, pos: int) -> list[Ref]:
+        found = self._refs.get(pos)
+        if found is None:
+            found = self._refs[pos] = record.refs()
+        return found
+
+
+# a state reference in a record's text: {"$ref":"T12"} (Note [Record identity])
+_STATE_NUMBER = re.compile(r'"\$ref":"([A-Za-z]+)\d+"')

@@ -14,7 +14,9 @@ kernel is stored, and compiled once across processes, as any other.
 
 H100 (Llama-style, same run): cold first step 6.16 s against 9.26 s without, its region calls
 0.34 s against 6.46 s. What remains is the planning itself, now at lowering (the segmenter's
-search: 3.1 s for the Llama-style model's 6 distinct regions, 3.3 s for ResNet-18's 30).
+search: 3.1 s for the Llama-style model's 6 distinct regions, 3.3 s for ResNet-18's 30): its
+trials are shared across the process (Note [Shared trials] in schedulers/segmenter.py), and
+the regions' searches run side by side in forked children (Note [Searches apart]).
 
 A region whose plan the store already holds for these inputs (a warm store, or a region
 that repeats another's definition) is not planned ahead: its kernels are found in the store
@@ -32,6 +34,7 @@ from typing import Any
 import torch
 
 from .pending_compiles import deferred, enabled, pending  # noqa: F401 (pending: for callers)
+from .searches_apart import SearchNeeded, holding_searches, search_apart
 
 # ---- regions ------------------------------------------------------------------------------------
 
@@ -78,6 +81,7 @@ def _compile_regions(regions: Iterable[tuple[Any, Sequence[Any]]]) -> int:
     from fusion_cache.runtime.executor import plan_signature
 
     planned = 0
+    searching = []  # Note [Searches apart]: regions whose plan waits for a search
     for fd, values in regions:
         try:
             profile = profile_for(values)
@@ -87,9 +91,24 @@ def _compile_regions(regions: Iterable[tuple[Any, Sequence[Any]]]) -> int:
             store = FusionCache.get().store
             if store.get_plan(fd.id(), plan_signature(inputs), f"sm_{profile.arch}"):
                 continue  # planned before: its kernels are in the store (or being compiled)
+            with deferred(), holding_searches():
+                fd.precompile(inputs, target=profile)
+            planned += 1
+        except SearchNeeded as need:
+            searching.append((fd, inputs, profile, need))
+        except Exception:  # noqa: BLE001 - the first call plans and reports for itself
+            continue
+    regions_of = {id(need): (fd, inputs, profile) for fd, inputs, profile, need in searching}
+
+    def plan_found(need: SearchNeeded) -> None:  # as its search ends: its compiles go early
+        nonlocal planned
+        fd, inputs, profile = regions_of[id(need)]
+        try:
             with deferred():
                 fd.precompile(inputs, target=profile)
             planned += 1
-        except Exception:  # noqa: BLE001 - the first call plans and reports for itself
-            continue
+        except Exception:  # noqa: BLE001 - as above
+            pass
+
+    search_apart([need for *_, need in searching], plan_found)
     return planned

@@ -46,7 +46,7 @@ from schedulers.aten import NAME as ATEN
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
-from . import run_context
+from . import run_context, searches_apart
 from .aten_calls import prepare_call
 from .aten_segments import AtenPlan, run_aten
 from .kernel_cache import cubin_for, load_function
@@ -193,6 +193,11 @@ class FusionExecutor:
 
         drafts = None
         stored = self.stored_groups(values, profile) if fd is None else None
+        if stored is None and fd is None:  # Note [Searches apart]: found by a child, checked
+            key = (self.fid, plan_signature(values), profile.arch)
+            stored = searches_apart.take_hint(key)
+            if stored is None and searches_apart.holding():
+                raise searches_apart.SearchNeeded(key, self.fd, list(values), env, profile)
         fd = self.fd if fd is None else fd
         if stored is not None:  # Note [Stored segmentations]
             try:

@@ -1,0 +1,181 @@
+"""Segmentation searches of a graph's regions run side by side, in forked child processes.
+
+Note [Searches apart]: with the compiles in a thread pool (Note [Compiles ahead]), what
+remained of a cold first step's planning was the segmenter's search, one region after
+another on one core while the GPU machine has 16 (H100, 3.1 s for the Llama-style model's
+regions, 3.3 s for ResNet-18's). The search is pure Python on meta stand-ins, so the GIL
+keeps threads from sharing it; processes can. `compile_regions` first asks each region's
+plan with searches held back (`holding_searches`): a region that needs one raises
+`SearchNeeded` with what the search would get (the executor's definition, inputs, shapes,
+profile). The searches then run in forked children, at most one a usable CPU, each sending
+back its groups (owned and computed ops of every segment) through a pipe; the parent keeps
+them as hints under the fusion, input signature and arch, and plans the regions again: the
+executor takes a hint as it takes a stored segmentation (Note [Stored segmentations]):
+checked against the fusion and every group tried again, searching after all where one does
+not fit or lands on the reference evaluator. So a child's answer can cost time, never
+change a plan: the search is deterministic, and the child is a copy of this process.
+
+A child touches nothing but the search: no store, no CUDA (a forked CUDA process may not),
+no compile; it leaves by os._exit. One that fails, or is not done within the deadline, is
+killed and its region searched here. Each region is planned as soon as its child ends, so
+its compiles start while the other searches run.
+
+Off by default: FUSION_CACHE_SEARCH_PROCESSES=N runs up to N children at once (0 or 1: off).
+H100 80GB HBM3, 2026-11-27 12:40 UTC, with Note [Shared trials], 16 children at most, the
+regions planned only after every search had ended (before `on_done`): cold first step of
+ResNet-18 7.20 s (lowering 3.08 s, first region calls 0.89 s) against 9.91 s (5.83 / 0.94) in
+the 11:22 UTC run without either; the Llama-style model 11.17 s (3.30 / 2.73) against 10.13 s
+(4.38 / 0.83): its first calls waited for kernels whose compiles began only after the last
+search, beside children taking the cores the compile threads needed. Not measured since:
+the regions planned as their searches end, each alone or with the memo only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+_state = threading.local()  # .holding: a search raises SearchNeeded instead of running
+_hints: dict[tuple, list] = {}  # (fusion id, input signature, arch) -> groups found apart
+# the children's time before the parent searches itself: a search is seconds (H100, 3.3 s for all
+# ResNet-18's regions one after another); a child stuck on a lock another thread held at the
+# fork must not hold the step much longer
+_DEADLINE_S = 30.0
+
+
+@dataclass(eq=False)
+class SearchNeeded(Exception):
+    """A plan that needs a segmentation search, with what the search gets."""
+
+    key: tuple
+    fd: Any
+    values: Sequence[Any]
+    env: dict
+    profile: Any
+
+
+def holding() -> bool:
+    return getattr(_state, "holding", False)
+
+
+@contextmanager
+def holding_searches() -> Iterator[None]:
+    """Within it (this thread), a plan that must search raises SearchNeeded instead."""
+    before = holding()
+    _state.holding = True
+    try:
+        yield
+    finally:
+        _state.holding = before
+
+
+def take_hint(key: tuple) -> list | None:
+    """The groups a child found for `key`, once."""
+    return _hints.pop(key, None)
+
+
+def most_children() -> int:
+    """FUSION_CACHE_SEARCH_PROCESSES, at most the CPUs this process may use (default 0: off)."""
+    named = os.environ.get("FUSION_CACHE_SEARCH_PROCESSES", "").strip()
+    if not named.isdigit():
+        return 0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return min(int(named), cpus)
+
+
+def search_apart(needed: Sequence[SearchNeeded],
+                 on_done: Callable[[SearchNeeded], None] = lambda need: None) -> int:
+    """Run the searches in forked children, the groups found left as hints; `on_done(need)`
+    as each child ends (its region planned then, its compiles submitted while the other
+    searches run), and for every search no child ran; how many hints came."""
+    limit = min(most_children(), len(needed))
+    if limit < 2 or not hasattr(os, "fork"):
+        for need in needed:
+            on_done(need)
+        return 0
+    waiting = list(needed)
+    running: dict[int, tuple[int, SearchNeeded, bytearray]] = {}  # read fd -> (pid, ...)
+    found = 0
+    deadline = time.monotonic() + _DEADLINE_S
+    with selectors.DefaultSelector() as sel:
+        while (waiting or running) and time.monotonic() < deadline:
+            while waiting and len(running) < limit:
+                need = waiting.pop(0)
+                started = _fork_search(need)
+                if started is None:
+                    on_done(need)  # searched here
+                    continue
+                pid, fd = started
+                running[fd] = (pid, need, bytearray())
+                sel.register(fd, selectors.EVENT_READ)
+            if not running:
+                continue
+            for key, _ in sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                pid, need, data = running[key.fd]
+                chunk = os.read(key.fd, 1 << 16)
+                if chunk:
+                    data += chunk
+                    continue
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                del running[key.fd]
+                _, status = os.waitpid(pid, 0)
+                if status == 0 and _keep(need, bytes(data)):
+                    found += 1
+                on_done(need)
+        for fd, (pid, need, _) in running.items():  # past the deadline: searched here instead
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(fd)
+            on_done(need)
+    for need in waiting:
+        on_done(need)
+    return found
+
+
+def _fork_search(need: SearchNeeded) -> tuple[int, int] | None:
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns of fork() beside threads: see the Note
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read)
+            os.close(write)
+            return None
+    if pid == 0:  # the child: search, answer, leave without running anything of the parent's
+        code = 1
+        try:
+            os.close(read)
+            warnings.simplefilter("ignore")  # nothing written to streams another thread may hold
+            from schedulers.segmenter import segment
+
+            drafts = segment(need.fd, need.values, need.env, need.profile)
+            payload = json.dumps([[sorted(d.owned), sorted(d.ops)] for d in drafts]).encode()
+            with os.fdopen(write, "wb") as out:
+                out.write(payload)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def _keep(need: SearchNeeded, data: bytes) -> bool:
+    try:
+        groups = [(frozenset(owned), frozenset(ops)) for owned, ops in json.loads(data)]
+    except (TypeError, ValueError):
+        return False
+    _hints[need.key] = groups
+    return True

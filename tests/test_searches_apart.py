@@ -1,0 +1,100 @@
+"""Note [Searches apart]: the regions' segmentation searches run in forked children find the
+plans the searches run one after another here find. Run on the CPU with stub launches
+(benchmarks/host_region.py): every region is planned for the h100 profile."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from benchmarks import models
+from benchmarks.host_region import stub_launches
+from benchmarks.model_defs import model_cases
+from fusion_cache import FusionCache
+from fusion_cache.frontends import dynamo_backend, register_backend
+from fusion_cache.runtime import compile_ahead, searches_apart
+from schedulers import segmenter
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo(monkeypatch):
+    import torch._dynamo
+
+    register_backend()
+    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
+    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)  # eager's CPU ops
+    torch._dynamo.reset()
+    dynamo_backend.reset_reports()
+    yield
+    torch._dynamo.reset()
+
+
+def _stored_plans(name: str) -> list:
+    """A training step of the tiny model on a fresh store: every plan the store then holds."""
+    torch._dynamo.reset()
+    dynamo_backend.reset_reports()
+    segmenter._TRIALS.clear()
+    FusionCache.reset()
+    case = next(c for c in model_cases(tiny=True) if c.name == name)
+    with stub_launches():
+        model = models.initial_model(case, "cpu")
+        fn = models.compiled("fusion_cache", model)
+        models.train(fn, list(model.parameters()), case, models.batches_for(case, 1, "cpu"),
+                     "cpu")  # fmt: skip
+    store = FusionCache.get().store
+    plans = []
+    for f in store.fusions():
+        for p in store.plans_for(f.id):
+            plan = json.loads(p.plan_json)
+            # the segments' fusion ids: numbered as they came, and the regions whose searches
+            # ran apart are planned in the order the children end
+            plan.pop("segments", None)
+            plan["plan"] = re.sub(r"\[fusion \d+\]", "", plan["plan"])
+            plans.append((f.definition_key, p.signature_key, p.target,
+                          json.dumps(plan, sort_keys=True)))  # fmt: skip
+    return sorted(plans)
+
+
+def test_searches_apart_find_the_same_plans(tmp_path, monkeypatch):
+    found = []
+    search = compile_ahead.search_apart
+
+    def counted(needed, on_done):
+        done = []
+        found.append(search(needed, lambda need: (done.append(need), on_done(need))))
+        assert sorted(map(id, done)) == sorted(map(id, needed)), "a region left unplanned"
+        return found[-1]
+
+    monkeypatch.setattr(compile_ahead, "search_apart", counted)
+    monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "0")
+    monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "here"))
+    here = _stored_plans("llama")
+    assert found and not any(found)
+    monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "4")
+    monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "apart"))
+    apart = _stored_plans("llama")
+    assert sum(found) > 0, "no search ran in a child"
+    assert apart == here
+    assert any('"scheduler": "segmented"' in p[3] for p in here)
+
+
+def test_a_failed_child_leaves_the_search_here(monkeypatch):
+    from schedulers.device import profile_by_name
+    from tests import segment_patterns as sp
+
+    fd = sp.layer_norm_backward_with_bias_grad(torch.float32)
+    values = list(sp.layer_norm_backward_inputs(64, 256, torch.float32))
+    need = searches_apart.SearchNeeded(("key",), fd, values, {}, profile_by_name("h100"))
+    monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "2")
+    done = []
+    # the shapes left out: each child's search fails, nothing is kept, each is left to here
+    assert searches_apart.search_apart([need, need], done.append) == 0
+    assert searches_apart.take_hint(("key",)) is None
+    assert done == [need, need]
+
+
+def test_searches_apart_are_off_by_default(monkeypatch):
+    monkeypatch.delenv("FUSION_CACHE_SEARCH_PROCESSES", raising=False)
+    assert searches_apart.most_children() == 0
