@@ -108,9 +108,9 @@ def render_split_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: st
              "const int g = (int)named_at * WARPS + warp;",
              "if (g >= NR) return;",
              "int* const named = head + 3 * V + 2;",
-             "const int at = named[g];",
-             "if (at < 0) return;",
-             "const idx_t row = at;",
+             "const int listed = named[g];",
+             "if (listed < 0) return;",
+             "const idx_t row = listed;",
              "const int hd = head[row], sl = head[2 * V + row];",
              "__syncwarp();",
              "if (lane == 0) {",
@@ -119,7 +119,8 @@ def render_split_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: st
              "  if (sl >= 0) head[2 * V + row] = -1;",
              "}",
              *(wait_hot if hot else []),
-             *named_row_passes(vt, ot, rest, vw, True, True, store, sorted_lists, "hd"),
+             *[x[2:] if x.startswith("  ") else x  # at the depth of this block's body
+               for x in named_row_passes(vt, ot, rest, vw, True, True, store, sorted_lists, "hd")],
              "return;"]  # fmt: skip
     fill = ["// the fill to the slab's rows no token names",
             "const idx_t r0 = (b - named_at) * SR;",
