@@ -260,39 +260,77 @@ def render_link_bounded(index_dtype, value_dtype, rest: int, vw: int, index_type
 
 def render_link_warp_adds(index_dtype, value_dtype, rest: int, vw: int, index_type: str,
                           what: str, bound: int, hv: int, wait: bool = False,
-                          early: bool = False) -> str:  # fmt: skip
+                          early: bool = False, ahead: int = 4, matched: bool = False,
+                          appends: bool = False, defers: bool = False) -> str:  # fmt: skip
     """Note [Warp adds]: render_link_bounded's lists and slots, but a warp adds its tokens past
     the bound together: a lane LV column vectors of each token (the plan's `hv` units a row
     size LV), AHEAD tokens' values loaded before any is added, a run of tokens on one slot
-    summed in registers and added to the slot with one vector atomic a column vector."""
+    summed in registers and added to the slot with one vector atomic a column vector.
+    `matched`: (Note [Matched places]) the lanes of a warp naming one row take their places
+    with one atomic, and one of them waits for the row's slot; `appends` (with `matched`):
+    the token at a row's place 0 appends the row to the list of named rows (Note [Split
+    walk]), a warp's with one atomic; `defers` (with `appends`): the tokens past the bound are
+    listed for the walk to add (Note [Walk adds]) instead of added here."""
     it, vt = MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
     params = _bounded_link_params(it, vt, rest, vw)
     lines = _head(LINK_NAME, params, index_type, wait, early)
     lines.insert(1, RED_ADD)
     lines.insert(3, _walk_defs(vt, vw, [f"#define LV {max(1, min(4, -(-hv // 32)))}",
-                                        "#define AHEAD 4", f"#define BOUND {bound}"]))
+                                        f"#define AHEAD {ahead}", f"#define BOUND {bound}"]))
     what = what.replace('"', "'")
-    unit = ["const idx_t j = q0 + lane + 32 * u;  // the lane's column vector",
-            "const idx_t c = j * VW;"]  # fmt: skip
     body = ["const idx_t t = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;",
             "const idx_t HV = H / VW;",
             "const int lane = threadIdx.x & 31;",
             "int slot = -1;  // where the token's values go, past the bound",
-            "if (t < N) {",
-            f'  const idx_t r = (idx_t)fc_check_index((long long)index[t * index_s], V, "{what}");',
-            "  const int at = atomicAdd(&w[V + r], 1) + 1;  // the token's place on its row",
-            "  if (at < BOUND) {",
-            "    next[t] = atomicExch(&w[r], (int)t);",
-            "  } else if (at == BOUND) {",
-            "    slot = atomicAdd(&w[3 * V], 1) + 1;",
-            "    atomicExch(&w[2 * V + r], slot);",
-            "  } else {",
-            "    do { slot = *(volatile const int*)(w + 2 * V + r); } while (slot < 0);",
-            "  }",
-            "}",
+            *(_matched_places(what, appends) if matched else [
+                "if (t < N) {",
+                f'  const idx_t r = (idx_t)fc_check_index((long long)index[t * index_s], V, "{what}");',
+                "  const int at = atomicAdd(&w[V + r], 1) + 1;  // the token's place on its row",
+                "  if (at < BOUND) {",
+                "    next[t] = atomicExch(&w[r], (int)t);",
+                "  } else if (at == BOUND) {",
+                "    slot = atomicAdd(&w[3 * V], 1) + 1;",
+                "    atomicExch(&w[2 * V + r], slot);",
+                "  } else {",
+                "    do { slot = *(volatile const int*)(w + 2 * V + r); } while (slot < 0);",
+                "  }",
+                "}"]),
             "const unsigned over = __ballot_sync(0xffffffffu, slot >= 0);",
             "if (!over) return;",
-            "const idx_t t0 = t - lane;",
+            *(_deferred_adds() if defers else ["const idx_t t0 = t - lane;",
+                                               *warp_adds(vt, rest, vw, "t0 + src[q]")])]
+    lines += [b if b.startswith("#") else "  " + b for b in body] + ["}"]
+    return "\n".join(lines) + "\n"
+
+
+def _deferred_adds() -> list[str]:
+    """Note [Walk adds]: the warp's tokens past the bound appended, with their slots, to the
+    list of hot tokens (one atomic a warp), and each slot's count of pending tokens raised by
+    its lanes (one atomic a slot, from its lowest lane)."""
+    return ["const idx_t NR = N < V ? N : V;",
+            "int* const hot_t = w + 3 * V + 3 + NR;",
+            "int* const hot_s = hot_t + N;",
+            "int* const pend = hot_s + N;",
+            "const int lead = __ffs(over) - 1;",
+            "int first_at = 0;",
+            "if (lane == lead) first_at = atomicAdd(&w[3 * V + 2 + NR], __popc(over)) + 1;",
+            "first_at = __shfl_sync(0xffffffffu, first_at, lead);",
+            "if (slot >= 0) {",
+            "  const int k = first_at + __popc(over & ((1u << lane) - 1u));",
+            "  hot_t[k] = (int)t;",
+            "  hot_s[k] = slot;",
+            "  if (lane == __ffs(same & over) - 1) atomicAdd(&pend[slot], __popc(same & over));",
+            "}"]  # fmt: skip
+
+
+def warp_adds(vt: str, rest: int, vw: int, token: str) -> list[str]:
+    """Note [Warp adds]: the warp's lanes of `over` (each with its `slot`) added to their
+    slots, a lane LV column vectors of each, AHEAD tokens' values loaded before any is added,
+    a run on one slot summed in registers, one vector atomic a column vector a run. `token`:
+    the token of lane src[q], an expression every lane evaluates."""
+    unit = ["const idx_t j = q0 + lane + 32 * u;  // the lane's column vector",
+            "const idx_t c = j * VW;"]  # fmt: skip
+    return [
             "for (idx_t q0 = 0; q0 < HV; q0 += 32 * LV) {",
             "  fc_vec<float, VW> s[LV];",
             "  idx_t vo[LV];",
@@ -314,10 +352,11 @@ def render_link_warp_adds(index_dtype, value_dtype, rest: int, vw: int, index_ty
             "      src[q] = todo ? __ffs(todo) - 1 : -1;",
             "      todo &= todo ? todo - 1 : 0u;",
             "      sl[q] = __shfl_sync(0xffffffffu, slot, src[q] < 0 ? 0 : src[q]);",
+            f"      const idx_t tq = {token};",
             "#pragma unroll",
             "      for (int u = 0; u < LV; ++u)",
             "        if (src[q] >= 0 && q0 + lane + 32 * u < HV)",
-            "          raw[q][u] = fc_row_at(value, (t0 + src[q]) * value_s + vo[u]);",
+            "          raw[q][u] = fc_row_at(value, tq * value_s + vo[u]);",
             "    }",
             "#pragma unroll",
             "    for (int q = 0; q < AHEAD; ++q) {",
@@ -343,8 +382,47 @@ def render_link_warp_adds(index_dtype, value_dtype, rest: int, vw: int, index_ty
             "    if (j < HV) fc_red_add_vec<VW>(acc + (idx_t)cur * H + c, s[u]);",
             "  }",
             "}"]  # fmt: skip
-    lines += [b if b.startswith("#") else "  " + b for b in body] + ["}"]
-    return "\n".join(lines) + "\n"
+
+
+def _matched_places(what: str, appends: bool = False) -> list[str]:
+    """Note [Matched places]: the lanes naming one row (a group, __match_any_sync) take their
+    places with one atomic add of the group's size, the lowest lane's; a lane's place is the
+    group's first plus its rank in the group. Past the bound, a lane takes the slot from the
+    group's lane at the bound where there is one, else from the group's first lane past the
+    bound, which alone waits for the slot's word. Every lane runs the votes (no lane returns
+    before them)."""
+    return ["const long long r = t < N ? fc_check_index((long long)index[t * index_s], V, "
+            f'"{what}") : -1;',
+            "const unsigned same = __match_any_sync(0xffffffffu, r);",
+            "const int first = __ffs(same) - 1;",
+            "int base = 0;",
+            "if (t < N && lane == first) base = atomicAdd(&w[V + r], __popc(same));",
+            "base = __shfl_sync(0xffffffffu, base, first);",
+            "const int at = base + 1 + __popc(same & ((1u << lane) - 1u));  // the place",
+            "if (t < N && at < BOUND) {",
+            "  next[t] = atomicExch(&w[r], (int)t);",
+            "} else if (t < N && at == BOUND) {",
+            "  slot = atomicAdd(&w[3 * V], 1) + 1;",
+            "  atomicExch(&w[2 * V + r], slot);",
+            "}",
+            "const unsigned opened = __ballot_sync(0xffffffffu, t < N && at == BOUND) & same;",
+            "const unsigned past = __ballot_sync(0xffffffffu, t < N && at > BOUND) & same;",
+            "const int from = opened ? __ffs(opened) - 1 : past ? __ffs(past) - 1 : lane;",
+            "if (!opened && past && lane == from) {",
+            "  do { slot = *(volatile const int*)(w + 2 * V + r); } while (slot < 0);",
+            "}",
+            "const int got = __shfl_sync(0xffffffffu, slot, from);",
+            "if (t < N && at > BOUND) slot = got;",
+            *(["// the rows named first here, on the list of named rows (Note [Split walk])",
+               "const unsigned opens = __ballot_sync(0xffffffffu, t < N && at == 0);",
+               "if (opens) {",
+               "  const int opener = __ffs(opens) - 1;",
+               "  int taken = 0;",
+               "  if (lane == opener) taken = atomicAdd(&w[3 * V + 1], __popc(opens)) + 1;",
+               "  taken = __shfl_sync(0xffffffffu, taken, opener);",
+               "  if (t < N && at == 0)",
+               "    w[3 * V + 2 + taken + __popc(opens & ((1u << lane) - 1u))] = (int)r;",
+               "}"] if appends else [])]  # fmt: skip
 
 
 def render_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, wait: bool = False,
@@ -446,7 +524,8 @@ def slab_rows_of(hv: int, units: int) -> int:
 def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str, hv: int,
                      wait: bool = False, units: int = 8, bounded: bool = False,
                      kept: bool = False, hint: int = 0, min_blocks: int = 0,
-                     persistent: bool = False, fill_first: bool = False) -> str:  # fmt: skip
+                     persistent: bool = False, fill_first: bool = False,
+                     sorted_lists: bool = False) -> str:  # fmt: skip
     """Note [Slab walk]: a block the SR whole rows after the blocks before it (SR * HV at most
     BLOCK * `units` units, or one row). It loads its rows' head (and slot) words once into
     shared memory and lists the named rows there; its threads store the fill to every unit
@@ -460,7 +539,8 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
     `persistent`: the grid may be smaller than the slabs, a block taking every gridDim.x-th;
     `fill_first`: (Note [Fill first]) the fill stored to every unit of the block's rows before
     waiting for the link kernel (launched dependent), the named rows stored again after a
-    barrier."""
+    barrier; `sorted_lists`: (Note [Sorted lists]) a list's tokens (at most 32) added in
+    token order, so its sum does not depend on the order the link's atomics landed in."""
     ot, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[value_dtype]
     ah = max(1, min(4, -(-hv // 32)))
     sr = slab_rows_of(hv, units)
@@ -473,7 +553,6 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
                   min_blocks=min_blocks)
     lines.insert(2, _walk_defs(vt, vw, [f"#define SR {sr}", f"#define AH {ah}",
                                         f"#define WARPS {WARPS}"]))
-    lane_unit = ["const idx_t c = (q0 + lane + 32 * m) * VW;"]
     # bounded words: head [V], count [V], slot [V], slots used [1]
     reset = (["    head[r0 + i] = -1;",
               *(["    head[V + r0 + i] = -1;", "    if (sl >= 0) head[2 * V + r0 + i] = -1;"]
@@ -481,7 +560,9 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
     decls = ["__shared__ int hs[SR];",
              *(["__shared__ int ss[SR];"] if bounded else []),
              "__shared__ int named[SR];  // the block's named rows, in no order",
-             "__shared__ int nn;"]
+             "__shared__ int nn;",
+             *(["__shared__ int order[WARPS][32];  // a named row's tokens, ascending"]
+               if sorted_lists else [])]
     fill_loop = ["#pragma unroll 4",
                  "for (idx_t u = r0 * HV + threadIdx.x; u < e; u += blockDim.x) {",
                  "  const idx_t row = u / HV;",
@@ -519,9 +600,95 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
             "  const int i = named[j];",
             "  const idx_t row = r0 + i;",
             *(["  const int sl = ss[i];"] if bounded else []),
+            *named_row_passes(vt, ot, rest, vw, bounded, kept, store, sorted_lists, "hs[i]"),
+            "}"]  # fmt: skip
+    if persistent:  # a block's slabs one after another; the words of one read before the next
+        body = ["for (idx_t slab = blockIdx.x; slab * SR < V; slab += gridDim.x) {",
+                *[b if b.startswith("#") else "  " + b for b in body], "  __syncthreads();", "}"]
+    else:
+        body = ["const idx_t slab = blockIdx.x;", *body]
+    lines += [b if b.startswith("#") else "  " + b for b in decls + body] + ["}"]
+    return "\n".join(lines) + "\n"
+
+
+def _list_adds(first: str) -> list[str]:
+    """Note [Slab walk]: a named row's list from `first` walked in list order (a column pass)."""
+    return ["    // a step of the list: the token's values and its next token loaded together",
+            f"    for (int n = {first}; n >= 0;) {{",
+            "#pragma unroll",
+            "      for (int m = 0; m < AH; ++m)",
+            "        if (q0 + lane + 32 * m < HV) now[m] = fc_row_at(value, (idx_t)n * value_s + vo[m]);",
+            "      const int after = fc_ldg(next + n);",
+            "#pragma unroll",
+            "      for (int m = 0; m < AH; ++m)",
+            "        if (q0 + lane + 32 * m < HV) fc_row_add(s[m], now[m]);",
+            "      n = after;",
+            "    }"]  # fmt: skip
+
+
+def _sorted_list(vt: str, rest: int, vw: int, first: str) -> list[str]:
+    """Note [Sorted lists]: before a named row's column passes, its list read into the warp
+    (lane k the k-th token), the head token's first-pass values loaded beside the first next
+    word (a row of one token waits no longer than the list walk), the tokens ranked and
+    written ascending to order[warp]; `k` tokens."""
+    return ["  // the list into the warp, the head's first values loaded with its next word",
+            f"  const int h0 = {first};",
+            f"  fc_vec<{vt}, VW> now[AH];",
+            "#pragma unroll",
+            "  for (int m = 0; m < AH; ++m) {",
+            "    const idx_t c = (lane + 32 * m) * VW;",
+            *["  " + x for x in _value_offset(rest, vw)],
+            "    if (lane + 32 * m < HV) now[m] = fc_row_at(value, (idx_t)h0 * value_s + voff);",
+            "  }",
+            "  int mine = lane == 0 ? h0 : 0x7fffffff, k = 1;",
+            "  for (int n = fc_ldg(next + h0); n >= 0 && k < 32; ++k) {",
+            "    if (lane == k) mine = n;",
+            "    n = fc_ldg(next + n);",
+            "  }",
+            "  int rank = 0;  // tokens are distinct: lane k's place in token order",
+            "  for (int q = 0; q < k; ++q) rank += __shfl_sync(0xffffffffu, mine, q) < mine;",
+            "  if (lane < k) order[warp][rank] = mine;",
+            "  __syncwarp();"]  # fmt: skip
+
+
+def _sorted_adds() -> list[str]:
+    """Note [Sorted lists]: a column pass adds the row's tokens in token order (the head's
+    first-pass values as loaded, where it comes first)."""
+    return ["    for (int q = 0; q < k; ++q) {",
+            "      const int t = order[warp][q];",
+            "      if (q0 != 0 || q != 0 || t != h0) {",
+            "#pragma unroll",
+            "        for (int m = 0; m < AH; ++m)",
+            "          if (q0 + lane + 32 * m < HV) now[m] = fc_row_at(value, (idx_t)t * value_s + vo[m]);",
+            "      }",
+            "#pragma unroll",
+            "      for (int m = 0; m < AH; ++m)",
+            "        if (q0 + lane + 32 * m < HV) fc_row_add(s[m], now[m]);",
+            "    }",
+            "    __syncwarp();"]  # fmt: skip
+
+
+def named_row_passes(vt: str, ot: str, rest: int, vw: int, bounded: bool, kept: bool, store: str,
+                     sorted_lists: bool, first: str) -> list[str]:  # fmt: skip
+    """Note [Slab walk]: a warp's named row `row` (list head `first`; `sl` its slot of sums
+    where bounded), in column passes of AH units a lane: the fill plus its list's values (in
+    token order where `sorted_lists`, Note [Sorted lists]) plus the slot's sums (set back to
+    0 where `kept`), cast and stored with `store`. Lines at the depth of a loop's body."""
+    lane_unit = ["const idx_t c = (q0 + lane + 32 * m) * VW;"]
+    slot_sums = ["      if (sl >= 0) {",
+                 f"        {'' if kept else 'const '}float* const at = acc + (idx_t)sl * H + c;",
+                 "        const fc_vec<float, VW> a = fc_load_vec<VW>(at);",
+                 "#pragma unroll",
+                 "        for (int x = 0; x < VW; ++x) s[m][x] += a[x];",
+                 *(["        fc_vec<float, VW> zero;",
+                    "#pragma unroll",
+                    "        for (int x = 0; x < VW; ++x) zero[x] = 0.0f;",
+                    "        fc_store_vec<VW>(at, zero);"] if kept else []),
+                 "      }"]  # fmt: skip
+    return [*(_sorted_list(vt, rest, vw, first) if sorted_lists else []),
             "  for (idx_t q0 = 0; q0 < HV; q0 += 32 * AH) {",
             "    fc_vec<float, VW> s[AH];",
-            f"    fc_vec<{vt}, VW> now[AH];",
+            *([] if sorted_lists else [f"    fc_vec<{vt}, VW> now[AH];"]),
             "    idx_t vo[AH];",
             "#pragma unroll",
             "    for (int m = 0; m < AH; ++m) {",
@@ -531,42 +698,15 @@ def render_slab_walk(out_dtype, value_dtype, rest: int, vw: int, index_type: str
             "#pragma unroll",
             "      for (int x = 0; x < VW; ++x) s[m][x] = fill;",
             "    }",
-            "    // a step of the list: the token's values and its next token loaded together",
-            "    for (int n = hs[i]; n >= 0;) {",
-            "#pragma unroll",
-            "      for (int m = 0; m < AH; ++m)",
-            "        if (q0 + lane + 32 * m < HV) now[m] = fc_row_at(value, (idx_t)n * value_s + vo[m]);",
-            "      const int after = fc_ldg(next + n);",
-            "#pragma unroll",
-            "      for (int m = 0; m < AH; ++m)",
-            "        if (q0 + lane + 32 * m < HV) fc_row_add(s[m], now[m]);",
-            "      n = after;",
-            "    }",
+            *(_sorted_adds() if sorted_lists else _list_adds(first)),
             "#pragma unroll",
             "    for (int m = 0; m < AH; ++m) {",
             "      if (q0 + lane + 32 * m >= HV) break;",
             *["      " + x for x in lane_unit],
-            *(["      if (sl >= 0) {",
-               f"        {'' if kept else 'const '}float* const at = acc + (idx_t)sl * H + c;",
-               "        const fc_vec<float, VW> a = fc_load_vec<VW>(at);",
-               "#pragma unroll",
-               "        for (int x = 0; x < VW; ++x) s[m][x] += a[x];",
-               *(["        fc_vec<float, VW> zero;",
-                  "#pragma unroll",
-                  "        for (int x = 0; x < VW; ++x) zero[x] = 0.0f;",
-                  "        fc_store_vec<VW>(at, zero);"] if kept else []),
-               "      }"] if bounded else []),
+            *(slot_sums if bounded else []),
             f"      fc_vec<{ot}, VW> o;",
             "#pragma unroll",
             f"      for (int x = 0; x < VW; ++x) o[x] = fc_cast<{ot}>(s[m][x]);",
             f"      {store}(out + row * H + c, o);",
             "    }",
-            "  }",
-            "}"]  # fmt: skip
-    if persistent:  # a block's slabs one after another; the words of one read before the next
-        body = ["for (idx_t slab = blockIdx.x; slab * SR < V; slab += gridDim.x) {",
-                *[b if b.startswith("#") else "  " + b for b in body], "  __syncthreads();", "}"]
-    else:
-        body = ["const idx_t slab = blockIdx.x;", *body]
-    lines += [b if b.startswith("#") else "  " + b for b in decls + body] + ["}"]
-    return "\n".join(lines) + "\n"
+            "  }"]  # fmt: skip

@@ -13,7 +13,7 @@ So the output is written once, the values read about once, and atomics touch onl
 tokens. Which token owns a row and the order of the atomic adds vary between runs, so a
 row named by several tokens may differ in its last bits from run to run (docs/ops.md);
 FUSION_CACHE_DETERMINISTIC=1 takes the ordered kernel instead. These four kernels are
-rows.chain False; the default is the row chains' slab walk (Note [Slab walk]).
+rows.chain False; the default is the row chains' split walk (Note [Split walk], [Walk adds]).
 
 Fewer kernels lost on the H100 (2026-11-26, embedding 50304 x 768 bf16 from 8192 tokens, same
 runs; the code is in commit 83b32d2): one cooperative kernel with a grid barrier between the
@@ -52,9 +52,10 @@ named row, a lane up to four units of it, each list step loading a token's value
 next token. Hot rows keep rows.bound's slots (Note [Row chains]): a padding row of 2048
 tokens walks a list of `bound` and adds one slot of sums.
 
-The default (rows.chain with rows.bound 16, rows.slab_walk 8, rows.kept, rows.warp_adds and
-rows.early; rows.chain False gives the four kernels of Note [Row sums]): two kernels, link
-and slab walk. Measured on embedding_bwd bf16 50304 x 768 from 8192 tokens, uniform and padded
+Until 2026-11-27 13:10 UTC the default (now rows.split False, rows.bound 16: Note [Split
+walk] holds the default since) was rows.chain with rows.bound 16, rows.slab_walk 8, rows.kept,
+rows.warp_adds and rows.early (rows.chain False gives the four kernels of Note [Row sums]):
+two kernels, link and slab walk. Measured on embedding_bwd bf16 50304 x 768 from 8192 tokens, uniform and padded
 (2048 on row 0), GB/s under do_bench, every figure against the four kernels of the same run:
 (benchmarks/results/: sweep-embedding_slab_walk*.json, kernel-times-embedding-slab-walk.txt)
 - H100 80GB HBM3 (2026-11-27 10:16 UTC, ceiling 3013, sweep-embedding_slab_walk.json):
@@ -74,12 +75,73 @@ Still short of issue 27's 90% (H100: 72-73% of the ceiling; H200: 65%). Unbounde
 3-4% faster on uniform tokens (one atomic a token instead of two) but a padding row walks its
 whole list.
 
-Note [Fill first] (knob rows.fill_first, with the slab walk; off, not yet timed): the walk
-stores the fill to every unit of its rows before it waits for the link kernel (launched
-dependent, the link letting it be placed at once with rows.early), then loads the head words
-and stores the named rows again, after a barrier of the block, so their sums land last. The
-link's time and the head loads' latency hide behind 77 MB of stores that wait on nothing;
-the named rows (about 15% of 77 MB) are written twice.
+Note [Fill first] (knob rows.fill_first, with the slab walk; off): the walk stores the fill
+to every unit of its rows before it waits for the link kernel (launched dependent, the link
+letting it be placed at once with rows.early), then loads the head words and stores the
+named rows again, after a barrier of the block, so their sums land last. The link's time and
+the head loads' latency hide behind 77 MB of stores that wait on nothing; the named rows
+(about 15% of 77 MB) are written twice. H100 (2026-11-27 12:2x UTC, sweep-embedding_round8):
+uniform 2183 GB/s against 2170-2173 for the default of the same run, padded 1396-1423 against
+1402-1409: no gain, so the link is not what the walk waits for. Nsight Compute of the slab
+walk alone (same card, uniform tokens): 33.7 us, DRAM 61% of peak (2.05 TB/s), 58 registers
+(4 blocks an SM, 50% theoretical occupancy, 35% achieved), 19 cycles a warp between issues:
+the walk is bound by its blocks' latency chain (head words, then gathers, then stores) at
+the occupancy its registers allow, not by bandwidth or by the link (Note [Split walk]).
+
+Note [Matched places] (knob rows.link_match, with rows.warp_adds): the lanes of a link warp
+that name one row (__match_any_sync) take their places with one atomic add of their count,
+and only the group's first lane past the bound waits for the row's slot (the others take it
+by shuffle), where every token of a padding row added one to the same count word and spun on
+the same slot word. H100 (2026-11-27 12:4x UTC, sweep-embedding_round9): padded 1404 -> 1470
+GB/s (bound 16), 1525 (bound 4), 1518 (bound 8); uniform 2140-2143 against 2166-2171 (-1%).
+kernel_times, padded: link 27.4 -> 24.4 us, walk 38.6 -> 36.3 with bound 4 (the hot list of 4,
+not 16, a serial walk of DRAM round trips in one warp). The padded link stays long: its 2032
+tokens past the bound are in 8 blocks (a padded sequence's last 256 positions) whose 64 warps
+each add 32 tokens, four loaded at a time (rows.link_ahead 8 or 16: 820-1266 GB/s, registers
+past 113 spill). Note [Walk adds] moves those adds off the critical path.
+
+Note [Split walk] (knob rows.split, with kept words and warp adds; the default): the rows
+kernel as two kinds of blocks of one grid (codegen/row_split_cuda.py). The link lists the
+named rows (the token at a row's place 0 appends it, a warp's with one atomic; Note [Matched
+places] then always on); named blocks, spread evenly over the grid, take a listed row a
+warp (its head and slot words read and set back, its list and slot added); fill blocks read
+their slab's count words and store the fill to the rows no token names, no gather in them.
+Each word has one reader, which sets it back (Note [Kept words]). Uniform tokens gain nothing
+from it (H100, sweep-embedding_round10: 2111-2117 GB/s against 2161-2166; Nsight Compute of
+the split walk: 34.7 us, DRAM 59%, achieved occupancy 41% against the slab walk's 33.7 us,
+61%, 35%): blocks that never gather are not faster, so the walk's latency chain was not what
+bounds it. Its worth is Note [Walk adds].
+
+Note [Walk adds] (knob rows.walk_adds, with rows.split; the default, with rows.bound 4): the
+link no longer adds the tokens past their row's bound; it lists them with their slots (a
+warp's with one atomic) and raises each slot's pending count by its tokens. The split walk's
+first HB blocks (a warp CH = 8 listed tokens at a time, min(N / (8 CH), 2 SMs) blocks) add
+them to the slots as the link's warps did (Note [Warp adds]: runs on one slot summed in
+registers, one vector atomic a column vector a run), fence, and lower the pending counts; the
+named warp of a hot row waits (its lane 0 spinning, then a fence) for its slot's count to come
+back to -1 before adding the slot. The hot blocks come first in the grid, so they are placed
+before any named block that could wait for them (as the link's waits for a slot, this leans
+on blocks being placed in index order). A padding row's 2032 tokens past the bound are added
+by 254 warps beside the fill's stores, not by the link's 64 warps before the walk can start.
+H100 (2026-11-27 ~13:00 UTC, sweep-embedding_round10.json, copy ceiling 3000 GB/s, eager
+368-396, every figure against the old default of the same run): padded 1923 GB/s (64% of the
+ceiling; 1932 with rows.sorted) against 1402-1409 (+37%), 1680 with bound 16, 1561 split
+without walk adds, 1521 with matched places and bound 4 on the slab walk; uniform 2114
+against 2161-2166 (-2.3%: matched places -1%, the split blocks -1%). bound 4 (the lists of a
+padding row walked by one warp, a DRAM round trip a token) is the new rows.bound default.
+Registers: the hot blocks' adds take LV 1 (a column pass of 32 vectors a warp) so the walk
+stays at 64 registers, 4 blocks an SM; rows.slab_blocks 5 (48, spills): uniform 1810,
+padded 1713. kernel_times (events around each launch) read 65-77 us for these two kernels
+where do_bench reads 42-47: the events serialize the dependent launch; compare with do_bench.
+
+Note [Sorted lists] (knob rows.sorted, bounds up to 32): the walk reads a named row's list
+into the warp (lane k its k-th token, the head token's first values loaded beside the first
+next word, so a row of one token waits no longer), ranks the tokens by shuffles and adds them
+in token order: a row named at most `bound` times gets the same bits on every run, whatever
+order the link's atomics gave its list (tests/test_row_sums.py checks the bits against sums
+in token order). Rows past the bound still add a slot of atomic sums. H100 (sweep-embedding_
+round9): uniform 2062-2065 against 2166-2171 (-5%: 74 registers, 3 blocks an SM, and a list's
+pointer chase before its values), padded (bound 4) 1492 against 1525; off.
 
 Note [Kept words] (knob rows.kept, with the slab walk): the fill kernel goes. The words are
 made -1 (a hot row's sums 0) once, where the plan's scratch is made (LaunchSpec.
@@ -119,6 +181,7 @@ import math
 from typing import Any
 
 from codegen import row_slabs_cuda as sl
+from codegen import row_split_cuda as sp
 from codegen import row_sums_cuda as rs
 from codegen.cuda_ops import ELEMENT_BYTES
 from fusion_cache.frontend.dtypes import DataType
@@ -291,7 +354,7 @@ def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dty
     blocks = lambda count: (max(1, -(-count // rs.BLOCK)), 1, 1)  # noqa: E731
     block = (rs.BLOCK, 1, 1)
     linked = bool(n and h)
-    bound = max(0, int(knob("rows.bound", 16)))  # list places a row (0: unbounded)
+    bound = max(0, int(knob("rows.bound", 4)))  # list places a row (0: unbounded)
     units, slab = _walk_units(max(1, hv), bool(bound))
     kept = bool(slab and knob("rows.kept", True))
     if bound:
@@ -339,7 +402,16 @@ def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dt
     blocks = lambda count: (max(1, -(-count // rs.BLOCK)), 1, 1)  # noqa: E731
     block = (rs.BLOCK, 1, 1)
     linked = bool(n and h)
-    words, sums = 3 * v + 1, max(1, n // (bound + 1)) * h  # at most n / (bound + 1) hot rows
+    # Note [Split walk]: with kept words and the warp adds, the link lists the named rows;
+    # the slab walk's own knobs (fill first, persistent blocks) take the slab walk
+    split = bool(slab and kept and knob("rows.warp_adds", True) and knob("rows.split", True)
+                 and not knob("rows.fill_first", False) and not knob("rows.slab_persist", 0))
+    named = min(n, v) if split else 0  # the list of named rows, after two counters
+    hot_rows = max(1, n // (bound + 1))  # at most n / (bound + 1) hot rows
+    # Note [Walk adds]: then a counter, the hot tokens and their slots, a pending count a slot
+    walk_adds = split and bool(n) and bool(knob("rows.walk_adds", True))
+    words = 3 * v + 1 + (named + 1 if split else 0) + (1 + 2 * n + hot_rows if walk_adds else 0)
+    sums = hot_rows * h
     kernels = [] if kept else [
         KernelLaunch(rs.FILL_NAME, rs.render_fill_bounded(index_type, early and linked),
                      blocks(max(words, sums)), block, ("ptr", it, "ptr", it),
@@ -349,16 +421,35 @@ def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dt
         wait = dep and bool(kernels)
         if knob("rows.warp_adds", True):  # Note [Warp adds]
             link = rs.render_link_warp_adds(program.index_dtype, program.source_dtype, rest, vw,
-                                            index_type, what, bound, hv, wait, early)
+                                            index_type, what, bound, hv, wait, early,
+                                            max(1, int(knob("rows.link_ahead", 4))),
+                                            split or bool(knob("rows.link_match", False)),
+                                            split, walk_adds)
         else:
             link = rs.render_link_bounded(program.index_dtype, program.source_dtype, rest, vw,
                                           index_type, what, bound, wait, early)
+        link_block = min(rs.BLOCK, max(32, int(knob("rows.link_block", rs.BLOCK)) // 32 * 32))
         kernels.append(KernelLaunch(
             rs.LINK_NAME, link,
-            blocks(n), block, ("ptr", "ptr", "ptr", "ptr", it, "ptr", it, *rest_types, it, it, it),
+            (max(1, -(-n // link_block)), 1, 1), (link_block, 1, 1),
+            ("ptr", "ptr", "ptr", "ptr", it, "ptr", it, *rest_types, it, it, it),
             (ArgRef("workspace", 0), ArgRef("workspace", 1), ArgRef("workspace", 2), index.ref,
              _s(index, 0), value.ref, _s(value, 0), *rest_args, n, v, h), dependent=wait))
-    if v and h:
+    if v and h and split:
+        wait = dep and bool(kernels)
+        hot = sp.hot_blocks(n, sms) if walk_adds else 0
+        kernels.append(KernelLaunch(
+            sp.SPLIT_WALK_NAME,
+            sp.render_split_walk(out_dtype, program.source_dtype, rest, vw, index_type, hv,
+                                 wait, units, int(knob("store.hint", 0)),
+                                 int(knob("rows.slab_blocks", 0)), sorted_lists(True), hot),
+            (hot + sp.named_blocks(named) + -(-v // slab), 1, 1), block,
+            ("ptr", "ptr", "ptr", "ptr", "ptr", it, *rest_types, it, it, it, "f32", "i32",
+             *(("i32",) if hot else ())),
+            (ArgRef("output", 0), ArgRef("workspace", 0), ArgRef("workspace", 2),
+             ArgRef("workspace", 1), value.ref, _s(value, 0), *rest_args, v, h, hv,
+             float(program.fill), named, *((n,) if hot else ())), dependent=wait))  # fmt: skip
+    elif v and h:
         wait = dep and bool(kernels)
         kernels.append(KernelLaunch(
             rs.SLAB_WALK_NAME if slab else rs.WALK_NAME,
@@ -372,8 +463,10 @@ def _plan_bounded(program: Any, index: Any, value: Any, out_shape: tuple, out_dt
     work = ((words, DataType.Int32), (max(1, n), DataType.Int32), (sums, DataType.Float))
     return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), work, tuple(kernels),
                       f"{program.op} row chains of at most {bound} from {program.fill!r} (Note "
-                      f"[Row chains]), {_walk_words(units, slab, kept)}vw={vw}, cast to "
-                      f"{out_dtype!r}", workspace_fills=(-1, None, 0.0) if kept else ())  # fmt: skip
+                      f"[Row chains]), {'split ' if split else ''}"
+                      f"{_walk_words(units, slab, kept)}vw={vw}, cast to "
+                      f"{out_dtype!r}{', hot tokens added in the walk' if walk_adds else ''}",
+                      workspace_fills=(-1, None, 0.0) if kept else ())  # fmt: skip
 
 
 def _walk_units(hv: int, bounded: bool) -> tuple[int, int]:
@@ -407,8 +500,15 @@ def _render_walk(out_dtype: DataType, value_dtype: DataType, rest: int, vw: int,
                                    bounded, kept, int(knob("store.hint", 0)),
                                    int(knob("rows.slab_blocks", 0)),
                                    bool(knob("rows.slab_persist", 0)),
-                                   bool(knob("rows.fill_first", False)))  # fmt: skip
+                                   bool(knob("rows.fill_first", False)),
+                                   sorted_lists(bounded))  # fmt: skip
     return rs.render_walk(out_dtype, value_dtype, rest, vw, index_type, dep, units, bounded)
+
+
+def sorted_lists(bounded: bool) -> bool:
+    """Note [Sorted lists] (knob rows.sorted): lists bounded at 32 tokens or fewer, summed in
+    token order."""
+    return bounded and 0 < int(knob("rows.bound", 4)) <= 32 and bool(knob("rows.sorted", False))
 
 
 def _walk_words(units: int, slab: int, kept: bool) -> str:

@@ -65,7 +65,7 @@ KNOBS: dict[str, str] = {
                   "kernel, Note [Row sums])",
     "rows.units": "(row, column vector) units a thread of the row chains' walk takes, their "
                   "loads issued together, where rows.slab_walk is 0 (Note [Row chains])",
-    "rows.bound": "most tokens on a row's list in the row chains (16 by default); a hot row's "
+    "rows.bound": "most tokens on a row's list in the row chains (4 by default); a hot row's "
                   "others add to float sums with atomics (Note [Row chains]; 0: unbounded)",
     "rows.slab_walk": "units a thread of the row chains' slab walk takes: a block loads its "
                       "rows' head words once, stores the fill to the rows no token names, then "
@@ -76,6 +76,20 @@ KNOBS: dict[str, str] = {
     "rows.warp_adds": "the bounded row chains' link adds a warp's tokens past the bound "
                       "together, runs on one slot summed in registers (Note [Warp adds]; "
                       "True by default)",
+    "rows.link_ahead": "tokens past the bound whose values a warp of the bounded link loads "
+                       "before adding any (Note [Warp adds]; 4 by default)",
+    "rows.link_block": "threads a block of the bounded link (Note [Warp adds]; 256 by default): "
+                       "smaller blocks spread a padded batch's hot warps over more SMs",
+    "rows.link_match": "the bounded link's lanes naming one row take their places with one "
+                       "atomic, one of them waiting for a hot row's slot (Note [Matched places])",
+    "rows.split": "the row chains' rows kernel as named blocks (a warp a row the link "
+                  "listed) and fill blocks that never wait on a gather (Note [Split walk]; "
+                  "True by default; False: the slab walk)",
+    "rows.walk_adds": "with rows.split, the link lists the tokens past their row's bound and "
+                      "the walk's first blocks add them while the fill is stored (Note [Walk "
+                      "adds]; True by default)",
+    "rows.sorted": "the slab walk adds a named row's list (bounded at 32 or fewer) in token "
+                   "order, not list order (Note [Sorted lists])",
     "rows.slab_persist": "blocks an SM of a slab walk whose blocks take the slabs in turn "
                          "(Note [Slab walk]; 0: a block a slab)",
     "rows.fill_first": "the slab walk stores the fill to all its rows before waiting for the "

@@ -241,6 +241,17 @@ template <typename T> inline T fc_host_shfl(T v, unsigned src) {
   fc_warp_barriers[w]->arrive_and_wait();
   return out;
 }
+template <typename T> inline unsigned __match_any_sync(unsigned, T v) {
+  static_assert(sizeof(T) <= 64, "matched values up to 64 bytes");
+  const unsigned t = threadIdx.y * blockDim.x + threadIdx.x, w = t / 32;
+  memcpy(fc_swap[t], &v, sizeof(T));
+  fc_warp_barriers[w]->arrive_and_wait();
+  unsigned m = 0;
+  for (unsigned i = 0; i < 32 && w * 32 + i < blockDim.x * blockDim.y; ++i)
+    m |= (memcmp(fc_swap[w * 32 + i], &v, sizeof(T)) == 0 ? 1u : 0u) << i;
+  fc_warp_barriers[w]->arrive_and_wait();
+  return m;
+}
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int m, int = 32) {
   return fc_host_shfl(v, ((threadIdx.y * blockDim.x + threadIdx.x) & 31) ^ m);
 }

@@ -56,7 +56,7 @@ def _cat3_odd_inputs(dtype, device, shape):
             for s in ((n, m), (n, m // 2 + 1), (n, m + 3))]  # fmt: skip
 
 
-# an embedding's gradient: the row chains' link and slab walk (Note [Slab walk])
+# an embedding's gradient: the row chains' link and split walk (Note [Split walk])
 PATTERNS = {name: _from_case(name, 2 if name.startswith("embedding_bwd") else 1)
             for name in RESIZE}  # fmt: skip
 PATTERNS["pad_unaligned"] = Pattern(

@@ -130,7 +130,7 @@ def test_row_slabs_leave_long_indexes_to_the_other_kernels(deterministic, monkey
         refs = fd.precompile(inputs, target="h100")
     names = [r.name for r in refs]
     assert names == (["fc_accumulate_ordered"] if deterministic == "1" else
-                     ["fc_rows_link", "fc_rows_slab_walk"])  # Note [Slab walk]
+                     ["fc_rows_link", "fc_rows_split_walk"])  # Note [Split walk]
 
 
 @needs_gxx

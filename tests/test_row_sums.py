@@ -41,6 +41,30 @@ def _plan_names(fd) -> list[str]:
     return [k.name for k in executor_for(fd).last_plan.spec.kernels]
 
 
+def permuted_grad(vocab: int, h: int, fill: float) -> FusionDefinition:
+    """Float sums into `fill` of value rows read through a permute of [h, N] (not contiguous:
+    one column a thread)."""
+    with FusionDefinition() as fd:
+        idx = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        value = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        zeros = fd.ops.full([vocab, h], fd.define_scalar(fill), DataType.Float)
+        fd.add_output(fd.ops.index_put_accumulate(zeros, idx, fd.ops.permute(value, [1, 0])))
+    return fd
+
+
+def padded_tokens(rest: list[int], dtype: torch.dtype, run: bool = True) -> tuple:
+    """(idx, value) of 100 tokens into 301 rows: a padding row of 40 packed tokens (0), a row
+    of 9 spread over the warps (42), where `run` a run of 4 in one warp (7); rows of two, of
+    one and of none."""
+    g = torch.Generator().manual_seed(11)
+    idx = torch.randint(0, 301, (100,), generator=g)
+    idx[50:90] = 0
+    idx[3:100:11] = 42
+    if run:
+        idx[5:9] = 7
+    return idx, torch.randn((100, *rest), generator=g).to(dtype)
+
+
 OLD_WALK = {"rows.chain": True, "rows.slab_walk": 0, "rows.bound": 0}  # Note [Row chains]'s walk
 
 
@@ -68,11 +92,7 @@ def test_row_sums_of_strided_values_take_one_column_a_thread(monkeypatch):
     """Values read through a permute: rows are not contiguous, so no vectors."""
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n, h = 11, 16, 8
-    with FusionDefinition() as fd:
-        idx = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
-        value = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
-        zeros = fd.ops.full([vocab, h], fd.define_scalar(0.0), DataType.Float)
-        fd.add_output(fd.ops.index_put_accumulate(zeros, idx, fd.ops.permute(value, [1, 0])))
+    fd = permuted_grad(vocab, h, 0.0)
     g = torch.Generator().manual_seed(2)
     idx = torch.randint(0, vocab, (n,), generator=g)
     value = torch.randn((h, n), generator=g)
@@ -170,7 +190,7 @@ def test_bounded_row_chains_compile_for_h100(monkeypatch):
     assert "red.global.add.v4.f32" in refs[1].source
 
 
-SLAB_WALK = {"rows.chain": True, "rows.slab_walk": 2, "rows.kept": False}
+SLAB_WALK = {"rows.chain": True, "rows.slab_walk": 2, "rows.kept": False, "rows.split": False}
 
 
 @needs_gxx
@@ -211,12 +231,8 @@ def test_warp_adds_against_index_put(dtype, rest, kept, monkeypatch):
     over the warps (runs of one), rows of two and of one; rows of 600 floats take two column
     passes of 128 vectors."""
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
-    vocab, n = 301, 100
-    g = torch.Generator().manual_seed(11)
-    idx = torch.randint(0, vocab, (n,), generator=g)
-    idx[50:90] = 0
-    idx[3:100:11] = 42
-    value = torch.randn((n, *rest), generator=g).to(dtype)
+    vocab = 301
+    idx, value = padded_tokens(rest, dtype, run=False)
     fd = _embedding_grad(vocab, rest, dtype, 0.25)
     knobs = {**SLAB_WALK, "rows.bound": 2, "rows.warp_adds": True, "rows.kept": kept}
     scratch: list = []
@@ -252,11 +268,7 @@ def test_slab_walk_of_strided_values_and_no_tokens(monkeypatch):
     8), and an empty index: every row the fill."""
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     vocab, n, h = 150, 40, 8
-    with FusionDefinition() as fd:
-        idx = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
-        value = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
-        zeros = fd.ops.full([vocab, h], fd.define_scalar(1.5), DataType.Float)
-        fd.add_output(fd.ops.index_put_accumulate(zeros, idx, fd.ops.permute(value, [1, 0])))
+    fd = permuted_grad(vocab, h, 1.5)
     g = torch.Generator().manual_seed(8)
     for count in (n, 0):
         idx = torch.randint(0, vocab, (count,), generator=g)
@@ -354,7 +366,8 @@ def test_slab_walk_variants_compile_for_h100(knobs, monkeypatch):
     fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
     inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
               torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
-    with overriding({"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16, **knobs}):
+    with overriding({"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16, "rows.split": False,
+                     **knobs}):  # fmt: skip
         refs = fd.precompile(inputs, target="h100")
     names = ["fc_rows_link", "fc_rows_slab_walk"]
     assert [r.name for r in refs] == (names if knobs["rows.kept"] else ["fc_rows_fill", *names])
@@ -362,20 +375,27 @@ def test_slab_walk_variants_compile_for_h100(knobs, monkeypatch):
     assert grid == (4 * 132 if "rows.slab_persist" in knobs else -(-50304 // 21))
 
 
-def test_the_default_is_the_slab_walk_with_kept_words(monkeypatch):
-    """Note [Slab walk]: by default an embedding's gradient is two kernels, the bounded link
-    with warp adds (Note [Warp adds]) and the slab walk of 8 units a thread, its words kept
-    between runs (Note [Kept words]: -1, and 0 for the hot rows' sums, when made)."""
+def test_the_default_is_the_split_walk_with_kept_words(monkeypatch):
+    """Note [Split walk]: by default an embedding's gradient is two kernels, the bounded link
+    (lists of at most 4; matched places, Note [Matched places]) listing the named rows and the
+    tokens past the bound, and the split walk adding those (Note [Walk adds]), its words kept
+    between runs (Note [Kept words]: -1, and 0 for the hot rows' sums, when made). rows.split
+    False: the slab walk of 8 units a thread, the link adding the hot tokens (Note [Warp adds])."""
     monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
     fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
     inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
               torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
     refs = fd.precompile(inputs, target="h100")
     spec = executor_for(fd).last_plan.spec
-    assert [r.name for r in refs] == ["fc_rows_link", "fc_rows_slab_walk"]
-    assert "at most 16" in spec.description and "(8 units a thread)" in spec.description
+    assert [r.name for r in refs] == ["fc_rows_link", "fc_rows_split_walk"]
+    assert "at most 4" in spec.description and "hot tokens added in the walk" in spec.description
     assert spec.workspace_fills == (-1, None, 0.0)
-    assert "__ballot_sync" in refs[0].source and "fc_launch_dependents();" in refs[0].source
+    assert "__match_any_sync" in refs[0].source and "fc_launch_dependents();" in refs[0].source
+    with overriding({"rows.split": False}):
+        refs = fd.precompile(inputs, target="h100")
+    spec = executor_for(fd).last_plan.spec
+    assert [r.name for r in refs] == ["fc_rows_link", "fc_rows_slab_walk"]
+    assert "(8 units a thread)" in spec.description and "fc_red_add_vec<VW>(" in refs[0].source
 
 
 @needs_gxx
@@ -398,3 +418,105 @@ def test_fill_first_slab_walk(bound, monkeypatch):
         assert "if (hs[row - r0] < 0)" not in walk
         assert walk.index("every row the fill") < walk.index("fc_wait_prior_grid();\n  if (")
         torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, torch.float32))
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rest", [[16], [7], [600]], ids=["vector", "odd", "long"])
+@pytest.mark.parametrize("bound", [2, 4, 16])
+def test_matched_places_against_index_put(dtype, rest, bound, monkeypatch):
+    """Note [Matched places] (knob rows.link_match): a warp's lanes naming one row take their
+    places with one atomic: a padding row of 40 packed tokens (whole warps on one row, one
+    lane of each waiting for the slot), a row of 9 spread over the warps, a run of 4 in one
+    warp, rows of two and of one; a last warp of 4 lanes; kept words over two runs."""
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab = 301
+    idx, value = padded_tokens(rest, dtype)
+    fd = _embedding_grad(vocab, rest, dtype, 0.25)
+    knobs = {**SLAB_WALK, "rows.bound": bound, "rows.kept": True, "rows.link_match": True}
+    scratch: list = []
+    for _ in range(2):
+        with overriding(knobs):
+            (got,) = run_plan_on_host(fd, [idx, value], scratch=scratch)
+        assert "__match_any_sync" in executor_for(fd).last_plan.spec.kernels[-2].source
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, dtype), rtol=tol, atol=tol)
+    assert bool((scratch[0] == -1).all()) and bool((scratch[2] == 0).all())
+
+
+@needs_gxx
+def test_matched_places_out_of_range_index_fails(monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    fd = _embedding_grad(37, [8], torch.float32, 0.0)
+    idx = torch.tensor([1, 2, 37, 3])
+    with overriding({**SLAB_WALK, "rows.bound": 4, "rows.link_match": True}), \
+            pytest.raises(RuntimeError, match="fc_rows_link failed on the host"):  # fmt: skip
+        run_plan_on_host(fd, [idx, torch.randn(4, 8)])
+
+
+def _in_token_order(idx, value, vocab, fill):
+    """Each row: the fill, then its tokens' values added in float in ascending token order."""
+    want = torch.full((vocab, *value.shape[1:]), fill, dtype=torch.float32)
+    for t in range(idx.shape[0]):
+        want[idx[t]] += value[t].float()
+    return want
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("matched", [False, True])
+def test_sorted_lists_sum_in_token_order(dtype, matched, monkeypatch):
+    """Note [Sorted lists] (knob rows.sorted): every row of at most `bound` tokens is the
+    fill plus its tokens' values in token order, bit for bit, whatever order the link's
+    atomics gave its list (here a stack: the reverse), values over six decades so that the
+    order shows; rows of 600 floats take two column passes; kept words over two runs."""
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n, h = 50, 200, 600
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    value = (torch.randn((n, h), generator=g) * torch.logspace(-3, 3, n).unsqueeze(1)).to(dtype)
+    fd = _embedding_grad(vocab, [h], dtype, 0.25)
+    want = _in_token_order(idx, value, vocab, 0.25).to(dtype)
+    knobs = {**SLAB_WALK, "rows.bound": 32, "rows.kept": True, "rows.link_match": matched}
+    assert int(torch.bincount(idx).max()) <= 32
+    scratch: list = []
+    for _ in range(2):
+        with overriding({**knobs, "rows.sorted": True}):
+            (got,) = run_plan_on_host(fd, [idx, value], scratch=scratch)
+        assert "order[warp][rank]" in executor_for(fd).last_plan.spec.kernels[-1].source
+        assert torch.equal(got, want)
+    if dtype == torch.float32:  # list order: not the same bits (bf16's rounding may hide it)
+        with overriding(knobs):
+            (got,) = run_plan_on_host(fd, [idx, value])
+        assert not torch.equal(got, want)
+
+
+@needs_gxx
+def test_sorted_lists_with_a_hot_row(monkeypatch):
+    """rows.sorted with rows.bound 4: a padding row of 40 tokens adds its list of 4 in token
+    order and its slot of sums; rows of one, two, none; out-of-range ids still fail."""
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    vocab, n, rest = 301, 100, [24]
+    g = torch.Generator().manual_seed(5)
+    idx = torch.randint(0, vocab, (n,), generator=g)
+    idx[50:90] = 0
+    value = torch.randn((n, *rest), generator=g)
+    fd = _embedding_grad(vocab, rest, torch.float32, 0.25)
+    knobs = {**SLAB_WALK, "rows.bound": 4, "rows.sorted": True, "rows.fill_first": True}
+    with overriding(knobs):
+        (got,) = run_plan_on_host(fd, [idx, value])
+    torch.testing.assert_close(got, _want(idx, value, vocab, 0.25, torch.float32))
+    with overriding(knobs), pytest.raises(RuntimeError, match="failed on the host"):
+        run_plan_on_host(fd, [torch.tensor([1, 2, 301, 3]), torch.randn(4, 24)])
+
+
+def test_sorted_lists_need_a_bound_of_at_most_32(monkeypatch):
+    """Unbounded lists (or bounds past a warp) walk in list order: the sort holds 32 tokens."""
+    monkeypatch.setenv("FUSION_CACHE_DETERMINISTIC", "0")
+    fd = _embedding_grad(50304, [768], torch.bfloat16, 0.0)
+    inputs = [torch.empty(8192, dtype=torch.int64, device="meta"),
+              torch.empty(8192, 768, dtype=torch.bfloat16, device="meta")]  # fmt: skip
+    for bound, sorted_ in ((0, False), (64, False), (32, True), (16, True)):
+        with overriding({"rows.bound": bound, "rows.sorted": True}):
+            refs = fd.precompile(inputs, target="h100")
+        assert ("order[warp][rank]" in refs[-1].source) == sorted_

@@ -234,13 +234,16 @@ def test_embedding_max_norm_is_one_kernel():
 
 @pytest.mark.parametrize("path", ["row_sums", "chains", "bounded", "ordered", "slabs",
                                   "slabs_deterministic", "slab_walk", "slab_walk_bounded",
-                                  "slab_walk_kept", "default", "fill_first"])
+                                  "slab_walk_kept", "default", "fill_first", "matched",
+                                  "sorted", "split", "walk_adds"])
 def test_embedding_gradient_with_hot_rows(path, monkeypatch):
     """Note [Row sums]: many tokens on a few rows (padding), one on most, none on the rest;
     the row-sums kernels (four launches), the row chains (three: Note [Row chains]), unbounded
     or of at most 16 tokens a list (the padding row's others in float sums), walked by slabs
     (Note [Slab walk]) with or without the words kept between runs (two launches: Note [Kept
-    words]) and the default (kept words and warp adds, Note [Warp adds]), the ordered kernel
+    words]) with the link's warp adds (Note [Warp adds]), matched places or sorted lists, the
+    split walk (Note [Split walk]; the default, the hot tokens added in the walk: Note [Walk
+    adds]), the ordered kernel
     (one) or the row slabs (three: Note [Row slabs], with or without the deterministic
     switch, their results the same on every run), against torch, on two sets of tokens in
     turn (the plan's scratch, kept per stream, reused by each run)."""
@@ -258,14 +261,19 @@ def test_embedding_gradient_with_hot_rows(path, monkeypatch):
              "slab_walk_bounded": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
                                    "rows.kept": False, "rows.warp_adds": False},
              "slab_walk_kept": {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
-                                "rows.kept": True, "rows.early": True,
+                                "rows.kept": True, "rows.early": True, "rows.split": False,
                                 "rows.warp_adds": False},  # Note [Kept words]
-             "default": {}, "fill_first": {"rows.fill_first": True}}.get(  # Note [Fill first]
+             "default": {}, "fill_first": {"rows.fill_first": True},  # Note [Fill first]
+             "matched": {"rows.link_match": True, "rows.split": False},  # Note [Matched places]
+             "sorted": {"rows.sorted": True, "rows.split": False},  # Note [Sorted lists]
+             "split": {"rows.walk_adds": False},  # Note [Split walk], the link adding hot tokens
+             "walk_adds": {"rows.sorted": True}}.get(  # Note [Walk adds] (the default)
                  path, {"rows.slab": False})  # fmt: skip
+    two = ("slab_walk_kept", "default", "fill_first", "matched", "sorted", "split", "walk_adds")
     with overriding(knobs):
         _hot_rows(deterministic or path == "slabs",
                   {"row_sums": 4, "chains": 3, "bounded": 3, "ordered": 1,
-                   "slab_walk_kept": 2, "default": 2, "fill_first": 2}.get(path, 3))  # fmt: skip
+                   **dict.fromkeys(two, 2)}.get(path, 3))  # fmt: skip
 
 
 def _hot_rows(deterministic: bool, kernels: int) -> None:
@@ -293,8 +301,8 @@ def _hot_rows(deterministic: bool, kernels: int) -> None:
 @pytest.mark.parametrize("knobs", [{"rows.chain": False}, {"rows.slab": True},
                                    {"rows.chain": True, "rows.slab_walk": 8, "rows.bound": 16,
                                     "rows.kept": False},
-                                   {}],  # the default: Note [Slab walk], [Kept words]
-                         ids=["row_sums", "slabs", "slab_walk", "default"])  # fmt: skip
+                                   {}, {"rows.split": False}],
+                         ids=["row_sums", "slabs", "slab_walk", "default", "slab_walk_kept"])  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_embedding_gradient_in_a_cuda_graph(dtype, knobs, monkeypatch):
     from schedulers.tuning import overriding
