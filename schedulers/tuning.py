@@ -158,6 +158,16 @@ KNOBS: dict[str, str] = {
     "colnorm.refill": "column norm blocks holding the whole reduced dim in shared memory loop "
                       "over tiles, each slot refilled with the next tile's row once its output "
                       "is written (Note [Whole column tiles])",
+    "colnorm.lean": "column softmax in fewer instructions: packed bf16 maxima, flushed sum "
+                    "terms, the division folded into the output's exp2 (Note [Lean column "
+                    "softmax]; default: 16-bit rows and deep tiles)",
+    "colnorm.deep_rows": "rows a thread of the deep column tiles holds at most, which sets their "
+                         "cluster (Note [Whole column tiles]; default 16)",
+    "colnorm.fold_bytes": "shared memory a column norm's row fold may take (Note [Row fold]; "
+                          "default: 16 KB, halved until the blocks asked for fit an SM)",
+    "colnorm.end_sync": "column norm clusters pushing their partials meet at a cluster barrier "
+                        "before exiting (Note [Column exchange]; default: only those reading "
+                        "their peers' partials)",
     "transpose.tile_a": "elements of a transpose tile along the outputs' innermost dim (Note "
                         "[Transpose tiles])",
     "transpose.tile_b": "elements of a transpose tile along the staged inputs' innermost dim",

@@ -442,7 +442,7 @@ def test_column_norm_folds_each_columns_partials_once(dtype, online):
     fd = define(softmax(dim=1)[0], dtype, 3)
     x = rand((3, 4096, 64), dtype, 22)
     plain = {"colnorm.online": online, "colnorm.push": False, "colnorm.persistent": False,
-             "colnorm.deep": False}
+             "colnorm.deep": False, "colnorm.lean": False}
     with overriding(plain):
         spec = check(fd, [x], [torch.softmax(x.float(), 1).to(dtype)], kernel="fc_column_norm")
     assert column_norm_rows(spec)[2] > 1
@@ -496,7 +496,9 @@ def test_column_norm_defaults_loop_over_tiles_in_f32_and_push_in_bf16(dtype, kin
 def test_bf16_column_norm_reads_values_through_their_words(knobs):
     """A bf16 row, in registers or read back from shared memory (16-byte vectors, Note
     [Column rows in smem]), is read a float at a time from its 32-bit words (fc_bf16_at), in
-    every pass; colnorm.vec narrows the vectors (8-byte ones stay in registers)."""
+    every pass but the max of rows in smem, which takes the words two columns at a time
+    (Note [Lean column softmax]); colnorm.vec narrows the vectors (8-byte ones stay in
+    registers)."""
     fd = define(softmax(dim=1)[0], BF16, 3)
     x = rand((3, 1000, 136), BF16, 28)
     with overriding(knobs):
@@ -505,7 +507,8 @@ def test_bf16_column_norm_reads_values_through_their_words(knobs):
     in_smem = "colnorm.vec" not in knobs
     assert ("rows in smem" in spec.description) == in_smem
     row = "x0_r" if in_smem else "x0[it]"
-    assert body.count(f"fc_bf16_at({row}, j)") == 3 and "fc_to_float(x0" not in body
+    assert body.count(f"fc_bf16_at({row}, j)") == (2 if in_smem else 3) and "fc_to_float(x0" not in body
+    assert ("fc_max_bf16x2(" in body) == in_smem
     assert f"#define FC_VEC {knobs.get('colnorm.vec', 8)}" in body
 
 
@@ -544,17 +547,24 @@ def test_column_norm_blocks_and_the_blocks_an_sm_they_ask_for(dtype, knobs, tx, 
     assert bounds in kernel.source and (f"{blocks} blocks/SM" in spec.description) == bool(blocks)
 
 
-def test_column_norm_partials_pushed_through_mbarriers():
+@pytest.mark.parametrize("end_sync", [None, True])
+def test_column_norm_partials_pushed_through_mbarriers(end_sync):
     """Note [Column exchange] under colnorm.push: one tile a cluster, partials sent with
-    st.async to every peer; softmax and a standardization compile and replay."""
+    st.async to every peer; softmax and a standardization compile and replay. A block has
+    every peer's partials once its mbarrier completes, so no cluster barrier precedes its
+    exit (colnorm.end_sync puts it back)."""
+    knobs = {"colnorm.push": True, "colnorm.persistent": False}
+    if end_sync is not None:
+        knobs["colnorm.end_sync"] = end_sync
     for build, ref, x in [(softmax(dim=1)[0], lambda x: [torch.softmax(x, 1)], rand((3, 4096, 64), seed=25)),
                           (*standardize(dim=1), rand((3, 3000, 200), seed=26) * 3 + 1)]:  # fmt: skip
         fd = define(build, F32, 3)
-        with overriding({"colnorm.push": True, "colnorm.persistent": False}):
+        with overriding(knobs):
             spec = check(fd, [x], ref(x), kernel="fc_column_norm")
         assert "partials pushed" in spec.description
         body = spec.kernels[0].source.split("end prelude")[1]
         assert "fc_send_remote(" in body and "fc_load_remote(" not in body
+        assert body.count("fc_cluster_sync();") == (1 if end_sync else 0)
 
 
 def test_layer_norm_like_over_the_middle_dim_and_its_statistics():
@@ -723,27 +733,34 @@ def test_whole_column_tiles_under_the_knobs(dtype, more):
     assert "rows in smem" in spec.description and body.count("fc_cp_async_wait<0>") == 1
 
 
-@pytest.mark.parametrize("dtype, tx, cluster", [(F32, 8, 8), (BF16, 4, 4), (F16, 4, 4)])
-def test_softmax_over_a_long_middle_dim_takes_deep_tiles(dtype, tx, cluster):
-    """Note [Whole column tiles]: softmax (and log-softmax) of 16-bit rows over 4096 rows,
-    which took clusters of 16, takes tiles of 32 columns, 256 threads a block holding 16 rows
-    a thread in shared memory, copied in four groups, asking for three blocks an SM; 32-bit
-    rows under the knob; a standardization (Welford) and a short reduced dim keep their
+@pytest.mark.parametrize("dtype", [F32, BF16, F16])
+def test_softmax_over_a_long_middle_dim_takes_deep_tiles(dtype):
+    """Note [Whole column tiles]: softmax (and log-softmax) over 4096 rows, which took
+    clusters of 16, takes tiles of 128-byte rows (64 columns of 16-bit values, 32 of 32-bit
+    ones), 256 threads a block holding 16 rows a thread in shared memory, copied in four
+    groups, asking for three blocks an SM, in clusters of 8 pushing their partials, the
+    softmax lean (Note [Lean column softmax]) and the row fold's shared memory small enough
+    for the three blocks; a standardization (Welford) and a short reduced dim keep their
     plans."""
-    knobs = {"colnorm.deep": True} if dtype == F32 else {}
+    knobs: dict = {}
     fd = define(softmax(dim=1)[0], dtype, 3)
-    with overriding({} if dtype == F32 else {"colnorm.deep": False}):  # the other default
+    with overriding({"colnorm.deep": False}):  # the other plan
         fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
     assert "chunks" not in executor_for(fd).last_plan.spec.description
     fd = define(softmax(dim=1)[0], dtype, 3)
-    with overriding(knobs):
-        fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
+    fd.precompile([torch.empty((32, 4096, 512), dtype=dtype, device="meta")], target="h100")
     spec = executor_for(fd).last_plan.spec
-    kernel = spec.kernels[0]
-    assert kernel.block == (tx, 256 // tx, 1) and column_norm_rows(spec) == (256 // tx, 16, cluster)
-    assert "rows in smem, 4 chunks" in spec.description and "3 blocks/SM" in spec.description
+    kernel, vec = spec.kernels[0], 16 // dtype.itemsize
+    assert kernel.block == (8, 32, 1) and column_norm_rows(spec) == (32, 16, 8)
+    assert "rows in smem, 4 chunks, lean, 3 blocks/SM" in spec.description
+    assert "partials pushed" in spec.description
     assert kernel.shared_mem == 64 * 1024 and "next tile in flight" not in spec.description
-    assert kernel.grid[0] == 32 * 512 // 32 * cluster
+    assert kernel.grid[0] == 32 * 512 // (8 * vec) * 8
+    body = kernel.source.split("end prelude")[1]
+    # Note [Row fold]: 4 columns a round (5 KB; all 4 of a 32-bit vector) where 8 (9 KB)
+    # left 16-bit rows two blocks an SM
+    assert "fc_fold_rows<FC_TX, FC_TY, FC_VEC, 4>" in body
+    assert "fc_cluster_sync();" not in body  # Note [Column exchange]: pushed, no end barrier
     for shape, log in [((3, 4000, 72), False), ((2, 2048, 40), True)]:
         build, ref = softmax(log=log, dim=1)
         fd = define(build, dtype, 3)
@@ -762,3 +779,49 @@ def test_softmax_over_a_long_middle_dim_takes_deep_tiles(dtype, tx, cluster):
     with overriding(knobs):
         spec = check(fd3, [z], [torch.softmax(z.float(), 1).to(dtype)], kernel="fc_column_norm")
     assert "chunks" not in spec.description and column_norm_rows(spec)[2] < 8
+
+
+# ---- Note [Lean column softmax] --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["a100", "h100"])
+@pytest.mark.parametrize("dtype", [F32, BF16, F16])
+def test_lean_chunked_column_softmax(dtype, target):
+    """Note [Lean column softmax]: the chunked softmax pass takes a bf16 column's max two
+    columns an instruction, its sum's terms flushed, and the output as one biased exp2 with
+    no division, of x - M for 32-bit outputs and of x alone for 16-bit ones (M in the
+    constant); log-softmax (its x - m read by the output too) keeps its own output pass.
+    Tails of rows and columns included."""
+    knobs = {**WHOLE, "colnorm.chunks": 4, "colnorm.lean": True, "colnorm.deep": False}
+    if target == "h100":
+        knobs.update({"colnorm.cluster": 4, "colnorm.tx": 4, "colnorm.ty": 64})
+    for shape, log in [((3, 4000, 72), False), ((2, 2048, 40), True), ((5, 1000, 136), False)]:
+        build, ref = softmax(log=log, dim=1)
+        fd = define(build, dtype, 3)
+        x = rand(shape, dtype, 37)
+        with overriding(knobs):
+            spec = check(fd, [x], [ref(x)], target=target, kernel="fc_column_norm")
+        body = spec.kernels[0].source.split("end prelude")[1]
+        assert "lean" in spec.description, spec.description
+        assert ("fc_max_bf16x2(" in body) == (dtype == BF16)
+        assert body.count("fc_exp2_flushed(fmaf(") == 4  # one sum pass a group
+        assert ("fc_exp2_biased(" in body) == (not log) and "fc_divisor_of" not in body
+        assert bool(re.search(r"fc_exp2_biased\(fmaf\(\w+ - \w+,", body)) == (dtype == F32 and not log)
+    with overriding({**knobs, "colnorm.lean": False}):
+        fd = define(softmax(dim=1)[0], dtype, 3)
+        spec = check(fd, [x], [ref(x)], target=target, kernel="fc_column_norm")
+    body = spec.kernels[0].source.split("end prelude")[1]
+    assert "lean" not in spec.description and "fc_exp2_biased(" not in body
+
+
+def test_biased_exp2_keeps_the_subnormal_outputs():
+    """Note [Lean column softmax]: 2^((x - M)*log2(e) - log2(S) + 64) flushed below 2^-126 and
+    scaled by 2^-64 is exp(x - M) / S, subnormal results included, within a few float ulp."""
+    x = torch.cat([torch.linspace(-120.0, 0.0, 4001), torch.tensor([-103.0, -95.0, -88.0])])
+    s = torch.tensor(7.5)
+    want = (torch.exp(x.double()) / s.double()).float()
+    y = torch.addcmul(64.0 - torch.log2(s), x, torch.tensor(1.4426950408889634))
+    e = torch.exp2(y)
+    got = torch.where(y < -126, 0.0, e) * 2.0**-64
+    assert (want[x > -100] > 0).all() and (want < 1.2e-38).any()  # subnormals in range
+    torch.testing.assert_close(got, want, rtol=4e-6, atol=2.0**-149 * 2)

@@ -88,6 +88,20 @@ FC_DEVICE float fc_exp2_flushed(float x) {
 #endif
 }
 
+// Note [Lean column softmax] (codegen/reduction/column_norm.py): 2^(y - 64) as MUFU.EX2 of
+// y and one multiply. The .ftz form flushes only y under -126, results under 2^-190 that no
+// float holds, and the multiply makes the subnormals that exp2f keeps with a compare and
+// two predicated multiplies around the MUFU.
+FC_DEVICE float fc_exp2_biased(float y) {
+#if defined(__CUDA_ARCH__)
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(y));
+  return e * 0x1p-64f;
+#else
+  return exp2f(y - 64.0f);
+#endif
+}
+
 // ---- min / max / clamp ---------------------------------------------------------------------
 // torch.maximum / minimum / clamp propagate NaN; fmaxf would drop it.
 
@@ -109,6 +123,21 @@ FC_DEVICE float fc_minimum(float a, float b) {
   return (a != a || b != b) ? fc_nan<float>() : fminf(a, b);
 #endif
 }
+
+// The elementwise max of two pairs of bf16 (the bits of a 32-bit word each), NaN kept as
+// torch.maximum keeps it: exact, as a max of the floats they widen to.
+FC_DEVICE unsigned fc_max_bf16x2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned r;
+  asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  const float lo = fc_maximum(__uint_as_float(a << 16), __uint_as_float(b << 16));
+  const float hi = fc_maximum(__uint_as_float(a & 0xffff0000u), __uint_as_float(b & 0xffff0000u));
+  return (__float_as_uint(hi) & 0xffff0000u) | (__float_as_uint(lo) >> 16);
+#endif
+}
+
 FC_DEVICE double fc_maximum(double a, double b) {
   return (a != a) ? a : ((b != b) ? b : fmax(a, b));
 }

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..cuda_ops import MEMORY_TYPE, REGISTER_TYPE, convert
+from fusion_cache.frontend.dtypes import DataType
+
+from ..cuda_ops import ELEMENT_BYTES, MEMORY_TYPE, REGISTER_TYPE, convert
 from ..kernel_ir import ReductionProgram, needed
 from ..prelude import prelude_source
 from ..stmt_cuda import render_stmt, scalar_arg_types, stored_form
@@ -56,9 +58,35 @@ COLUMN_NORM_NAME = "fc_column_norm"
 # refilled wave lost everywhere (H200: bf16 1191-1765 against 1996-2013, f32 1712-2574
 # against 2037-2049; not profiled). Those three runs used kernels compiled on a CPU machine
 # by a newer NVRTC, which gave the old f32 default 146 registers instead of 128 (one block
-# an SM instead of two); compiled on the GPU's machine the deep tiles still win for bf16
-# but not for f32 (colnorm.deep in schedulers/reduction/column_norm_plan.py has the
-# figures).
+# an SM instead of two). With the lean softmax below, pushed partials and no end barrier,
+# 128-byte rows (64 bf16 columns, clusters of 8) won for both dtypes; the refilled wave
+# and clusters looping over 8-row tiles with two buffers lost again (bf16 2009 and
+# 2003-2098 against 2278 for 32-column tiles, probe-lean-*.txt round 3). colnorm.deep in
+# schedulers/reduction/column_norm_plan.py has the figures. What is left for bf16 is the
+# tile's own: a block copying one 64 KB tile in and out, no math, moved 2637 GB/s (88% of
+# the H100's copy), the softmax 2584, and loading the next tile while storing this one
+# (refill, the looping clusters) lost more to its barriers and smaller tiles than it hid.
+#
+# Note [Lean column softmax]: the deep tiles of bf16 softmax over dim 1 of [32, 4096, 512]
+# ran 2012 GB/s where a copy of the same tiles (a probe kernel, not kept: load the tile,
+# store it, no math) ran 2104 with their 64-byte rows and 2422 with 128-byte ones, and the
+# f32 tiles of twice the bytes a value ran 2614 (copy 2733): for 16-bit rows the
+# instructions, about 37 a value (4728 a thread of NVRTC 13.5's SASS), held the time more
+# than the memory. So (colnorm.lean; on for 16-bit rows and deep tiles) the softmax is
+# written in fewer: a bf16 column's max two columns an instruction (max.NaN.bf16x2 on the
+# words read from shared memory: exact), the sum's terms and the chunks' rescales as
+# flushed exp2 of one fma (Note [Flushed softmax terms]: the column's sum holds the max's
+# own 1, so a term or a rescaled sum under 2^-126 cannot change it), and the output
+# exp(x - M) / S as one fc_exp2_biased of (x - M)*log2(e) + 64 - log2(S) (lg2.approx of S
+# once a column: no division and no subnormal fix-ups around MUFU.EX2; subnormal outputs
+# stay). 16-bit outputs take x*log2(e) + c, M folded into c: its rounding, under |M| *
+# 2^-23 of the exponent, is far below their half ulp. Deep tiles of 128-byte rows: bf16 2632
+# instructions a thread instead of 4640, f32 1688 instead of 2648. H100, kernels compiled on its machine, interleaved rounds (benchmarks/results/
+# probe-lean-nvidia-h100-80gb-hbm3.txt): 32-column deep tiles 2012 -> 2193 GB/s (round
+# 2), M folded 2201; f32 deep tiles 2614 -> 2652; round 4 (final plans): bf16 2584, 2568
+# without M folded, f32 2774 against 2745. The one-exchange cluster path (Note [Online
+# column softmax]) with rows in smem takes the same lines: bf16 clusters of 16 2128 ->
+# 2290 (87 registers instead of 60, four blocks an SM still).
 
 
 def column_norm_arg_types(program: ReductionProgram, v: ColumnNormVariant) -> tuple[str, ...]:
@@ -83,6 +111,8 @@ class _ColumnNorm:
         self.divisions = row_divisions(program)
         self.sites = 0  # cluster exchanges so far (each its own pair of mbarriers)
         self.reused: dict[str, str] = {}  # var -> its value kept from an earlier pass
+        # Note [Lean column softmax]: var -> its line, "" for the ones another line reads through
+        self.lean_lines: dict[str, str] = {}
         self.pushed = (v.persistent or v.push or v.refill) and v.cluster > 1  # Note [Column exchange]
         self.smem_declared = False  # Note [Column rows in smem]: fc_rows declared
         # the fold's shared-memory shape, as an outer kernel of the same threads has it
@@ -106,7 +136,7 @@ class _ColumnNorm:
         for r in program.reductions:
             types.add(REGISTER_TYPE[r.dtype] if r.op == "welford" else accumulator_type(r))
         for t in sorted(types):
-            L.append(f"  __shared__ __align__(16) {t} smem_{ident(t)}[{_fold_smem(self.fold, t)}];")
+            L.append(f"  __shared__ __align__(16) {t} smem_{ident(t)}[{_fold_smem(self.fold, t, v.fold_bytes)}];")
         whole = softmax_reductions(program) if v.chunks and v.rows_in_smem and not v.persistent else None
         if v.persistent:
             self.tile_loop_head()
@@ -145,7 +175,7 @@ class _ColumnNorm:
             L[self.bars_at:self.bars_at] = [
                 f"#define FC_SITES {2 * max(1, self.sites)}",
                 "  __shared__ __align__(8) unsigned long long fc_xbars[FC_SITES];"]
-        if v.cluster > 1:  # peers may still read this block's partials
+        if v.cluster > 1 and (v.end_sync or not self.pushed):  # peers may still read this block's partials
             L.append("  fc_cluster_sync();")
         L.append("}")
         return "\n".join(L) + "\n"
@@ -410,7 +440,7 @@ class _ColumnNorm:
         # Note [Row divisors]: a division by a column's value is a multiplication by its
         # reciprocal, computed once a column
         divs = sorted({self.divisions[st.var] for st in stmts if st.var in self.divisions
-                       and self.divisions[st.var][0] in self.kept})  # fmt: skip
+                       and self.divisions[st.var][0] in self.kept and st.var not in self.lean_lines})  # fmt: skip
         for y, ct in divs:
             L.append(f"  fc_divisor<{ct}> {y}_dv[FC_VEC];")
             L.append("#pragma unroll")
@@ -427,7 +457,7 @@ class _ColumnNorm:
         L.append("    for (int j = 0; j < FC_VEC; ++j) {")
         L.extend("      " + x for x in self.restore())
         L.extend(f"      const fc_divisor<{ct}> {y}_d = {y}_dv[j];" for y, ct in divs)
-        L.extend("      " + self.render_element(st, reciprocal) for st in stmts)
+        L.extend("      " + x for x in (self.render_element(st, reciprocal) for st in stmts) if x)
         L.extend("      " + x for x in body)
         L.append("    }")
         L.extend("    " + x for x in after)
@@ -435,6 +465,8 @@ class _ColumnNorm:
 
     def render_element(self, st, reciprocal: set) -> str:
         dtypes = self.dtypes
+        if st.var in self.lean_lines:  # Note [Lean column softmax]
+            return self.lean_lines[st.var]
         if st.var in self.reused:  # Note [Online column softmax]: exp(x - M) from the sum pass
             return f"const {REGISTER_TYPE[dtypes[st.var]]} {st.var} = {self.reused[st.var]};"
         if st.var in self.divisions and self.divisions[st.var][0] in reciprocal:
@@ -454,7 +486,7 @@ class _ColumnNorm:
         """var[FC_VEC] of every thread row and every block of the cluster, folded in a fixed
         order; every thread gets the totals of its columns."""
         v, L = self.v, self.L
-        L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>({var}, "
+        L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype, self.v.fold_bytes)}>({var}, "
                  f"{op}, smem_{ident(ctype)});")  # fmt: skip
         if v.cluster == 1:
             return
@@ -472,7 +504,13 @@ class _ColumnNorm:
         GB/s on the H100, 4% of the ceiling. Clusters looping over tiles (Note [Column
         tiles in flight]) push the partials with st.async to every peer, counted on the
         peer's mbarrier: a cluster barrier's release would wait for the previous tile's
-        stores, still in flight."""
+        stores, still in flight. A block whose mbarrier completed holds every peer's last
+        partials, so no peer touches its shared memory again and pushing blocks exit without
+        the cluster barrier (colnorm.end_sync puts it back): the blocks of a cluster no
+        longer wait for its slowest one's stores. bf16 softmax [32, 4096, 512] over dim 1,
+        H100, kernels compiled on its machine (probe-lean-nvidia-h100-80gb-hbm3.txt, round
+        3): 2195 -> 2278 GB/s in 32-column deep tiles; f32 clusters looping over tiles 2641
+        -> 2648."""
         L = self.L
         pushed = self.pushed
         site = self.sites
@@ -538,7 +576,12 @@ class _ColumnNorm:
             L.append(f"  {ctype} {r.var}_c[FC_VEC];")
             L.append("#pragma unroll")
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r.var}_c[j] = {identity_of(r)};")
-        self.element_loop([r1.input], [self.masked_accumulate(r1, f"{r1.var}_c[j]")])
+        lean = self.v.lean and not self.v.reuse_exp  # Note [Lean column softmax]
+        packed = self.packed_max_access(r1) if lean else None
+        if packed is not None:
+            self.packed_max(r1, packed, (0, self.v.rows))
+        else:
+            self.element_loop([r1.input], [self.masked_accumulate(r1, f"{r1.var}_c[j]")])
         et = REGISTER_TYPE[self.dtypes[r2.input]]
         for r in (r1, r2):
             if r is r2:  # the block's sum, from the block's max
@@ -546,9 +589,12 @@ class _ColumnNorm:
                 keep = [f"{r2.input}_e[it][j] = {r2.input};"] if self.v.reuse_exp else []
                 if keep:
                     L.append(f"  {et} {r2.input}_e[FC_RT][FC_VEC];")
+                if lean:
+                    self.lean_lines = self.flushed_sum_terms(r1, r2)
                 self.element_loop([r2.input], [self.masked_accumulate(r2, f"{r2.var}_c[j]"),
                                                *keep])  # fmt: skip
-            L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
+                self.lean_lines = {}
+            L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype, self.v.fold_bytes)}>("
                      f"{r.var}_c, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
         m = f"{r1.var}_c"
         if self.v.reuse_exp:  # the block's max, before the exchange makes it the column's
@@ -557,6 +603,8 @@ class _ColumnNorm:
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r1.var}_b[j] = {m}[j];")
         self.exchange_max_and_sum(r1, r2)
         self.kept.append(r2.var)
+        if lean:
+            self.lean_lines = self.folded_outputs(r1, r2)
         if self.v.reuse_exp:
             # exp(x - M) = exp(x - m_b) * exp(m_b - M); a block whose rows are all -inf kept
             # NaNs (-inf - -inf), where exp(x - M) is 0
@@ -579,6 +627,9 @@ class _ColumnNorm:
         ctype = accumulator_type(r1)
         m, t, none = f"{r1.var}_c", f"{r2.var}_c", identity_of(r1)
         log2e = "1.4426950408889634f"
+        # Note [Lean column softmax]: a sum rescaled by less than 2^-126 is one the column's
+        # sum (1 or more: the max's own term) cannot hold, so the rescales flush too
+        exp2 = "fc_exp2_flushed" if self.v.lean else "exp2f"
         for r in (r1, r2):
             L.append(f"  {ctype} {r.var}_c[FC_VEC];")
             L.append("#pragma unroll")
@@ -590,13 +641,20 @@ class _ColumnNorm:
             L.append(f"  {ctype} {r1.var}_p[FC_VEC];")
             L.append("#pragma unroll")
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r1.var}_p[j] = {m}[j];")
-            self.element_loop([r1.input], [self.masked_accumulate(r1, f"{m}[j]")], rows=rows)
+            packed = self.packed_max_access(r1) if self.v.lean else None
+            if packed is not None:
+                self.packed_max(r1, packed, rows)
+            else:
+                self.element_loop([r1.input], [self.masked_accumulate(r1, f"{m}[j]")], rows=rows)
             L.append("#pragma unroll")
             L.append(f"  for (int j = 0; j < FC_VEC; ++j) {t}[j] = {r1.var}_p[j] == {none} ? "
-                     f"({ctype})0 : {t}[j] * exp2f(({r1.var}_p[j] - {m}[j]) * {log2e});")  # fmt: skip
+                     f"({ctype})0 : {t}[j] * {exp2}(({r1.var}_p[j] - {m}[j]) * {log2e});")  # fmt: skip
             if r1.var not in self.kept:
                 self.kept.append(r1.var)
+            if self.v.lean:  # the sum's terms flushed (Note [Flushed softmax terms])
+                self.lean_lines = self.flushed_sum_terms(r1, r2)
             self.element_loop([r2.input], [self.masked_accumulate(r2, f"{t}[j]")], rows=rows)
+            self.lean_lines = {}
             L.append("  }")
         L.append(f"  {ctype} {r1.var}_t[FC_VEC];")
         L.append("#pragma unroll")
@@ -605,12 +663,79 @@ class _ColumnNorm:
             if r is r2:  # the thread's sum, rescaled to the column's max
                 L.append("#pragma unroll")
                 L.append(f"  for (int j = 0; j < FC_VEC; ++j) {t}[j] = {r1.var}_t[j] == {none} ? "
-                         f"({ctype})0 : {t}[j] * exp2f(({r1.var}_t[j] - {m}[j]) * {log2e});")  # fmt: skip
-            L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype)}>("
+                         f"({ctype})0 : {t}[j] * {exp2}(({r1.var}_t[j] - {m}[j]) * {log2e});")  # fmt: skip
+            L.append(f"  fc_fold_rows<FC_TX, FC_TY, FC_VEC, {_fold_columns(self.fold, ctype, self.v.fold_bytes)}>("
                      f"{acc}, {op_functor(r)}, smem_{ident(ctype)});")  # fmt: skip
         if self.v.cluster > 1:  # the blocks' (max, sum) pairs, as Note [Online column softmax]
             self.exchange_max_and_sum(r1, r2)
         self.kept.append(r2.var)
+        if self.v.lean:
+            self.lean_lines = self.folded_outputs(r1, r2)
+
+    def packed_max_access(self, r1) -> int | None:
+        """Note [Lean column softmax]: the cached bf16 access whose widened values the max
+        folds, where its rows are read as whole 32-bit words from shared memory."""
+        by_var = {st.var: st for st in self.program.stmts}
+        st = by_var.get(r1.input)
+        if st is not None and st.op == "cast" and st.dtype is DataType.Float:
+            st = by_var.get(st.operands[0])
+        if st is None or st.op != "load":
+            return None
+        i = st.operands[0]
+        ok = (i in self.v.cached and self.v.modes[i] == "vec" and self.v.vec % 2 == 0
+              and self.v.rows_in_smem and self.program.accesses[i].dtype is DataType.BFloat16)  # fmt: skip
+        return i if ok else None
+
+    def packed_max(self, r1, i: int, rows: tuple[int, int]) -> None:
+        """The max of rows `rows` of bf16 access `i`, two columns an instruction, folded into
+        the thread's float maxima afterwards (exact: a max of bf16 values is one of them)."""
+        L, h = self.L, f"{r1.var}_h"
+        L.append(f"  unsigned {h}[FC_VEC / 2];")
+        L.append("#pragma unroll")
+        L.append(f"  for (int q = 0; q < FC_VEC / 2; ++q) {h}[q] = 0xff80ff80u;  // -inf, -inf")
+        L.append("#pragma unroll")
+        L.append(f"  for (int it = {rows[0]}; it < {rows[1]}; ++it) {{")
+        L.append("    const bool ok = col_ok && k_base + (idx_t)it * FC_TY < N;")
+        L.extend("    " + x for x in self.smem_row_reads())
+        L.append(f"    const unsigned* const w = reinterpret_cast<const unsigned*>(x{i}_r.v);")
+        L.append("#pragma unroll")
+        L.append(f"    for (int q = 0; q < FC_VEC / 2; ++q) if (ok) {h}[q] = fc_max_bf16x2({h}[q], w[q]);")
+        L.append("  }")
+        L.append("#pragma unroll")
+        L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r1.var}_c[j] = {op_functor(r1)}({r1.var}_c[j], "
+                 f"__uint_as_float((j & 1) ? ({h}[j >> 1] & 0xffff0000u) : ({h}[j >> 1] << 16)));")  # fmt: skip
+
+    def flushed_sum_terms(self, r1, r2) -> dict[str, str]:
+        """Note [Lean column softmax]: the sum pass's exp(x - m) as exp2 of x*log2(e) -
+        m*log2(e), flushed (Note [Flushed softmax terms]); the x - m it read is not computed."""
+        by_var = {st.var: st for st in self.program.stmts}
+        sub = by_var[r2.input].operands[0]
+        return {sub: "", r2.input: (f"const float {r2.input} = fc_exp2_flushed(fmaf({r1.input}, "
+                                    f"1.4426950408889634f, {r1.var} * -1.4426950408889634f));")}  # fmt: skip
+
+    def folded_outputs(self, r1, r2) -> dict[str, str]:
+        """Note [Lean column softmax]: exp(x - M) / S as 2^((x - M)*log2(e) - log2(S)), where
+        the program divides the sum's terms by the sum and reads them nowhere else."""
+        program, L = self.program, self.L
+        by_var = {st.var: st for st in program.stmts}
+        e, sub = r2.input, by_var[r2.input].operands[0]
+        readers = [st for st in program.stmts if e in st.operands or sub in st.operands]
+        divs = [st for st in readers if st.op in ("div", "truediv")]
+        if (len(readers) != 3 or len(divs) != 1 or tuple(divs[0].operands) != (e, r2.var)
+                or divs[0].dtype is not DataType.Float or divs[0].compute is not DataType.Float
+                or any(s.var in (e, sub) for s in program.stores)):  # fmt: skip
+            return {}
+        # 16-bit outputs: the exponent as one fma of x, M*log2(e) folded into the constant
+        # (its rounding, under |M| * 2^-23, far below their half ulp of 2^-9)
+        narrow = all(ELEMENT_BYTES[s.dtype] == 2 for k, s in enumerate(program.stores)
+                     if not program.store_rowlevel[k])  # fmt: skip
+        less_m = f" - {r1.var}_c[j] * 1.4426950408889634f" if narrow else ""
+        L.append(f"  float {r2.var}_o[FC_VEC];  // 64 - log2(S): fc_exp2_biased takes 2^(y - 64)")
+        L.append("#pragma unroll")
+        L.append(f"  for (int j = 0; j < FC_VEC; ++j) {r2.var}_o[j] = 64.0f - __log2f({r2.var}_c[j]){less_m};")
+        d, x = divs[0].var, r1.input if narrow else f"{r1.input} - {r1.var}"
+        return {sub: "", e: "", d: (f"const float {d} = fc_exp2_biased(fmaf({x}, 1.4426950408889634f, "
+                                    f"{r2.var}_o[j]));")}  # fmt: skip
 
     def exchange_max_and_sum(self, r1, r2) -> None:
         """Note [Online column softmax]: each block's max m_b and sum s_b of exp(x - m_b)

@@ -266,19 +266,19 @@ def _fold_partials(L: list[str], program: ReductionProgram, v: OuterVariant) -> 
     _reduce_over_rows(L, program, v)
 
 
-def _fold_columns(v: OuterVariant, acc_type: str) -> int:
+def _fold_columns(v: OuterVariant, acc_type: str, budget: int = 16384) -> int:
     """Columns of a thread folded a round by fc_fold_rows (Note [Row fold]): as many of
-    FC_VEC as keep its shared memory within 16 KiB."""
+    FC_VEC as keep its shared memory within `budget` bytes."""
     size = 24 if "welford" in acc_type else 8 if "double" in acc_type or "int64" in acc_type else 4
     threads, s = v.tx * v.ty, v.vec
-    while s > 1 and (threads * s + max(threads, v.tx * s)) * size > 16384:
+    while s > 1 and (threads * s + max(threads, v.tx * s)) * size > budget:
         s //= 2
     return s
 
 
-def _fold_smem(v: OuterVariant, acc_type: str) -> str:
+def _fold_smem(v: OuterVariant, acc_type: str, budget: int = 16384) -> str:
     """Elements of fc_fold_rows' shared memory for accumulators of `acc_type`."""
-    s = _fold_columns(v, acc_type)
+    s = _fold_columns(v, acc_type, budget)
     return f"FC_TX * FC_TY * {s} + {max(v.tx * v.ty, v.tx * s)}"
 
 

@@ -167,6 +167,9 @@ class ColumnNormVariant:
     rows_in_smem: bool = False  # rows staged in shared memory by cp.async (Note [Column rows in smem])
     chunks: int = 0  # one block a column tile: its copies land in groups, softmax folded as they do (Note [Whole column tiles])
     refill: bool = False  # one block a column tile, looping over tiles, the next one's rows copied in as each row is written
+    lean: bool = False  # softmax in fewer instructions (Note [Lean column softmax])
+    end_sync: bool = True  # a cluster barrier before the blocks exit (Note [Column exchange])
+    fold_bytes: int = 16384  # shared memory of the row fold at most (Note [Row fold])
 
     def describe(self) -> str:
         return (f"column norm: {self.tx}x{self.ty} threads, vec {self.vec}, {self.rows} rows a "
@@ -178,5 +181,6 @@ class ColumnNormVariant:
                 f"{', rows in smem' if self.rows_in_smem else ''}"
                 f"{f', {self.chunks} chunks' if self.chunks else ''}"
                 f"{', refilled' if self.refill else ''}"
+                f"{', lean' if self.lean else ''}"
                 f"{f', {self.min_blocks} blocks/SM' if self.min_blocks else ''}"
                 f"{f', {self.i_rank} kept runs' if self.i_rank > 1 else ''}")  # fmt: skip

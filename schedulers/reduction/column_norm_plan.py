@@ -109,29 +109,29 @@ def column_norm(p: Problem) -> LaunchSpec | str:
         return (f"an outer normalization of {p.N} rows keeps more than {budget} values a "
                 f"thread in clusters of {widest}")  # fmt: skip
     cluster, ty, rows = choice
-    # Note [Whole column tiles] (codegen/reduction/column_norm.py): a softmax of 16-bit rows
-    # over a reduced dim long enough for clusters of 8 or more takes tiles of 32 columns
-    # (64-byte rows; 128-byte ones of 32-bit values under the knob) in blocks of 256 threads
-    # holding 16 rows a thread in shared memory (64 KB), copied in four groups, and as many
-    # blocks a cluster as the reduced dim needs: clusters of 4 (bf16) and 8 (f32) for
-    # softmax [32, 4096, 512] over dim 1. H100, kernels compiled on the GPU's machine
-    # (benchmarks/results/probe-whole_tiles-nvidia-h100-80gb-hbm3.txt, 2026-11-27 11:00,
-    # three interleaved rounds): bf16 2012-2019 GB/s against the old default's 1981-1989
-    # (clusters of 16, 8 rows a thread), f32 2621-2634 against 2648-2656 (rows in registers,
-    # clusters of 16 looping over tiles), so 32-bit rows keep that. Kernels compiled on a
-    # CPU machine by a newer NVRTC (sweep-whole_tiles3.json, H100, 10:43: the same deep
-    # kernels, the old f32 one at 146 registers instead of 128, one block an SM instead of
-    # two) gave bf16 2018-2030 against 1879-1887 and f32 2596-2607 against 2028-2036: the
-    # deep tiles keep their registers (72 and 80 with either compiler)
+    # Note [Whole column tiles] (codegen/reduction/column_norm.py): a softmax over a reduced
+    # dim long enough for clusters of 8 or more takes tiles of 128-byte rows (64 columns of
+    # 16-bit values, 32 of 32-bit ones) in blocks of 256 threads holding 16 rows a thread in
+    # shared memory (64 KB), copied in four groups, and as many blocks a cluster as the
+    # reduced dim needs (8 for softmax [32, 4096, 512] over dim 1), pushing their partials
+    # (Note [Column exchange]), the softmax lean (Note [Lean column softmax]). H100, kernels
+    # compiled on its machine, five interleaved rounds (benchmarks/results/probe-lean-
+    # nvidia-h100-80gb-hbm3.txt, round 4, 2026-11-27 13:20, ceiling 3005 GB/s): bf16 2584
+    # GB/s (86%) against 2285 for 32-column tiles in clusters of 4 and 2012 for those before
+    # this Note's lean math and pushes (the old default); f32 2774 (92%) against 2656 for its
+    # clusters of 16 looping over tiles in registers (the old default) and 2691 with the end
+    # barrier. A copy of the same tiles (load, store, no math) ran 2637 and 2756: bf16 is
+    # within 2% of what one 64 KB tile a block moves. Kernels compiled on a CPU machine by a
+    # newer NVRTC gave the old f32 kernel 146 registers instead of 128 (sweep-whole_tiles3.json)
     staged_ok = profile.arch >= 80 and all(
         modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16 for i in cached)
-    deep = (bool(knob("colnorm.deep", narrow)) and bool(knob("colnorm.smem", True))
+    deep = (bool(knob("colnorm.deep", True)) and bool(knob("colnorm.smem", True))
             and forced == (None, None) and cluster >= 8 and staged_ok and not reuse_exp
             and softmax_reductions(program) is not None)  # fmt: skip
     if deep:
-        deep_tx = knob("colnorm.tx", max(1, min(32 // vec, _pow2_at_least(-(-n_inner // vec)))))
+        deep_tx = knob("colnorm.tx", max(1, min(128 // (vec * widest), _pow2_at_least(-(-n_inner // vec)))))
         deep_ty = max(1, 256 // deep_tx)
-        deep_cluster = _pow2_at_least(-(-p.N // (deep_ty * 16)))
+        deep_cluster = _pow2_at_least(-(-p.N // (deep_ty * knob("colnorm.deep_rows", 16))))
         deep = deep_cluster <= profile.max_cluster
         if deep:
             tx, ty, cluster, smem = deep_tx, deep_ty, deep_cluster, True
@@ -159,16 +159,30 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # exchange's static arrays take up to about 18 KB more)
     staged = len(cached) * rows * ty * tx * 16 * (2 if persistent else 1)
     smem = smem and staged <= 160 * 1024
-    push = bool(knob("colnorm.push", narrow)) and cluster > 1
+    push = bool(knob("colnorm.push", narrow or deep)) and cluster > 1
     per_sm = knob("colnorm.blocks_per_sm", max(1, min_blocks))
     chunks = max(0, min(int(knob("colnorm.chunks", 4 if deep else 0)), rows)) if (
         smem and not persistent) else 0  # fmt: skip
+    # Note [Lean column softmax]: the chunked pass, or one exchange of a cluster's (max, sum)
+    online = bool(knob("colnorm.online", True))
+    # Note [Row fold]: rows in smem, one tile a block: the fold's shared memory halved (more
+    # rounds of it) until the blocks asked for fit an SM. bf16 softmax [32, 4096, 512] over
+    # dim 1 in 64-column deep tiles (clusters of 8) held two blocks an SM with its 9 KB
+    fold_bytes = 16384
+    while smem and not persistent and fold_bytes > 2048 and min_blocks * (
+            staged + _static_smem(program, tx, ty, vec, cluster, fold_bytes, 2 if refill else 1)
+            + profile.smem_reserved_per_block) > profile.smem_per_sm:  # fmt: skip
+        fold_bytes //= 2
+    fold_bytes = int(knob("colnorm.fold_bytes", fold_bytes))
+    lean = bool(knob("colnorm.lean", narrow or deep)) and softmax_reductions(program) is not None and (
+        chunks > 0 or (online and cluster > 1 and smem))  # fmt: skip
     variant = ColumnNormVariant(len(p.i_sizes), tx, ty, vec, rows, cluster,
                                 index_type(p.loop, p.strides), tuple(modes), cached,
                                 knob("load.hint", 0), knob("store.hint", 0),
-                                min_blocks, bool(knob("colnorm.online", True)),
+                                min_blocks, online,
                                 persistent, push, reuse_exp and not smem, smem, chunks,
-                                refill)  # fmt: skip
+                                refill, lean, end_sync=bool(knob("colnorm.end_sync", not (push or persistent or refill))),
+                                fold_bytes=fold_bytes)  # fmt: skip
     args: list = []
     for k in range(len(p.tensors)):
         args.append(ArgRef("input", program.accesses[k].input_pos) if k < p.n_acc
@@ -197,17 +211,18 @@ def column_norm(p: Problem) -> LaunchSpec | str:
                       variant.describe() + describe_views(program.views, p.env), wave)
 
 
-def _static_smem(program, tx: int, ty: int, vec: int, cluster: int) -> int:
+def _static_smem(program, tx: int, ty: int, vec: int, cluster: int, fold_bytes: int = 16384,
+                 slots: int = 2) -> int:  # fmt: skip
     """About the bytes of static shared memory a column norm block declares: the row fold's
-    (Note [Row fold]) for its widest accumulator, and each exchanged value's partials,
-    totals and two slots of every peer's (Note [Column exchange])."""
+    (Note [Row fold]) for its widest accumulator within `fold_bytes`, and each exchanged
+    value's partials, totals and `slots` slots of every peer's (Note [Column exchange])."""
     size = max([24 if r.op == "welford" else 8 if ELEMENT_BYTES.get(r.dtype, 4) == 8 else 4
                 for r in program.reductions] or [4])  # fmt: skip
     fold_columns = vec
-    while fold_columns > 1 and (tx * ty * fold_columns + max(tx * ty, tx * fold_columns)) * size > 16384:
+    while fold_columns > 1 and (tx * ty * fold_columns + max(tx * ty, tx * fold_columns)) * size > fold_bytes:
         fold_columns //= 2
     fold = (tx * ty * fold_columns + max(tx * ty, tx * fold_columns)) * size
-    exchanged = len(program.reductions) * (2 + 2 * cluster) * tx * vec * size if cluster > 1 else 0
+    exchanged = len(program.reductions) * (2 + slots * cluster) * tx * vec * size if cluster > 1 else 0
     return fold + exchanged + 256
 
 
