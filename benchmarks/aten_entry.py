@@ -13,26 +13,19 @@ overload, and torch's scaled_dot_product_attention, on the eager layout (a trans
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import torch
 
+from benchmarks.host_steps import issue_us
 
-def issue_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
+
+def warm_issue_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
+    """host_steps.issue_us after a few warm-up calls (cuDNN's first calls plan)."""
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(times)
+    return issue_us(fn, "cuda", calls, rounds)
 
 
 def entries() -> list[tuple[str, Callable[[], object]]]:
@@ -83,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         for name, fn in entries():
             try:
-                print(f"{name:40s} {issue_us(fn, args.calls, args.rounds):8.1f}", flush=True)
+                print(f"{name:40s} {warm_issue_us(fn, args.calls, args.rounds):8.1f}", flush=True)
             except Exception as err:  # noqa: BLE001 - an entry this torch lacks: say so
                 print(f"{name:40s} failed: {type(err).__name__}: {err}", flush=True)
     return 0

@@ -9,26 +9,17 @@ import re
 import pytest
 import torch
 
-from benchmarks import models
-from benchmarks.host_region import stub_launches
-from benchmarks.model_defs import model_cases
 from fusion_cache import FusionCache
-from fusion_cache.frontends import dynamo_backend, register_backend
+from fusion_cache.frontends import dynamo_backend
 from fusion_cache.runtime import compile_ahead, searches_apart
 from schedulers import segmenter
+from tests.tiny_training import train_tiny_step
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo(monkeypatch):
-    import torch._dynamo
-
-    register_backend()
-    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
-    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)  # eager's CPU ops
-    torch._dynamo.reset()
-    dynamo_backend.reset_reports()
-    yield
-    torch._dynamo.reset()
+def _dynamo_for_cpu(fresh_dynamo, monkeypatch):
+    """conftest's fresh_dynamo, with the fallback allowed: eager runs the CPU ops."""
+    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)
 
 
 def _stored_plans(name: str) -> list:
@@ -37,12 +28,7 @@ def _stored_plans(name: str) -> list:
     dynamo_backend.reset_reports()
     segmenter._TRIALS.clear()
     FusionCache.reset()
-    case = next(c for c in model_cases(tiny=True) if c.name == name)
-    with stub_launches():
-        model = models.initial_model(case, "cpu")
-        fn = models.compiled("fusion_cache", model)
-        models.train(fn, list(model.parameters()), case, models.batches_for(case, 1, "cpu"),
-                     "cpu")  # fmt: skip
+    train_tiny_step(name)
     store = FusionCache.get().store
     plans = []
     for f in store.fusions():

@@ -7,25 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks import models
-from benchmarks.host_region import stub_launches
-from benchmarks.model_defs import model_cases
-from fusion_cache.frontends import dynamo_backend, register_backend
 from schedulers import segmenter
+from tests.tiny_training import train_tiny_step
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo(monkeypatch):
-    import torch._dynamo
-
-    register_backend()
-    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
-    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)  # eager's CPU ops
-    torch._dynamo.reset()
-    dynamo_backend.reset_reports()
+def _dynamo_for_cpu(fresh_dynamo, monkeypatch):
+    """conftest's fresh_dynamo, with the fallback allowed: eager runs the CPU ops."""
+    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)
     segmenter._TRIALS.clear()
-    yield
-    torch._dynamo.reset()
 
 
 def _drafts_text(drafts) -> list:
@@ -56,12 +46,7 @@ def test_shared_trials_find_the_same_segments(name, monkeypatch):
 
     monkeypatch.setattr(segmenter, "segment", recorded)
     monkeypatch.setattr(segmenter._Segmenter, "_try_shared", checked)
-    case = next(c for c in model_cases(tiny=True) if c.name == name)
-    with stub_launches():
-        model = models.initial_model(case, "cpu")
-        fn = models.compiled("fusion_cache", model)
-        models.train(fn, list(model.parameters()), case, models.batches_for(case, 1, "cpu"),
-                     "cpu")  # fmt: skip
+    train_tiny_step(name)
     assert searches, "the model must segment a region"
     shared = len(segmenter._TRIALS)
     monkeypatch.setattr(segmenter._Segmenter, "_try_shared", try_shared)

@@ -13,22 +13,15 @@ from benchmarks import models
 from benchmarks.host_region import stub_launches
 from benchmarks.model_defs import model_cases
 from fusion_cache import FusionCache
-from fusion_cache.frontends import dynamo_backend, register_backend
+from fusion_cache.frontends import dynamo_backend
 from fusion_cache.runtime.sequence import AtenStep, ExecuteStep, KernelStep, PlanStep, TensorStep
 from schedulers import segmenter
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo(monkeypatch):
-    import torch._dynamo
-
-    register_backend()
-    monkeypatch.delenv("FUSION_CACHE_DUMP", raising=False)
-    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)  # eager's CPU ops
-    torch._dynamo.reset()
-    dynamo_backend.reset_reports()
-    yield
-    torch._dynamo.reset()
+def _dynamo_for_cpu(fresh_dynamo, monkeypatch):
+    """conftest's fresh_dynamo, with the fallback allowed: eager runs the CPU ops."""
+    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)
 
 
 def _step_text(step) -> tuple:
