@@ -44,6 +44,7 @@ from .tuning import overridden, switched_on
 # scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers
 _NOT_RECOMPUTED = {"sum", "prod", "max", "min", "var", "var_mean", "welford", "batch_norm",
                    "segment_set", "cat", "pad", "slice"} | ATEN_OPS
+_REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 # ops that only rename a tensor's elements (Note [Views go with their readers])
 _VIEWS = frozenset({"reshape", "permute", "squeeze", "broadcast", "broadcast_in_dim", "expand"})
 
@@ -132,6 +133,7 @@ class _Segmenter:
         self.stand_in = stand_ins(fd, values, env)
         self.forbidden: list[tuple[int, frozenset[int]]] = []
         self.views_to_readers = switched_on("VIEWS_TO_READERS")  # Note [Unmeasured switches]
+        self.peer_reductions = switched_on("PEER_REDUCTIONS")
         self._made: dict[frozenset[int], frozenset[int]] = {}
         self._reads: dict[frozenset[int], frozenset[int]] = {}
         self.context = trial_context(profile) if trials_shared() else None
@@ -259,6 +261,8 @@ class _Segmenter:
             first = {i: min(g.owned) for i, g in enumerate(groups)}
             pairs = sorted((first[a], first[b], a, b) for a in edges for b in edges[a])
             pairs += sorted((first[a], first[b], a, b) for a, b in self.siblings(groups))
+            if self.peer_reductions:  # Note [Unmeasured switches]
+                pairs += sorted((first[a], first[b], a, b) for a, b in self.peers(groups))
             for _, _, a, b in pairs:
                 key = (groups[a].ops, groups[b].ops)
                 if key in refused:
@@ -285,6 +289,30 @@ class _Segmenter:
         for rs in readers.values():
             ordered = sorted(rs)
             pairs.update((a, b) for k, a in enumerate(ordered) for b in ordered[k + 1:])
+        return sorted(pairs)
+
+    def peers(self, groups: list[_Group]) -> list[tuple[int, int]]:
+        """Note [Peer reductions]: pairs of groups that each own a reduction of the same
+        extents over the same dims, neither reading the other (a Llama-style backward's
+        gradients of the key and value heads, each summed over the query heads it served:
+        two kernels of one reduction plan, one kernel with two inputs). The merge is tried
+        as any other: the group graph stays acyclic and a scheduler takes the pair whole."""
+        records = self.graph.fd._records
+        keyed: dict[tuple, list[int]] = {}
+        for i, g in enumerate(groups):
+            keys = set()
+            for pos in g.owned:
+                rec = records[pos]
+                if rec.name not in _REDUCTIONS or rec.args[0].kind != "T":
+                    continue
+                src = self.stand_in.get(rec.args[0].index)
+                if src is not None and hasattr(src, "shape"):
+                    keys.add((tuple(src.shape), tuple(rec.kw("dims") or ())))
+            for key in keys:
+                keyed.setdefault(key, []).append(i)
+        pairs = set()
+        for members in keyed.values():
+            pairs.update((a, b) for k, a in enumerate(members) for b in members[k + 1:])
         return sorted(pairs)
 
     # ---- recomputation ----------------------------------------------------------------------

@@ -263,6 +263,12 @@ SWITCHES: dict[str, str] = {
                      "(Note [Straight runs], fusion_cache/runtime/sequence.py), GEMMs "
                      "through torch.matmul (Note [GEMM entry], fusion_cache/runtime/"
                      "aten_calls.py)",
+    "PEER_REDUCTIONS": "the segmenter tries to merge two groups that each own a reduction of "
+                       "the same extents over the same dims (Note [Peer reductions], "
+                       "schedulers/segmenter.py)",
+    "SAVED_VIEWS_REDONE": "the torch.compile backend's default partitioner saves the base of a "
+                          "view the backward reads and the backward redoes the view (Note "
+                          "[Saved views redone], fusion_cache/frontends/recompute.py)",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
 }

@@ -100,3 +100,45 @@ def test_casts_move_ahead_of_views():
     assert moved == 1
     cast = targets.index(aten._to_copy.default)
     assert targets[cast + 1] == aten.view.default  # the view now reads the cast
+
+
+def test_saved_views_of_inputs_are_redone_in_the_backward():
+    """Note [Saved views redone]: a linear layer's transposed weight and a slice of a table
+    are saved as their inputs, no view; the gradients are eager's."""
+    n, d, h = 8, 6, 10
+    x = torch.randn(n, d, generator=_gen(9))
+    w1, w2 = torch.randn(h, d, generator=_gen(10)), torch.randn(d, h, generator=_gen(11))
+    table = torch.randn(16, d, generator=_gen(12))
+
+    def fn(x, w1, w2, table):
+        y = torch.tanh(x @ w1.t()) @ w2.t()
+        return (y * table[:n]).sum()
+
+    saved_views = []
+
+    def fw(gm, example):
+        out = next(node for node in gm.graph.nodes if node.op == "output")
+        saved_views.extend(a.target for a in out.args[0]
+                           if hasattr(a, "op") and a.op == "call_function" and a.target in
+                           recompute._REDONE_VIEWS)  # fmt: skip
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=lambda gm, ex: make_boxed_func(gm.forward),
+                           partition_fn=recompute._default_views_redone)  # fmt: skip
+    torch._dynamo.reset()
+    args = [a.clone().requires_grad_() for a in (x, w1, w2)] + [table]
+    got = torch.compile(fn, backend=backend)(*args)
+    got.backward()
+    assert saved_views == []
+    want_args = [a.clone().requires_grad_() for a in (x, w1, w2)] + [table]
+    want = fn(*want_args)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for g, e in zip(args[:3], want_args[:3]):
+        torch.testing.assert_close(g.grad, e.grad)
+
+
+def test_saved_views_redone_switch_picks_the_default_partitioner(monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_SAVED_VIEWS_REDONE", "1")
+    monkeypatch.delenv("FUSION_CACHE_MIN_CUT", raising=False)
+    assert recompute.aot_options() == {"partition_fn": recompute._default_views_redone}

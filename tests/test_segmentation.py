@@ -374,3 +374,23 @@ def test_few_blocks_of_partials_finish_in_column_strips():
     finish = executor_for(fd).last_plan.spec.kernels[1]
     assert finish.args[-1] > 32 and finish.block[0] == 32 and "FC_ROWS" in finish.source
     check(fd.execute(small), layer_norm_backward_eager(*small), 1e-4)
+
+
+@pytest.mark.parametrize("switch", ["0", "1"])
+def test_peer_reductions_share_a_kernel_with_the_switch(monkeypatch, switch):
+    """Note [Peer reductions]: two column sums of the same extents that read nothing of each
+    other are one segment with FUSION_CACHE_PEER_REDUCTIONS=1, two without; a row sum of
+    other extents stays apart either way."""
+    monkeypatch.setenv("FUSION_CACHE_PEER_REDUCTIONS", switch)
+    FusionCache.reset()
+    with FusionDefinition() as fd:
+        a, b, c = (fd.define_tensor(shape=[-1, -1], dtype=DataType.Float) for _ in range(3))
+        fd.add_output(fd.ops.sum(fd.ops.mul(a, a), [0]))
+        fd.add_output(fd.ops.sum(fd.ops.exp(b), [0]))
+        fd.add_output(fd.ops.sum(c, [1]))
+    inputs = [rand(64, 48, seed=21), rand(64, 48, seed=22), rand(5, 999, seed=23)]
+    segments = fd.segment(inputs, target="h100")
+    assert len(segments) == (2 if switch == "1" else 3)
+    got = run_segmented(fd, inputs)
+    a, b, c = inputs
+    check(got, [(a * a).sum(0), b.exp().sum(0), c.sum(1)])

@@ -146,11 +146,13 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
     # stays in the graph, and the regions write them in place
     keep = {"keep_inference_input_mutations": True}
     recompute_options = recompute.aot_options()  # Note [Recompute in the backward]
-    # the AOT cache keys no partitioner: a graph split by the min-cut stays out of it
-    compilers = serializable_compilers() if aot_cache_wanted() and not recompute_options else None
+    # the AOT cache keys no partitioner: a graph split by the min-cut stays out of it; the
+    # saved views' one is named by its switch in the cache's tag (Note [AOT cache])
+    cached = aot_cache_wanted() and recompute.cache_safe(recompute_options)
+    compilers = serializable_compilers() if cached else None
     if compilers is not None:  # Note [AOT cache]: a restart skips AOTAutograd
         with cache_settings():
-            return aot_autograd(**compilers, **keep)(gm, example_inputs)
+            return aot_autograd(**compilers, **recompute_options, **keep)(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),

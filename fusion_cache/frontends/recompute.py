@@ -30,9 +30,18 @@ def aot_options() -> dict[str, Any]:
     where its switch is on (Note [Unmeasured switches] in schedulers/tuning.py), else none."""
     from schedulers.tuning import switched_on
 
-    if not switched_on("MIN_CUT"):
-        return {}
-    return {"partition_fn": partition_fn(), "decompositions": decompositions()}
+    if switched_on("MIN_CUT"):
+        return {"partition_fn": partition_fn(), "decompositions": decompositions()}
+    if switched_on("SAVED_VIEWS_REDONE"):
+        return {"partition_fn": _default_views_redone}
+    return {}
+
+
+def cache_safe(options: dict[str, Any]) -> bool:
+    """Whether graphs compiled under these options may go in torch's AOTAutograd cache, whose
+    key names no partitioner: none, or Note [Saved views redone]'s alone (its switch is in
+    the backend's cache tag, knobs_tag in aot_cache.py)."""
+    return not options or options == {"partition_fn": _default_views_redone}
 
 
 def partition_fn() -> Callable:
@@ -52,6 +61,88 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) ->
     joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor",
                                                **kwargs)  # fmt: skip
+
+
+# views whose arguments besides the source are constants (Note [Saved views redone]); not
+# _unsafe_view, whose result is no view to autograd, so it was never detached
+_REDONE_VIEWS = frozenset({aten.t.default, aten.transpose.int, aten.permute.default,
+                           aten.view.default, aten.unsqueeze.default, aten.squeeze.dim,
+                           aten.squeeze.dims, aten.expand.default, aten.slice.Tensor,
+                           aten.select.int, aten.alias.default})  # fmt: skip
+
+
+def _default_views_redone(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+    from torch._functorch.partitioners import default_partition
+
+    redo_saved_views(joint)
+    return default_partition(joint, joint_inputs, **kwargs)
+
+
+def _forward_part(graph: torch.fx.Graph) -> tuple[set, Any]:
+    """(the forward's nodes, its last node) as the default partitioner places them: every
+    node but the tangents up to the last one tagged forward or a primal."""
+    from torch._functorch._aot_autograd.utils import _is_fwd_seed_offset, _is_primal, _is_tangent
+
+    last = None
+    for node in graph.nodes:
+        if node.meta.get("partitioner_tag") == "is_forward" or _is_primal(node) or (
+                _is_fwd_seed_offset(node)):  # fmt: skip
+            last = node
+    forward = set()
+    for node in graph.nodes:
+        if not _is_tangent(node):
+            forward.add(node)
+        if node is last:
+            break
+    return forward, last
+
+
+def _is_redone_view(node: Any) -> bool:
+    return (node.op == "call_function" and node.target in _REDONE_VIEWS and not node.kwargs
+            and isinstance(node.args[0], torch.fx.Node)
+            and not any(isinstance(a, torch.fx.Node) for a in node.args[1:]))  # fmt: skip
+
+
+def _base(node: Any) -> Any:
+    while _is_redone_view(node):
+        node = node.args[0]
+    return node
+
+
+def redo_saved_views(joint: torch.fx.GraphModule) -> int:
+    """Note [Saved views redone]: give the backward's readers of each forward view chain of
+    a graph input a copy of the chain after the forward's last node (an input's layout is
+    the one traced; an intermediate's may differ where a region made it); returns how many
+    views were copied."""
+    forward, last = _forward_part(joint.graph)
+    if last is None:
+        return 0
+    copies: dict[Any, Any] = {}
+    anchor = [last]
+
+    def copy_of(node: Any) -> Any:
+        if not _is_redone_view(node):
+            return node  # the chain's base: saved instead of the view
+        if node not in copies:
+            src = copy_of(node.args[0])
+            with joint.graph.inserting_after(anchor[0]):
+                made = joint.graph.call_function(node.target, (src, *node.args[1:]))
+            made.meta = {k: v for k, v in node.meta.items() if k != "partitioner_tag"}
+            copies[node] = anchor[0] = made
+        return copies[node]
+
+    for node in list(joint.graph.nodes):
+        if node not in forward or not _is_redone_view(node) or _base(node).op != "placeholder":
+            continue
+        readers = [u for u in node.users if u not in forward]
+        if readers:
+            made = copy_of(node)
+            for user in readers:
+                user.replace_input_with(node, made)
+    if copies:
+        joint.graph.lint()
+        joint.recompile()
+    return len(copies)
 
 
 def decompositions() -> dict:
