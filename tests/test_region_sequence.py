@@ -429,6 +429,34 @@ def test_kernel_only_intermediates_share_an_arena():
             assert ptrs[0][1] == ptrs[2][1] and ptrs[1][1] == ptrs[3][1]
 
 
+def test_large_intermediates_are_allocated_alone():
+    """An intermediate over ARENA_BLOCK_BYTES is allocated and freed as the allocator would:
+    an arena would hold it past its last read (a chain of four 64 MiB values peaked at three
+    alive on the GPU). The replay's results are the recorded run's."""
+    fd = sp.chain_with_boundaries(4)
+    x = torch.randn(2048, 2049)  # 16 MiB and a row: just over the bound
+    assert x.numel() * 4 > seq_mod.ARENA_BLOCK_BYTES
+    with stub_launches():
+        seq, _ = sequence_for(fd, [x])
+        kernels = [s for s in seq.steps if isinstance(s, KernelStep)]
+        assert all(not s.arenas and not s.carves for s in kernels), seq.describe()
+        assert [len(s.fresh) for s in kernels] == [1, 1, 1, 1]
+        (out,) = seq.run([x])
+        assert out.shape == x.shape
+
+
+def test_arenas_are_cut_at_their_bound():
+    """Blocks in step order are cut into runs whose arena stays within ARENA_BYTES; every
+    block lands in one run, in order."""
+    mib = 1 << 20
+    blocks = [(i, i, 11, 12 * mib, None) for i in range(12)]  # each alive to the end
+    chunks = seq_mod._arena_chunks(blocks)
+    assert [b for c in chunks for b in c] == blocks and [len(c) for c in chunks] == [5, 5, 2]
+    assert all(seq_mod._layout(c)[1] <= seq_mod.ARENA_BYTES for c in chunks)
+    small = [(i, i, i + 1, 12 * mib, None) for i in range(12)]  # two alive at a step
+    assert seq_mod._arena_chunks(small) == [small]
+
+
 def test_arena_layout_keeps_live_blocks_apart():
     """Blocks alive at a common step never overlap, offsets are aligned, the arena holds
     them all; blocks that never meet may share bytes."""

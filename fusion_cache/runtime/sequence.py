@@ -552,6 +552,14 @@ def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> 
 # the caching allocator's reuse of a freed block does. Offsets are 256-byte aligned (the
 # kernels were planned on allocator blocks, at least that aligned).
 ARENA_ALIGN = 256
+# An arena holds all its bytes until its last carve is dropped, where the allocator would
+# have freed each intermediate after its last read: a chain of four 64 MiB values peaked at
+# three of them alive, not two (tests/gpu/test_segmentation_gpu.py, H100). So only
+# intermediates up to ARENA_BLOCK_BYTES share (a larger one's kernel runs long enough to
+# hide its allocation's few us of host), and an arena is closed at ARENA_BYTES: a call's
+# peak stays within that much per arena of the allocator's.
+ARENA_BLOCK_BYTES = 16 << 20
+ARENA_BYTES = 64 << 20
 
 
 def _share_intermediates(steps: Sequence[Any], drops: tuple, outputs: Sequence[int],
@@ -570,12 +578,15 @@ def _share_intermediates(steps: Sequence[Any], drops: tuple, outputs: Sequence[i
         for alloc in step.allocs:
             slot, shape, stride, dtype = alloc
             size = _span(shape, stride) * dtype.itemsize
-            if slot in others or slot in outputs or slot not in dropped or not size:
+            if (slot in others or slot in outputs or slot not in dropped or not size
+                    or size > ARENA_BLOCK_BYTES):
                 continue
             groups.setdefault((dtype, step.device), []).append((slot, k, dropped[slot], size,
                                                                  alloc))  # fmt: skip
     drops = [list(d) for d in drops]
-    for (dtype, _), blocks in groups.items():
+    arenas = [(dtype, chunk) for (dtype, _), blocks in groups.items()
+              for chunk in _arena_chunks(blocks)]  # fmt: skip
+    for dtype, blocks in arenas:
         if len(blocks) < 2:  # an arena of one saves nothing
             continue
         offsets, total = _layout(blocks)
@@ -644,6 +655,16 @@ def _span(shape: Sequence[int], stride: Sequence[int]) -> int:
     if any(n == 0 for n in shape):
         return 0
     return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+
+
+def _arena_chunks(blocks: list) -> list[list]:
+    """`blocks` (in step order) cut into runs whose arena stays within ARENA_BYTES."""
+    chunks: list[list] = [[]]
+    for block in blocks:
+        if chunks[-1] and _layout([*chunks[-1], block])[1] > ARENA_BYTES:
+            chunks.append([])
+        chunks[-1].append(block)
+    return chunks
 
 
 def _layout(blocks: list) -> tuple[list[int], int]:
