@@ -238,6 +238,12 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # LONE_CONVOLUTIONS 0.997 (5 of 10), PAIRED_PIECES 1.003 (5), PACKED_OUTPUTS 1.012 (4), all three
 # 0.993 (5); Llama-style PAIRED_PIECES 0.992 (5), PACKED_OUTPUTS 0.993 (5), both 1.045 (4). So
 # those three stay off: each moves a ResNet-18 step by about 1% at most, inside the noise.
+# Issue 30, H100 80GB HBM3, 13:58 UTC (the lead's run on merged main, benchmarks.ab_steps, 4
+# rounds of 8 steps): VIEWS_TO_READERS + CASTS_BEFORE_VIEWS + SAVED_VIEWS_REDONE +
+# PEER_REDUCTIONS together against none: Llama-style 8.73 against 9.02 ms (0.950 by paired
+# rounds, 3 of 4 faster; inductor 7.61), GPT-2 11.87 against 12.23 (0.973, 2 of 4; inductor
+# 12.63), ResNet-18 8.79 against 8.56 (1.039, 2 of 4: noise); losses the default's. Each alone
+# not timed; still off.
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
