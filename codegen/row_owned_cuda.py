@@ -36,13 +36,16 @@ def shared_bytes(threads: int, rows: int, tokens: int, per: int, sv: int, vw: in
 
 def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_type: str,
                  what: str, threads: int, rows: int, tokens: int, per: int, lv: int,
-                 ahead: int, sv: int, early: int, hint: int = 0,
+                 ahead: int, sv: int, early: int, hot_ahead: int = 4, slice_rows: int = 0,
+                 hint: int = 0,
                  min_blocks: int = 0) -> str:  # fmt: skip
-    """`threads` a block, `rows` R a block, `tokens` N (the list's capacity), `per` P ids a
-    thread (32 P W >= N), `lv` column vectors a lane of a named row's pass, `ahead` tokens
-    loaded before adding, `sv` column vectors a hot slice, `early` rows a warp whose fill is
-    stored before the lists are built, `hint` the stores' cache hint, `min_blocks` blocks
-    an SM the registers must allow (0: no bound)."""
+    """`threads` a block, `rows` R the most rows of a block, `tokens` N (the list's
+    capacity), `per` P ids a thread (32 P W >= N), `lv` column vectors a lane of a named
+    row's pass, `ahead` tokens loaded before adding, `sv` column vectors a hot slice
+    (`hot_ahead` loads a lane of it in flight, `slice_rows` D the rows a slice counts for
+    where rows are dealt), `early` rows a warp whose fill is stored before the lists are
+    built, `hint` the stores' cache hint, `min_blocks` blocks an SM the registers must allow
+    (0: no bound)."""
     ot, it, vt = MEMORY_TYPE[out_dtype], MEMORY_TYPE[index_dtype], MEMORY_TYPE[value_dtype]
     what = what.replace('"', "'")
     rbits = max(1, (rows - 1).bit_length())
@@ -54,7 +57,8 @@ def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_
     load = ("fc_load_vec_ro<VW>(value + at)" if vw > 1 else None)
     defs = [f"#define {k} {v}" for k, v in (
         ("T", threads), ("W", threads // 32), ("P", per), ("R", rows), ("RB", rbits),
-        ("LCAP", max(1, tokens)), ("VW", vw), ("LV", lv), ("AHEAD", ahead), ("SV", sv),
+        ("LCAP", max(1, tokens)), ("VW", vw), ("LV", lv), ("AHEAD", ahead), ("HA", hot_ahead),
+        ("D", slice_rows), ("SV", sv),
         ("TPW", 32 // sv), ("EARLY", early), ("FULL", "0xffffffffu"))]  # fmt: skip
     lines = [prelude_source("core", "math", "index"), f"typedef {index_type} idx_t;", *defs,
              f"FC_DEVICE fc_vec<{vt}, VW> fc_owned_load(const {vt}* __restrict__ value, idx_t at) {{",
@@ -74,15 +78,15 @@ def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_
         "fc_vec<float, VW> acc;",
         "#pragma unroll",
         "for (int i = 0; i < VW; ++i) acc[i] = 0.0f;",
-        "for (int q0 = a; q0 < e; q0 += TPW * AHEAD) {",
-        f"  fc_vec<{vt}, VW> x[AHEAD];",
+        "for (int q0 = a; q0 < e; q0 += TPW * HA) {",
+        f"  fc_vec<{vt}, VW> x[HA];",
         "#pragma unroll",
-        "  for (int q = 0; q < AHEAD; ++q) {",
+        "  for (int q = 0; q < HA; ++q) {",
         "    const int at = q0 + q * TPW + j;",
         "    if (ok && at < e) x[q] = fc_owned_load(value, (idx_t)lst[at] * value_s + voff);",
         "  }",
         "#pragma unroll",
-        "  for (int q = 0; q < AHEAD; ++q)",
+        "  for (int q = 0; q < HA; ++q)",
         "    if (ok && q0 + q * TPW + j < e)",
         "#pragma unroll",
         "      for (int i = 0; i < VW; ++i) acc[i] += (float)fc_widen(x[q][i]);",
@@ -107,7 +111,7 @@ def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_
         f"  for (int i = 0; i < VW; ++i) o[i] = fc_cast<{ot}>(sum[i]);",
         f"  {store}(out + (idx_t)hr * H + ((idx_t)s * SV + threadIdx.x) * VW, o);",
         "}"]  # fmt: skip
-    hot = [
+    dedupe = [
         "// the distinct rows of runs, in the order of their first runs (every block the same)",
         "bool first = false;",
         "int cr = -1;",
@@ -125,14 +129,14 @@ def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_
         "  nh += wsum[k];",
         "}",
         "if (first) hot[before + __popc(fb & lt)] = cr;",
-        "__syncthreads();",
+        "__syncthreads();"]  # fmt: skip
+    hot = [
         "for (int k = threadIdx.x; k < nh; k += T) {  // the owner leaves its hot rows to the slices",
         "  const long long lr = (long long)hot[k] - r0;",
         "  if (lr >= 0 && lr < rows) cnt[lr] = -1;",
         "}",
-        "const int SL = (int)((HV + SV - 1) / SV);  // slices a row",
-        "for (int k = (int)(gridDim.x - 1 - blockIdx.x); k < nh * SL; k += (int)gridDim.x) {",
-        "  const int hr = hot[k / SL], s = k % SL;",
+        "for (long long k = G - 1 - (long long)blockIdx.x; k < nt; k += G) {",
+        "  const int hr = hot[k / SL], s = (int)(k % SL);",
         "  int mine = 0;",
         "#pragma unroll",
         "  for (int g = 0; g < P; ++g) mine += __popc(__ballot_sync(FULL, ids[g] == hr));",
@@ -215,8 +219,6 @@ def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_
         "__shared__ float part[W][SV * VW];",
         "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;",
         "const unsigned lt = (1u << lane) - 1u;",
-        "const idx_t r0 = (idx_t)blockIdx.x * R;",
-        "const int rows = V - r0 < R ? (int)(V - r0) : R;",
         "for (int k = threadIdx.x; k < R; k += T) cnt[k] = 0;",
         "if (threadIdx.x == 0) runs = 0;",
         "// the whole index, P ids a thread: warp w positions [32 P w, 32 P (w + 1))",
@@ -234,14 +236,34 @@ def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_
         "for (int g = 0; g < P; ++g)",
         "  ids[g] = t0 + 32 * g < N && raw[g] >= 0 && raw[g] < V ? (int)raw[g] : -1;",
         "__syncthreads();",
+        "unsigned in_run = 0;  // bit g: the warp's 32 ids of round g name one row",
         "#pragma unroll",
-        "for (int g = 0; g < P; ++g) {  // counts; a run's with one add",
+        "for (int g = 0; g < P; ++g) {",
         "  const int id = ids[g], id0 = __shfl_sync(FULL, id, 0);",
         "  const bool run = __ballot_sync(FULL, id == id0 && id >= 0) == FULL;",
+        "  in_run |= (unsigned)run << g;",
         "  if (lane == 0) {",
         "    cand[warp * P + g] = run ? id0 : -1;",
         "    if (run) runs = 1;",
         "  }",
+        "}",
+        "__syncthreads();",
+        "int nh = 0;",
+        "if (runs) {",
+        *["  " + x if not x.startswith("#") else x for x in dedupe],
+        "}",
+        "// the block's rows: V rows and nt slices of D rows' cost each dealt evenly, block b",
+        "// taking the slices k = G - 1 - b (mod G)",
+        "const long long G = gridDim.x, SL = (HV + SV - 1) / SV, nt = nh * SL;",
+        "const long long each = (nt + G - 1) / G, d = nt && D ? (D < V / G / each ? D : V / G / each) : 0;",
+        "const long long U = V + nt * d, b = blockIdx.x;",
+        "const long long s0 = nt % G > G - b ? nt % G - (G - b) : 0, s1 = nt % G > G - b - 1 ? nt % G - (G - b - 1) : 0;",
+        "const idx_t r0 = b * U / G - d * ((nt / G) * b + s0);",
+        "const int rows = (int)((b + 1) * U / G - d * ((nt / G) * (b + 1) + s1) - r0);",
+        "#pragma unroll",
+        "for (int g = 0; g < P; ++g) {  // counts; a run's with one add",
+        "  const int id = ids[g];",
+        "  const bool run = (in_run >> g) & 1u;",
         "  const long long lr = (long long)id - r0;",
         "  if (id >= 0 && lr >= 0 && lr < rows && (!run || lane == 0)) atomicAdd(&cnt[lr], run ? 32 : 1);",
         "}",
@@ -254,8 +276,7 @@ def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_
         "  if (lr < rows && cnt[lr] == 0)",
         *["    " + x for x in fill_row],
         "}",
-        "int nh = 0;",
-        "if (runs) {",
+        "if (nh) {",
         *["  " + x if not x.startswith("#") else x for x in hot],
         "}",
         "// the named rows' tokens, in token order",

@@ -380,8 +380,10 @@ def _plan_owned(program: Any, index: Any, value: Any, out_shape: tuple, out_dtyp
     per = max(1, -(-n // threads))
     if per > ow.MAX_IDS:
         return f"{n} tokens: more than {ow.MAX_IDS} ids a thread of {threads}"
-    blocks = max(1, int(knob("rows.owned_blocks", 2)))  # a block's rows: the grid one wave
-    rows = max(1, -(-v // (blocks * sms)))
+    blocks = max(1, int(knob("rows.owned_blocks", 2)))
+    grid = max(1, min(blocks * sms, v))  # one wave
+    slice_rows = max(0, int(knob("rows.owned_slice_rows", 0)))
+    rows = -(-v // grid) + (v // grid if slice_rows else 0) + 1  # a block's most rows
     sv = 4 if hv >= 4 else 1  # column vectors a hot slice (64 bytes of bf16 or f32)
     if ow.shared_bytes(threads, rows, n, per, sv, vw) > ow.SHARED_BYTES:
         return (f"{n} tokens and {rows} rows a block: {ow.shared_bytes(threads, rows, n, per, sv, vw)}"
@@ -397,14 +399,15 @@ def _plan_owned(program: Any, index: Any, value: Any, out_shape: tuple, out_dtyp
     source = ow.render_owned(out_dtype, program.index_dtype, program.source_dtype,
                              len(out_shape) - 1, vw, index_type, what, threads, rows, n, per, lv,
                              max(1, int(knob("rows.owned_ahead", 1))), sv, early,
+                             max(1, int(knob("rows.owned_hot_ahead", 4))), slice_rows,
                              int(knob("store.hint", 0)), blocks if threads * blocks <= 2048 else 0)
-    launch = KernelLaunch(ow.OWNED_NAME, source, (-(-v // rows), 1, 1), (threads, 1, 1),
+    launch = KernelLaunch(ow.OWNED_NAME, source, (grid, 1, 1), (threads, 1, 1),
                           ("ptr", "ptr", it, "ptr", it, *rest_types, it, it, it, it, "f32"),
                           (ArgRef("output", 0), index.ref, _s(index, 0), value.ref, _s(value, 0),
                            *rest_args, n, v, h, hv, float(program.fill)))  # fmt: skip
     return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), (), (launch,),
                       f"{program.op} owned rows from {program.fill!r} (Note [Owned rows]), "
-                      f"{rows} rows a block of {threads}, vw={vw}, cast to {out_dtype!r}")
+                      f"{grid} blocks of {threads}, vw={vw}, cast to {out_dtype!r}")
 
 
 def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,

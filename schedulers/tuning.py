@@ -109,6 +109,9 @@ KNOBS: dict[str, str] = {
     "rows.owned_blocks": "blocks an SM the owned rows' grid is one wave of (2)",
     "rows.owned_lv": "column vectors a lane of an owned named row adds a pass (3)",
     "rows.owned_ahead": "tokens of an owned named row whose values load before any is added (1)",
+    "rows.owned_hot_ahead": "tokens' slices a lane of an owned hot slice loads before adding (4)",
+    "rows.owned_slice_rows": "rows a hot slice of the owned rows counts for where a block's rows "
+                             "are dealt: blocks summing slices own fewer rows (0: none)",
     "rows.owned_early": "rows a warp of the owned rows stores the fill to before the lists are "
                         "built (0)",
     "rows.early": "the row-sums kernels let the next, launched dependent, be placed at once "

@@ -37,14 +37,15 @@ def _spec(fd):
 @pytest.mark.parametrize("rest", [[16], [7], [3, 8], [600]], ids=["vector", "odd", "two_dims", "long"])
 @pytest.mark.parametrize("early", [0, 2])
 def test_owned_rows_against_index_put(dtype, rest, early):
-    """Blocks of 64 threads over 301 rows (the grid one wave of 2 blocks an SM of 132: 2
-    rows a block), 150 tokens; rows of 600 floats take two column passes of 3 vectors."""
+    """Blocks of 64 threads over 301 rows (the grid one wave of 2 blocks an SM of 132: 1 or
+    2 rows a block; with early fills, slice blocks own fewer), 150 tokens; rows of 600
+    floats take two column passes of 3 vectors."""
     vocab, n = 301, 150
     idx = _tokens(vocab, n, 1)
     value = (torch.randn((n, *rest), generator=torch.Generator().manual_seed(2))
              * torch.logspace(-3, 3, n).view(-1, *[1] * len(rest))).to(dtype)  # fmt: skip
     fd = _embedding_grad(vocab, rest, dtype, 0.25)
-    with overriding({**OWNED, "rows.owned_early": early}):
+    with overriding({**OWNED, "rows.owned_early": early, "rows.owned_slice_rows": 2 * early}):
         (got,) = run_plan_on_host(fd, [idx, value])
     spec = _spec(fd)
     assert [k.name for k in spec.kernels] == ["fc_rows_owned"] and not spec.workspaces
@@ -58,9 +59,11 @@ def test_owned_rows_against_index_put(dtype, rest, early):
 
 @needs_gxx
 @pytest.mark.parametrize("blocks", [1, 2])
-def test_owned_rows_of_many_hot_rows_and_few_blocks(blocks):
+@pytest.mark.parametrize("slice_rows", [0, 4])
+def test_owned_rows_of_many_hot_rows_and_few_blocks(blocks, slice_rows):
     """Hot rows in several blocks' ranges, one whose runs are far apart, slices taken by
-    blocks that own rows named too; larger blocks (128 threads, 4 ids a thread)."""
+    blocks that own rows named too (with rows.owned_slice_rows, fewer rows than the others);
+    larger blocks (128 threads, 4 ids a thread)."""
     vocab, n, h = 40, 500, 24
     g = torch.Generator().manual_seed(5)
     idx = torch.randint(0, vocab, (n,), generator=g)
@@ -70,7 +73,8 @@ def test_owned_rows_of_many_hot_rows_and_few_blocks(blocks):
     idx[256:320] = 20
     value = torch.randn((n, h), generator=g)
     fd = _embedding_grad(vocab, [h], torch.float32, 0.0)
-    with overriding({**OWNED, "rows.owned_threads": 128, "rows.owned_blocks": blocks}):
+    with overriding({**OWNED, "rows.owned_threads": 128, "rows.owned_blocks": blocks,
+                     "rows.owned_slice_rows": slice_rows}):  # fmt: skip
         (got,) = run_plan_on_host(fd, [idx, value])
     assert "owned rows" in _spec(fd).description
     torch.testing.assert_close(got, _want(idx, value, vocab, 0.0, torch.float32))
@@ -120,7 +124,7 @@ def test_owned_rows_compile_for_h100(monkeypatch):
         assert [r.name for r in refs] == ["fc_rows_owned"]
         spec = _spec(fd)
         assert spec.kernels[0].grid == (264, 1, 1) and spec.kernels[0].block == (512, 1, 1)
-        assert "#define R 191" in refs[0].source and "#define P 16" in refs[0].source
+        assert "#define R 192" in refs[0].source and "#define P 16" in refs[0].source
         refs = fd.precompile(inputs(16384), target="h100")
         assert "fc_rows_owned" not in [r.name for r in refs]
         assert "owned rows refused: 16384 tokens" in _spec(fd).description
