@@ -172,7 +172,7 @@ def render_owned(out_dtype, index_dtype, value_dtype, rest: int, vw: int, index_
         "    vo[v] = voff;",
         "  }",
         "  int got = 0;",
-        "  for (int k0 = 0; got < n; k0 += 32) {  // its tokens: the list's entries of row lr",
+        "  for (int k0 = 0; got < n && k0 < L; k0 += 32) {  // its tokens: the list's entries of row lr",
         "    const int en = k0 + lane < L ? lst[k0 + lane] : -1;",
         "    unsigned hit = __ballot_sync(FULL, en >= 0 && (en & ((1 << RB) - 1)) == lr);",
         "    got += __popc(hit);",
