@@ -377,6 +377,7 @@ def _plan_owned(program: Any, index: Any, value: Any, out_shape: tuple, out_dtyp
     h = math.prod(out_shape[1:])
     hv = h // vw
     threads = max(32, min(1024, int(knob("rows.owned_threads", 512)) // 32 * 32))
+    threads = min(threads, max(32, -(-n // 32) * 32))  # a few tokens: an id a thread
     per = max(1, -(-n // threads))
     if per > ow.MAX_IDS:
         return f"{n} tokens: more than {ow.MAX_IDS} ids a thread of {threads}"
