@@ -2,15 +2,17 @@
 schedulers/row_sums.py): out [V, H] = fill + the sum of value [N, H] rows at index [N] in one
 launch, no workspace, each output row written once, every sum in an order the index fixes.
 
-`fc_rows_owned`: a block owns R consecutive output rows. Its threads read the whole index
-into registers (P ids a thread; a warp 32P consecutive positions, 32 a load: every block
-reads the same bytes, from L2 after the first), count their rows' tokens in shared memory,
-and store the fill to the first EARLY rows of each warp no token names. A run (32 aligned
-positions naming one row: a padding row's) makes its row hot; every block finds the same
-hot rows, in the order of their first runs, so each block knows, without a word between
-blocks, which slices of the hot rows it sums (task k: hot row k / SL, SV column vectors
-from slice k % SL; the grid's last blocks take the first tasks): its warps split the row's
-token list, the partials added in warp order, the slice stored. The owner skips a hot row.
+`fc_rows_owned`: a block owns consecutive output rows (at most R). Its threads read the whole
+index into registers (P ids a thread; a warp 32P consecutive positions, 32 a load: every
+block reads the same bytes, from L2 after the first). A run (32 aligned positions naming
+one row: a padding row's) makes its row hot; every block finds the same hot rows, in the
+order of their first runs, so each block knows, without a word between blocks, which
+slices of the hot rows it sums (task k: hot row k / SL, SV column vectors from slice
+k % SL; the grid's last blocks take the first tasks) and which rows it owns (V rows and
+the slices, D rows each, dealt evenly). It counts its rows' tokens in shared memory and
+stores the fill to the first EARLY rows of each warp no token names; then its slices: its
+warps split the row's token list, the partials added in warp order, the slice stored. The
+owner skips a hot row.
 Then the block lists its other named rows' tokens in token order (one int each: the token
 above RB bits of the row in the block) and each warp writes its rows, W apart: the fill, or
 the fill plus the row's tokens' values added in token order (AHEAD tokens' loads issued

@@ -187,9 +187,11 @@ padding row's) makes the row hot; every block finds the same hot rows from the s
 so the slices of a hot row (64 bytes of columns each, a 2048-token row is 3 MB of reads, too
 much for one SM) are summed by the grid's last blocks, each its slice's tokens split over its
 warps and the partials added in warp order, with no word passed between blocks; the owner
-skips the row. Rows named often without runs stay with their owner's warp. Refused (the
-default plan then, the reason in its description) where the index does not fit the
-registers or the list of N tokens the 48 KB of shared memory.
+skips the row. With rows.owned_slice_rows D the rows are dealt so that a block summing
+slices owns D rows fewer a slice (the partition too is computed alike in every block).
+Rows named often without runs stay with their owner's warp. Refused (the default plan then,
+the reason in its description) where the index does not fit the registers or the list of N
+tokens the 48 KB of shared memory.
 """
 from __future__ import annotations
 
