@@ -175,7 +175,7 @@ in order), the last of the row's blocks adding the partials in segment order, so
 of thousands of tokens costs no warp more than its segment's share. No atomics touch values;
 the index is read by every slab (V / rows.slab_rows times, from cache).
 
-Note [Owned rows] (knob rows.owned; off until a GPU run decides): one kernel, no workspace,
+Note [Owned rows] (knob rows.owned; off, slower on the H100): one kernel, no workspace,
 no link and no wait between kernels (codegen/row_owned_cuda.py). The grid is one wave
 (rows.owned_blocks an SM, rows.owned_threads a block); a block owns R consecutive output
 rows, reads the whole index into registers (16 ids a thread at most: 8192 int64 ids are 64 KB,
@@ -192,6 +192,12 @@ slices owns D rows fewer a slice (the partition too is computed alike in every b
 Rows named often without runs stay with their owner's warp. Refused (the default plan then,
 the reason in its description) where the index does not fit the registers or the list of N
 tokens the 48 KB of shared memory.
+H100 (2026-11-27 16:00 UTC, sweep-embedding_owned-nvidia-h100-80gb-hbm3.json, copy ceiling
+3002 GB/s, against the default's 2091-2125 uniform and 1926-1931 padded in the same run):
+uniform 1896 (rows.owned alone), 2000 (rows.owned_early 64, slice rows 32), 1856 (early 64),
+1886 (one block an SM), 1891 (store.hint 1); padded 1663, 1797, 1611, 1793, 1644, and 1788
+with slice rows 32 alone. Off: the index read and the counts before any store, in every
+block of a single wave at once, cost more than the link and the gap between two kernels.
 """
 from __future__ import annotations
 

@@ -104,7 +104,8 @@ KNOBS: dict[str, str] = {
                       "often are hot (Note [Row slabs])",
     "rows.owned": "an embedding's gradient as one kernel: a block owns R output rows, reads the "
                   "whole index, writes each row once in token order; a run of 32 tokens on one "
-                  "row makes it hot, summed in slices by other blocks (Note [Owned rows])",
+                  "row makes it hot, summed in slices by other blocks (Note [Owned rows]; off: "
+                  "slower on the H100)",
     "rows.owned_threads": "threads a block of the owned rows (Note [Owned rows]; 512)",
     "rows.owned_blocks": "blocks an SM the owned rows' grid is one wave of (2)",
     "rows.owned_lv": "column vectors a lane of an owned named row adds a pass (3)",
