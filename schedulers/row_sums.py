@@ -174,12 +174,38 @@ segments (a block a segment and hot row, a partial row of float sums each, summe
 in order), the last of the row's blocks adding the partials in segment order, so a padding row
 of thousands of tokens costs no warp more than its segment's share. No atomics touch values;
 the index is read by every slab (V / rows.slab_rows times, from cache).
+
+Note [Owned rows] (knob rows.owned; off, slower on the H100): one kernel, no workspace,
+no link and no wait between kernels (codegen/row_owned_cuda.py). The grid is one wave
+(rows.owned_blocks an SM, rows.owned_threads a block); a block owns R consecutive output
+rows, reads the whole index into registers (16 ids a thread at most: 8192 int64 ids are 64 KB,
+from L2 after the first block, 17 MB of L2 reads over 264 blocks), counts its rows' tokens,
+lists them in token order in shared memory and writes each of its rows once, a warp a row:
+the fill, or the fill plus its tokens' values added in token order (so a row's sum has the
+same bits on every run and as a sequential sum). A run of 32 aligned tokens on one row (a
+padding row's) makes the row hot; every block finds the same hot rows from the same index,
+so the slices of a hot row (64 bytes of columns each, a 2048-token row is 3 MB of reads, too
+much for one SM) are summed by the grid's last blocks, each its slice's tokens split over its
+warps and the partials added in warp order, with no word passed between blocks; the owner
+skips the row. With rows.owned_slice_rows D the rows are dealt so that a block summing
+slices owns D rows fewer a slice (the partition too is computed alike in every block).
+Rows named often without runs stay with their owner's warp. Refused (the default plan then,
+the reason in its description) where the index does not fit the registers or the list of N
+tokens the 48 KB of shared memory.
+H100 (2026-11-27 16:00 UTC, sweep-embedding_owned-nvidia-h100-80gb-hbm3.json, copy ceiling
+3002 GB/s, against the default's 2091-2125 uniform and 1926-1931 padded in the same run):
+uniform 1896 (rows.owned alone), 2000 (rows.owned_early 64, slice rows 32), 1856 (early 64),
+1886 (one block an SM), 1891 (store.hint 1); padded 1663, 1797, 1611, 1793, 1644, and 1788
+with slice rows 32 alone. Off: the index read and the counts before any store, in every
+block of a single wave at once, cost more than the link and the gap between two kernels.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
+from codegen import row_owned_cuda as ow
 from codegen import row_slabs_cuda as sl
 from codegen import row_split_cuda as sp
 from codegen import row_sums_cuda as rs
@@ -188,7 +214,7 @@ from fusion_cache.frontend.dtypes import DataType
 
 from .base import ArgRef, KernelLaunch, LaunchSpec, OutputSpec, SchedulerRefused
 from .reduction.finish import dependent_launch
-from .tuning import knob
+from .tuning import knob, overriding
 
 SUM_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16)  # summed in float
 
@@ -239,6 +265,14 @@ def plan_row_sums(program: Any, values: Any, env: dict, profile: Any,
     dep = dependent_launch(profile)  # each kernel readied while the one before it runs
     chain = bool(knob("rows.chain", True))  # Note [Slab walk]: the default
     early = dep and bool(knob("rows.early", chain))
+    if knob("rows.owned", False):  # Note [Owned rows]
+        owned = _plan_owned(program, index, value, out_shape, out_dtype, index_type, rest_args,
+                            rest_types, vw, profile.sm_count)  # fmt: skip
+        if isinstance(owned, LaunchSpec):
+            return owned
+        with overriding({"rows.owned": False}):
+            spec = plan_row_sums(program, values, env, profile, slabs)
+        return replace(spec, description=f"{spec.description}; owned rows refused: {owned}")
     if slabs:
         return _plan_slabs(program, index, value, out_shape, out_dtype, index_type, rest_args,
                            rest_types, vw, dep, profile)  # fmt: skip
@@ -340,6 +374,49 @@ def _plan_slabs(program: Any, index: Any, value: Any, out_shape: tuple, out_dtyp
     return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), work, tuple(kernels),
                       f"{program.op} row slabs of {rows} from {program.fill!r} (Note [Row "
                       f"slabs]), vw={vw}, cast to {out_dtype!r}")  # fmt: skip
+
+
+def _plan_owned(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,
+                index_type: str, rest_args: list, rest_types: tuple, vw: int,
+                sms: int) -> LaunchSpec | str:  # fmt: skip
+    """Note [Owned rows]: one kernel, a block R output rows; or why not (the index does not
+    fit the registers, the list shared memory)."""
+    n, v = index.shape[0], out_shape[0]
+    h = math.prod(out_shape[1:])
+    hv = h // vw
+    threads = max(32, min(1024, int(knob("rows.owned_threads", 512)) // 32 * 32))
+    threads = min(threads, max(32, -(-n // 32) * 32))  # a few tokens: an id a thread
+    per = max(1, -(-n // threads))
+    if per > ow.MAX_IDS:
+        return f"{n} tokens: more than {ow.MAX_IDS} ids a thread of {threads}"
+    blocks = max(1, int(knob("rows.owned_blocks", 2)))
+    grid = max(1, min(blocks * sms, v))  # one wave
+    slice_rows = max(0, int(knob("rows.owned_slice_rows", 0)))
+    rows = -(-v // grid) + (v // grid if slice_rows else 0) + 1  # a block's most rows
+    sv = 4 if hv >= 4 else 1  # column vectors a hot slice (64 bytes of bf16 or f32)
+    if ow.shared_bytes(threads, rows, n, per, sv, vw) > ow.SHARED_BYTES:
+        return (f"{n} tokens and {rows} rows a block: {ow.shared_bytes(threads, rows, n, per, sv, vw)}"
+                f" bytes of shared memory")  # fmt: skip
+    if max(1, n) << max(1, (rows - 1).bit_length()) >= 2**31:
+        return f"{n} tokens of {rows} rows a block: a list entry past 31 bits"
+    if not (v and h):
+        return "an empty output"
+    it = "i32" if index_type == "int" else "i64"
+    lv = max(1, min(int(knob("rows.owned_lv", 3)), -(-hv // 32)))
+    early = max(0, int(knob("rows.owned_early", 0)))
+    what = f"{program.op} (T{program.out_state})"
+    source = ow.render_owned(out_dtype, program.index_dtype, program.source_dtype,
+                             len(out_shape) - 1, vw, index_type, what, threads, rows, n, per, lv,
+                             max(1, int(knob("rows.owned_ahead", 1))), sv, early,
+                             max(1, int(knob("rows.owned_hot_ahead", 4))), slice_rows,
+                             int(knob("store.hint", 0)), blocks if threads * blocks <= 2048 else 0)
+    launch = KernelLaunch(ow.OWNED_NAME, source, (grid, 1, 1), (threads, 1, 1),
+                          ("ptr", "ptr", it, "ptr", it, *rest_types, it, it, it, it, "f32"),
+                          (ArgRef("output", 0), index.ref, _s(index, 0), value.ref, _s(value, 0),
+                           *rest_args, n, v, h, hv, float(program.fill)))  # fmt: skip
+    return LaunchSpec("scatter", (OutputSpec(out_shape, out_dtype),), (), (launch,),
+                      f"{program.op} owned rows from {program.fill!r} (Note [Owned rows]), "
+                      f"{grid} blocks of {threads}, vw={vw}, cast to {out_dtype!r}")
 
 
 def _plan_chains(program: Any, index: Any, value: Any, out_shape: tuple, out_dtype: DataType,

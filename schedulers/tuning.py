@@ -102,6 +102,19 @@ KNOBS: dict[str, str] = {
     "rows.slab_rows": "output rows a block of the row slabs' rows kernel writes",
     "rows.slab_most": "most tokens of a row the row slabs' rows kernel sums; rows named more "
                       "often are hot (Note [Row slabs])",
+    "rows.owned": "an embedding's gradient as one kernel: a block owns R output rows, reads the "
+                  "whole index, writes each row once in token order; a run of 32 tokens on one "
+                  "row makes it hot, summed in slices by other blocks (Note [Owned rows]; off: "
+                  "slower on the H100)",
+    "rows.owned_threads": "threads a block of the owned rows (Note [Owned rows]; 512)",
+    "rows.owned_blocks": "blocks an SM the owned rows' grid is one wave of (2)",
+    "rows.owned_lv": "column vectors a lane of an owned named row adds a pass (3)",
+    "rows.owned_ahead": "tokens of an owned named row whose values load before any is added (1)",
+    "rows.owned_hot_ahead": "tokens' slices a lane of an owned hot slice loads before adding (4)",
+    "rows.owned_slice_rows": "rows a hot slice of the owned rows counts for where a block's rows "
+                             "are dealt: blocks summing slices own fewer rows (0: none)",
+    "rows.owned_early": "rows a warp of the owned rows stores the fill to before the lists are "
+                        "built (0)",
     "rows.early": "the row-sums kernels let the next, launched dependent, be placed at once "
                   "(griddepcontrol.launch_dependents at their start; by default with the row "
                   "chains only)",

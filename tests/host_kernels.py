@@ -267,7 +267,7 @@ def _strip_prelude(source: str) -> str:
     return source[source.index(marker) + len(marker):]
 
 
-_PARAMS = re.compile(r'extern "C" __global__ void __launch_bounds__\(\d+\) (\w+)\(\s*(.*?)\)\s*\{', re.S)
+_PARAMS = re.compile(r'extern "C" __global__ void __launch_bounds__\(\d+(?:, \d+)?\) (\w+)\(\s*(.*?)\)\s*\{', re.S)
 
 
 def _library(source: str) -> tuple[Any, str, list[str]]:
@@ -309,7 +309,9 @@ def _library(source: str) -> tuple[Any, str, list[str]]:
             f"      try {{ {call} }} catch (const std::exception& e) {{\n"
             '        fprintf(stderr, "%s\\n", e.what()); failed = 1;\n'
             "        block.arrive_and_drop(); fc_warp_barriers[t / 32]->arrive_and_drop();\n      }\n"
-            "    });\n    for (auto& th : threads) th.join();\n  }\n  return failed;\n}\n")  # fmt: skip
+            "    });\n    for (auto& th : threads) th.join();\n"
+            "    if (failed) return failed;  // as a trap ends the grid; the barriers lost a thread\n"
+            "  }\n  return failed;\n}\n")  # fmt: skip
     text = body + wrapper
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
     _BUILD.mkdir(exist_ok=True)
