@@ -363,11 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--switches", default="",
+                        help="the switches a *_switched contender turns on (default: all)")
     parser.add_argument("--timeline", action="store_true",
                         help="host and GPU timelines of marked steps (needs --out)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     cases = {c.name: c for c in model_cases(False)}
+    models.SWITCHED_ONLY = [n for n in args.switches.split(",") if n] or None
     if args.timeline:
         if args.out is None:
             parser.error("--timeline needs --out")
