@@ -2,6 +2,7 @@
 
     python -m benchmarks.ab_steps [--models resnet18,llama] [--variant NAME=ENV=VALUE,...]
         [--eager] [--inductor] [--rounds 6] [--steps 10] [--json FILE]
+        [--timeline llama,gpt2 [--timeline-steps 2] [--traces DIR]]
     python -m benchmarks.ab_steps --tiny --device cpu --stub --variant base= --eager  # CPU check
 
 Note [Interleaved A/B]: on the lent H100 eager's own step moved by 30 to 80% between runs of
@@ -27,6 +28,12 @@ compile its forward and backward graphs and record its launch sequences, so a sw
 a graph is fused (Note [Unmeasured switches]) holds for that variant alone. Each variant gets a
 backend callable of its own, so dynamo keeps a compiled entry per variant (its backend guard)
 rather than reusing the first one's.
+
+`--timeline MODELS`: after those models' rounds, `--timeline-steps` steps of each contender
+under torch.profiler (CUDA activity alone), each marked and summarized as benchmarks.step_kernels
+--timeline does (GPU busy and idle, idle gaps by the launch after them, waits and allocations
+inside the step, runtime calls): where a host-bound step's time goes, beside inductor's, in
+the run that timed it; `--traces DIR` keeps the gzipped traces.
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -225,7 +233,26 @@ def run_model(case: Any, args: argparse.Namespace) -> dict[str, Any]:
     if args.profile:
         for c in contenders:
             result["contenders"][c.name]["profile"] = c.profile(batches[0], args.profile)
-    return result
+    return result, contenders
+
+
+def timelines(case: Any, contenders: list[Contender], args: argparse.Namespace) -> dict:
+    """Per contender, `--timeline-steps` marked steps under torch.profiler (CUDA activity
+    alone), summarized by benchmarks.step_kernels.summarize_trace; traces to `--traces`."""
+    from benchmarks.step_kernels import capture_timelines
+
+    batches = models.batches_for(case, args.timeline_steps, args.device)
+    out = {}
+    for c in contenders:
+        def step(batch: tuple, c: Contender = c) -> None:
+            models.step(c.fn, c.opt, c.case, batch, c.device)
+
+        def path(mode: str, c: Contender = c) -> Path | None:
+            return None if args.traces is None else (
+                args.traces / f"trace-{case.name}-{c.name}-{mode}.json.gz")
+
+        out[c.name] = capture_timelines(step, batches, ("light",), path)
+    return out
 
 
 def render(result: dict[str, Any]) -> str:
@@ -273,7 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="one more step of each under cProfile: by file, N top functions")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--timeline", default="", metavar="MODELS",
+                        help="after these models' rounds, marked steps of each contender under "
+                             "torch.profiler: GPU gaps, waits, allocations (step_kernels)")
+    parser.add_argument("--timeline-steps", type=int, default=2)
+    parser.add_argument("--traces", type=Path, default=None, help="the timelines' gzipped traces")
     args = parser.parse_args(argv)
+    args.timeline = [m for m in args.timeline.split(",") if m]
+    if args.traces is not None:
+        args.traces.mkdir(parents=True, exist_ok=True)
     try:
         args.variants = [parse_variant(v) for v in args.variant or ["base="]]
     except ValueError as err:
@@ -301,11 +336,21 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore")
         for case in cases:
             dynamo.reset()
-            data["models"].append(run_model(case, args))
-            print(render(data["models"][-1]), flush=True)
+            result, contenders = run_model(case, args)
+            data["models"].append(result)
+            print(render(result), flush=True)
             if args.json:  # after each model: a run cut short keeps what it measured
                 with open(args.json, "w") as f:
                     json.dump(data, f, indent=1)
+            if case.name in args.timeline:  # after the JSON: a profiler failure loses only this
+                from benchmarks.step_kernels import render_timeline
+
+                result["timeline"] = timelines(case, contenders, args)
+                print(render_timeline(case.name, result["timeline"]), flush=True)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(data, f, indent=1)
+            del contenders  # their models and caches, before the next model compiles
     return 0
 
 

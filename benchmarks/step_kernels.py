@@ -36,8 +36,10 @@ import tempfile
 import time
 import warnings
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -257,14 +259,31 @@ def _self_times(step_ops: list[dict], calls: list[dict]) -> dict[str, list[float
     return out
 
 
-def timeline_contender(case, contender: str, label: str, warmup: int, steps: int,
-                       out: Path, device: str = "cuda") -> dict:  # fmt: skip
-    """Warm-up steps, then one `light` and one `ops` capture of `steps` marked steps each."""
-    model = models.initial_model(case, device)
-    fn = models.compiled(contender, model)
-    params = list(model.parameters())
-    batches = models.batches_for(case, warmup + steps, device)
-    opt = torch.optim.SGD(params, lr=case.lr, momentum=0.9)
+def marked_steps(step: Callable[[tuple], Any], batches: list) -> list[float]:
+    """Each batch's step between two spin kernels (the marks summarize_trace looks for) and
+    synchronizes; the steps' wall times, ms."""
+    walls = []
+    gpu = torch.cuda.is_available()  # else (a CPU test of the path) unmarked
+    for batch in batches:
+        if gpu:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        if gpu:
+            torch.cuda._sleep(1)
+        step(batch)
+        if gpu:
+            torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+        walls.append((time.perf_counter() - start) * 1e3)
+    return walls
+
+
+def capture_timelines(step: Callable[[tuple], Any], batches: list, modes: Sequence[str],
+                      trace_path: Callable[[str], Path | None]) -> dict:  # fmt: skip
+    """A capture of marked steps over `batches` per mode (`light`: CUDA activity alone; `ops`:
+    CPU ops too): its walls, Python's collections and the allocator's device allocations
+    inside it, and summarize_trace's steps; each trace gzipped to `trace_path(mode)` (None:
+    kept nowhere)."""
     collected = [0, 0.0]
 
     def gc_watch(phase: str, info: dict) -> None:  # collections inside the steps
@@ -274,46 +293,54 @@ def timeline_contender(case, contender: str, label: str, warmup: int, steps: int
             collected[0] += 1
             collected[1] += time.perf_counter()
 
-    def run(batch_list: list) -> list[float]:
-        walls = []
-        for batch in batch_list:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            torch.cuda._sleep(1)
-            models.step(fn, opt, case, batch, device)
-            torch.cuda._sleep(1)
-            torch.cuda.synchronize()
-            walls.append((time.perf_counter() - start) * 1e3)
-        return walls
-
-    run(batches[:warmup])
-    result: dict = {"unprofiled_ms": run(batches[warmup:])}
-    activities = {"light": [torch.profiler.ProfilerActivity.CUDA],
-                  "ops": [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]}
-    for mode, acts in activities.items():
-        stats0 = torch.cuda.memory_stats()
+    cpu = torch.profiler.ProfilerActivity.CPU
+    gpu = torch.cuda.is_available()
+    cuda = torch.profiler.ProfilerActivity.CUDA if gpu else cpu
+    result: dict = {}
+    for mode in modes:
+        stats0 = torch.cuda.memory_stats() if gpu else {}
         gc.callbacks.append(gc_watch)
         collected[:] = [0, 0.0]
         try:
+            acts = [cuda] if mode == "light" else list(dict.fromkeys([cpu, cuda]))
             with torch.profiler.profile(activities=acts) as prof:
-                walls = run(batches[warmup:])
+                walls = marked_steps(step, batches)
         finally:
             gc.callbacks.remove(gc_watch)
-        stats1 = torch.cuda.memory_stats()
+        stats1 = torch.cuda.memory_stats() if gpu else {}
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(path))
             raw = path.read_bytes()
-        packed = gzip.compress(raw, 6)
-        name = f"trace-{case.name}-{label}-{mode}.json.gz"
-        if len(packed) < 15 * 2**20:
-            (out / name).write_bytes(packed)
+        target = trace_path(mode)
+        if target is not None:
+            packed = gzip.compress(raw, 6)
+            if len(packed) < 15 * 2**20:
+                target.write_bytes(packed)
         result[mode] = {
             "walls_ms": walls, "gc": {"collections": collected[0], "ms": collected[1] * 1e3},
             "device_allocs": {k: stats1.get(k, 0) - stats0.get(k, 0)
                               for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")},
             "steps": summarize_trace(json.loads(raw)),
         }  # fmt: skip
+    return result
+
+
+def timeline_contender(case, contender: str, label: str, warmup: int, steps: int,
+                       out: Path, device: str = "cuda") -> dict:  # fmt: skip
+    """Warm-up steps, then one `light` and one `ops` capture of `steps` marked steps each."""
+    model = models.initial_model(case, device)
+    fn = models.compiled(contender, model)
+    batches = models.batches_for(case, warmup + steps, device)
+    opt = torch.optim.SGD(model.parameters(), lr=case.lr, momentum=0.9)
+
+    def step(batch: tuple) -> None:
+        models.step(fn, opt, case, batch, device)
+
+    marked_steps(step, batches[:warmup])
+    result: dict = {"unprofiled_ms": marked_steps(step, batches[warmup:])}
+    result.update(capture_timelines(step, batches[warmup:], ("light", "ops"),
+                                    lambda mode: out / f"trace-{case.name}-{label}-{mode}.json.gz"))
     models.release_memory(device)
     return result
 
@@ -324,8 +351,10 @@ def render_timeline(model: str, data: dict) -> str:
             "first_kernel_after_us")  # fmt: skip
     for contender, res in data.items():
         lines.append(f"## {contender}: unprofiled steps ms "
-                     + " ".join(f"{t:.2f}" for t in res["unprofiled_ms"]))  # fmt: skip
+                     + " ".join(f"{t:.2f}" for t in res.get("unprofiled_ms", [])))  # fmt: skip
         for mode in ("light", "ops"):
+            if mode not in res:
+                continue
             steps = res[mode]["steps"]
             if not steps:
                 lines.append(f"  {mode}: no marked steps found")

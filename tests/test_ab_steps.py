@@ -15,6 +15,8 @@ def _run(out) -> None:
                           "--eager", "--variant", "base=", "--variant",
                           "lone=FUSION_CACHE_LONE_CONVOLUTIONS=1", "--rounds", "2",
                           "--steps", "1", "--warmup", "2", "--profile", "3",
+                          "--timeline", "resnet18", "--timeline-steps", "1",
+                          "--traces", str(out.parent / "traces"),
                           "--json", str(out)]) == 0  # fmt: skip
 
 
@@ -35,6 +37,11 @@ def test_variants_compile_apart_and_take_turns(tmp_path):
     # paired with the baseline ("base") round by round
     assert 0 <= lone["rounds_faster"] <= 2 and lone["ratio_to_baseline"] > 0
     assert "ratio_to_baseline" not in base
+    # the timelines' path (on the CPU unmarked: no spin kernels, so no steps summarized)
+    timeline = model["timeline"]
+    assert set(timeline) == {"eager", "base", "lone"}
+    assert len(timeline["base"]["light"]["walls_ms"]) == 1
+    assert (out.parent / "traces" / "trace-resnet18-base-light.json.gz").exists()
 
 
 def test_variant_parsing():
