@@ -27,7 +27,14 @@ FUSION_CACHE_Y=0`; `NAME=` for none): they are set while its first `--warmup` st
 compile its forward and backward graphs and record its launch sequences, so a switch read when
 a graph is fused (Note [Unmeasured switches]) holds for that variant alone. Each variant gets a
 backend callable of its own, so dynamo keeps a compiled entry per variant (its backend guard)
-rather than reusing the first one's.
+rather than reusing the first one's. The plans in memory (the executors') are dropped before
+and after each variant's warm-up: they are keyed by a fusion's definition and inputs, not by
+the switches, so a region defined alike under two variants took the first variant's
+segmentation in the second (CPU, tiny Llama-style, VIEWS_TO_READERS, CASTS_BEFORE_VIEWS,
+SAVED_VIEWS_REDONE and PEER_REDUCTIONS on against none: 43 launches a step against 57 after
+the default, 38 compiled first or alone; the default 52 after them, 57 alone). A variant's
+recorded launch sequences hold their plans; only a step replayed through execute() plans
+again after the drop, under the environment of its replay.
 
 `--timeline MODELS`: after those models' rounds, `--timeline-steps` steps of each contender
 under torch.profiler (CUDA activity alone), each marked and summarized as benchmarks.step_kernels
@@ -99,6 +106,7 @@ class Contender:
     def __init__(self, name: str, case: Any, device: str, kind: str,
                  env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.name, self.case, self.device, self.env = name, case, device, env or {}
+        self.kind = kind
         self.model = models.initial_model(case, device)
         if kind == "eager":
             self.fn: Callable = self.model
@@ -115,14 +123,20 @@ class Contender:
         self.reports: list[dict[str, Any]] = []
 
     def warm_up(self, batches: list, count: int) -> None:
+        from fusion_cache import FusionCache
         from fusion_cache.frontends import dynamo_backend
 
         dynamo_backend.reset_reports()
         start = time.perf_counter()
+        ours = self.kind == "fusion_cache"
+        if ours:  # plans in memory, before it and its own: see the module's docstring
+            FusionCache.get().executors.clear()
         with environment(self.env):
             for i in range(count):
                 models.step(self.fn, self.opt, self.case, batches[i % len(batches)], self.device)
                 models.sync(self.device)
+        if ours:
+            FusionCache.get().executors.clear()
         self.compile_s = time.perf_counter() - start
         self.reports = dynamo_backend.reports()
 

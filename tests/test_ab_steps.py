@@ -50,3 +50,38 @@ def test_variant_parsing():
         "x", {"FUSION_CACHE_A": "1", "FUSION_CACHE_B": "0"})
     with pytest.raises(ValueError):
         ab_steps.parse_variant("x=PATH=/tmp")
+
+
+def test_a_variant_plans_under_its_own_switches_whatever_was_compiled_before():
+    """Plans in memory are keyed by definition and inputs: without dropping them, a variant
+    whose switches change segmentation took an earlier variant's plans for regions defined
+    alike (tiny Llama-style: 43 launches a step where alone 38)."""
+    from benchmarks.host_region import stub_launches
+    from benchmarks.model_defs import model_cases
+    from fusion_cache import FusionCache
+    from fusion_cache.frontends import register_backend
+
+    register_backend()
+    case = next(c for c in model_cases(True) if c.name == "llama")
+    env = {"FUSION_CACHE_VIEWS_TO_READERS": "1", "FUSION_CACHE_PEER_REDUCTIONS": "1"}
+    cache = FusionCache.get()
+
+    def launches(c: ab_steps.Contender, batch: tuple) -> int:
+        before = cache.stats()["kernel_launches"]
+        ab_steps.models.step(c.fn, c.opt, case, batch, "cpu")
+        return cache.stats()["kernel_launches"] - before
+
+    try:
+        with stub_launches():
+            batches = ab_steps.models.batches_for(case, 2, "cpu")
+            made = []
+            for name, variant_env in (("base", {}), ("switched", env)):
+                made.append(ab_steps.Contender(name, case, "cpu", "fusion_cache", variant_env))
+                made[-1].warm_up(batches, 2)
+            cache.executors.clear()  # the reference: compiled on no plans of another variant
+            alone = ab_steps.Contender("alone", case, "cpu", "fusion_cache", env)
+            alone.warm_up(batches, 2)
+            base, switched = (launches(c, batches[0]) for c in made)
+            assert switched == launches(alone, batches[0]) < base
+    finally:
+        pending_compiles.drain()
