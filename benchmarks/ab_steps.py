@@ -120,6 +120,7 @@ class Contender:
         self.round_medians: list[float] = []
         self.losses: list[torch.Tensor] = []  # of every step, read after the timing
         self.compile_s = 0.0
+        self.launches = 0  # our kernels launched over the timed steps
         self.reports: list[dict[str, Any]] = []
 
     def warm_up(self, batches: list, count: int) -> None:
@@ -141,7 +142,11 @@ class Contender:
         self.reports = dynamo_backend.reports()
 
     def run_round(self, batches: list) -> None:
+        from fusion_cache import FusionCache
+
         times = []
+        stats = FusionCache.get().stats
+        launched = stats()["kernel_launches"]  # ours: those of the sequences' kernel steps
         for batch in batches:
             models.sync(self.device)
             start = time.perf_counter()
@@ -154,6 +159,7 @@ class Contender:
             self.losses.append(loss.detach().clone())
         self.steps_s += times
         self.round_medians.append(statistics.median(times))
+        self.launches += stats()["kernel_launches"] - launched
 
     def profile(self, batch: tuple, top: int) -> dict[str, Any]:
         """One step under cProfile: self time by source file, and the `top` heaviest
@@ -185,7 +191,8 @@ class Contender:
 
     def summary(self) -> dict[str, Any]:
         counts = {"regions": sum(r["regions"] for r in self.reports),
-                  "ops_eager": sum(r["ops_eager"] for r in self.reports)}  # fmt: skip
+                  "ops_eager": sum(r["ops_eager"] for r in self.reports),
+                  "launches_a_step": self.launches / len(self.steps_s)}  # fmt: skip
         return {"env": self.env, "compile_s": self.compile_s,
                 "min_ms": min(self.steps_s) * 1e3,
                 "median_ms": statistics.median(self.steps_s) * 1e3,
@@ -271,7 +278,8 @@ def timelines(case: Any, contenders: list[Contender], args: argparse.Namespace) 
 
 def render(result: dict[str, Any]) -> str:
     lines = [f"{result['model']}: | contender | min ms | p25 ms | median ms | median of rounds ms | "
-             "host median ms | regions | ops eager | compile s | loss diff first / max | "
+             "host median ms | regions | ops eager | our launches a step | compile s | "
+             "loss diff first / max | "
              "x baseline (rounds faster) |"]  # fmt: skip
     rounds = len(next(iter(result["contenders"].values()))["round_medians_ms"])
     for name, s in result["contenders"].items():
@@ -282,6 +290,7 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | {s['min_ms']:.2f} | {s['p25_ms']:.2f} | {s['median_ms']:.2f} | "
                      f"{s['median_of_rounds_ms']:.2f} | {s['host_median_ms']:.2f} | "
                      f"{s.get('regions', '-')} | {s.get('ops_eager', '-')} | "
+                     f"{format(s['launches_a_step'], '.0f') if 'launches_a_step' in s else '-'} | "
                      f"{s['compile_s']:.1f} | {diff} |")  # fmt: skip
     for name, s in result["contenders"].items():
         prof = s.get("profile")

@@ -34,6 +34,7 @@ def test_variants_compile_apart_and_take_turns(tmp_path):
     # the switch held for its variant alone: its convolutions joined regions, base's did not
     assert lone["ops_eager"] < base["ops_eager"]
     assert "regions" not in eager and "max_loss_diff" in base
+    assert base["launches_a_step"] > 0 and "launches_a_step" not in eager
     # paired with the baseline ("base") round by round
     assert 0 <= lone["rounds_faster"] <= 2 and lone["ratio_to_baseline"] > 0
     assert "ratio_to_baseline" not in base
