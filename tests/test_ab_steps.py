@@ -65,6 +65,7 @@ def test_a_variant_plans_under_its_own_switches_whatever_was_compiled_before():
     register_backend()
     case = next(c for c in model_cases(True) if c.name == "llama")
     env = {"FUSION_CACHE_VIEWS_TO_READERS": "1", "FUSION_CACHE_PEER_REDUCTIONS": "1"}
+    off = {name: "0" for name in env}
     cache = FusionCache.get()
 
     def launches(c: ab_steps.Contender, batch: tuple) -> int:
@@ -76,7 +77,7 @@ def test_a_variant_plans_under_its_own_switches_whatever_was_compiled_before():
         with stub_launches():
             batches = ab_steps.models.batches_for(case, 2, "cpu")
             made = []
-            for name, variant_env in (("base", {}), ("switched", env)):
+            for name, variant_env in (("base", off), ("switched", env)):
                 made.append(ab_steps.Contender(name, case, "cpu", "fusion_cache", variant_env))
                 made[-1].warm_up(batches, 2)
             cache.executors.clear()  # the reference: compiled on no plans of another variant
