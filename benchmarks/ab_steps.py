@@ -2,6 +2,7 @@
 
     python -m benchmarks.ab_steps [--models resnet18,llama] [--variant NAME=ENV=VALUE,...]
         [--eager] [--inductor] [--rounds 6] [--steps 10] [--json FILE]
+        [--timeline llama,gpt2 [--timeline-steps 2] [--traces DIR]]
     python -m benchmarks.ab_steps --tiny --device cpu --stub --variant base= --eager  # CPU check
 
 Note [Interleaved A/B]: on the lent H100 eager's own step moved by 30 to 80% between runs of
@@ -26,7 +27,20 @@ FUSION_CACHE_Y=0`; `NAME=` for none): they are set while its first `--warmup` st
 compile its forward and backward graphs and record its launch sequences, so a switch read when
 a graph is fused (Note [Unmeasured switches]) holds for that variant alone. Each variant gets a
 backend callable of its own, so dynamo keeps a compiled entry per variant (its backend guard)
-rather than reusing the first one's.
+rather than reusing the first one's. The plans in memory (the executors') are dropped before
+and after each variant's warm-up: they are keyed by a fusion's definition and inputs, not by
+the switches, so a region defined alike under two variants took the first variant's
+segmentation in the second (CPU, tiny Llama-style, VIEWS_TO_READERS, CASTS_BEFORE_VIEWS,
+SAVED_VIEWS_REDONE and PEER_REDUCTIONS on against none: 43 launches a step against 57 after
+the default, 38 compiled first or alone; the default 52 after them, 57 alone). A variant's
+recorded launch sequences hold their plans; only a step replayed through execute() plans
+again after the drop, under the environment of its replay.
+
+`--timeline MODELS`: after those models' rounds, `--timeline-steps` steps of each contender
+under torch.profiler (CUDA activity alone), each marked and summarized as benchmarks.step_kernels
+--timeline does (GPU busy and idle, idle gaps by the launch after them, waits and allocations
+inside the step, runtime calls): where a host-bound step's time goes, beside inductor's, in
+the run that timed it; `--traces DIR` keeps the gzipped traces.
 """
 from __future__ import annotations
 
@@ -39,6 +53,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -91,6 +106,7 @@ class Contender:
     def __init__(self, name: str, case: Any, device: str, kind: str,
                  env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.name, self.case, self.device, self.env = name, case, device, env or {}
+        self.kind = kind
         self.model = models.initial_model(case, device)
         if kind == "eager":
             self.fn: Callable = self.model
@@ -104,22 +120,33 @@ class Contender:
         self.round_medians: list[float] = []
         self.losses: list[torch.Tensor] = []  # of every step, read after the timing
         self.compile_s = 0.0
+        self.launches = 0  # our kernels launched over the timed steps
         self.reports: list[dict[str, Any]] = []
 
     def warm_up(self, batches: list, count: int) -> None:
+        from fusion_cache import FusionCache
         from fusion_cache.frontends import dynamo_backend
 
         dynamo_backend.reset_reports()
         start = time.perf_counter()
+        ours = self.kind == "fusion_cache"
+        if ours:  # plans in memory, before it and its own: see the module's docstring
+            FusionCache.get().executors.clear()
         with environment(self.env):
             for i in range(count):
                 models.step(self.fn, self.opt, self.case, batches[i % len(batches)], self.device)
                 models.sync(self.device)
+        if ours:
+            FusionCache.get().executors.clear()
         self.compile_s = time.perf_counter() - start
         self.reports = dynamo_backend.reports()
 
     def run_round(self, batches: list) -> None:
+        from fusion_cache import FusionCache
+
         times = []
+        stats = FusionCache.get().stats
+        launched = stats()["kernel_launches"]  # ours: those of the sequences' kernel steps
         for batch in batches:
             models.sync(self.device)
             start = time.perf_counter()
@@ -132,6 +159,7 @@ class Contender:
             self.losses.append(loss.detach().clone())
         self.steps_s += times
         self.round_medians.append(statistics.median(times))
+        self.launches += stats()["kernel_launches"] - launched
 
     def profile(self, batch: tuple, top: int) -> dict[str, Any]:
         """One step under cProfile: self time by source file, and the `top` heaviest
@@ -163,7 +191,8 @@ class Contender:
 
     def summary(self) -> dict[str, Any]:
         counts = {"regions": sum(r["regions"] for r in self.reports),
-                  "ops_eager": sum(r["ops_eager"] for r in self.reports)}  # fmt: skip
+                  "ops_eager": sum(r["ops_eager"] for r in self.reports),
+                  "launches_a_step": self.launches / len(self.steps_s)}  # fmt: skip
         return {"env": self.env, "compile_s": self.compile_s,
                 "min_ms": min(self.steps_s) * 1e3,
                 "median_ms": statistics.median(self.steps_s) * 1e3,
@@ -225,12 +254,32 @@ def run_model(case: Any, args: argparse.Namespace) -> dict[str, Any]:
     if args.profile:
         for c in contenders:
             result["contenders"][c.name]["profile"] = c.profile(batches[0], args.profile)
-    return result
+    return result, contenders
+
+
+def timelines(case: Any, contenders: list[Contender], args: argparse.Namespace) -> dict:
+    """Per contender, `--timeline-steps` marked steps under torch.profiler (CUDA activity
+    alone), summarized by benchmarks.step_kernels.summarize_trace; traces to `--traces`."""
+    from benchmarks.step_kernels import capture_timelines
+
+    batches = models.batches_for(case, args.timeline_steps, args.device)
+    out = {}
+    for c in contenders:
+        def step(batch: tuple, c: Contender = c) -> None:
+            models.step(c.fn, c.opt, c.case, batch, c.device)
+
+        def path(mode: str, c: Contender = c) -> Path | None:
+            return None if args.traces is None else (
+                args.traces / f"trace-{case.name}-{c.name}-{mode}.json.gz")
+
+        out[c.name] = capture_timelines(step, batches, ("light",), path)
+    return out
 
 
 def render(result: dict[str, Any]) -> str:
     lines = [f"{result['model']}: | contender | min ms | p25 ms | median ms | median of rounds ms | "
-             "host median ms | regions | ops eager | compile s | loss diff first / max | "
+             "host median ms | regions | ops eager | our launches a step | compile s | "
+             "loss diff first / max | "
              "x baseline (rounds faster) |"]  # fmt: skip
     rounds = len(next(iter(result["contenders"].values()))["round_medians_ms"])
     for name, s in result["contenders"].items():
@@ -241,6 +290,7 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | {s['min_ms']:.2f} | {s['p25_ms']:.2f} | {s['median_ms']:.2f} | "
                      f"{s['median_of_rounds_ms']:.2f} | {s['host_median_ms']:.2f} | "
                      f"{s.get('regions', '-')} | {s.get('ops_eager', '-')} | "
+                     f"{format(s['launches_a_step'], '.0f') if 'launches_a_step' in s else '-'} | "
                      f"{s['compile_s']:.1f} | {diff} |")  # fmt: skip
     for name, s in result["contenders"].items():
         prof = s.get("profile")
@@ -273,7 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="one more step of each under cProfile: by file, N top functions")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--timeline", default="", metavar="MODELS",
+                        help="after these models' rounds, marked steps of each contender under "
+                             "torch.profiler: GPU gaps, waits, allocations (step_kernels)")
+    parser.add_argument("--timeline-steps", type=int, default=2)
+    parser.add_argument("--traces", type=Path, default=None, help="the timelines' gzipped traces")
     args = parser.parse_args(argv)
+    args.timeline = [m for m in args.timeline.split(",") if m]
+    if args.traces is not None:
+        args.traces.mkdir(parents=True, exist_ok=True)
     try:
         args.variants = [parse_variant(v) for v in args.variant or ["base="]]
     except ValueError as err:
@@ -301,11 +359,21 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore")
         for case in cases:
             dynamo.reset()
-            data["models"].append(run_model(case, args))
-            print(render(data["models"][-1]), flush=True)
+            result, contenders = run_model(case, args)
+            data["models"].append(result)
+            print(render(result), flush=True)
             if args.json:  # after each model: a run cut short keeps what it measured
                 with open(args.json, "w") as f:
                     json.dump(data, f, indent=1)
+            if case.name in args.timeline:  # after the JSON: a profiler failure loses only this
+                from benchmarks.step_kernels import render_timeline
+
+                result["timeline"] = timelines(case, contenders, args)
+                print(render_timeline(case.name, result["timeline"]), flush=True)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(data, f, indent=1)
+            del contenders  # their models and caches, before the next model compiles
     return 0
 
 

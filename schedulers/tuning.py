@@ -257,6 +257,18 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # rounds, 3 of 4 faster; inductor 7.61), GPT-2 11.87 against 12.23 (0.973, 2 of 4; inductor
 # 12.63), ResNet-18 8.79 against 8.56 (1.039, 2 of 4: noise); losses the default's. Each alone
 # not timed; still off.
+# Those A/Bs shared plans in memory between variants (keyed by definition and inputs, not by
+# switches): a region defined alike under both took the default's segmentation in the switched
+# variant (benchmarks/ab_steps.py, CPU: tiny Llama-style 43 launches a step against 38 alone),
+# so they measured the four switches only partly. Rerun with the plans dropped between
+# variants, H100 80GB HBM3, 16:00 UTC, 4 rounds of 8 steps (results/ab-steps-issue30-final-*):
+# GPT-2 12.17 against 13.10 ms median (0.927 by paired rounds, 4 of 4 faster; 153 launches a step
+# against 179; inductor 11.99, eager 14.09; losses the default's to the digit), ResNet-18 9.69
+# against 9.66 (1.030, 2 of 4: its 43 launches and 38 regions are the same either way);
+# Llama-style not reached in that call (its time limit), so its figure is the 13:58 one above
+# (0.950, 3 of 4, on partly shared plans; planned for h100 on the CPU at the benchmark's
+# sizes: 68 launches a step against 105). Faster on both transformer models in every run,
+# ResNet-18 unchanged in its work: the four are on by default (ON_BY_DEFAULT; =0 turns one off).
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
@@ -295,7 +307,9 @@ SWITCHES: dict[str, str] = {
 
 # the switches a GPU run decided for: on unless FUSION_CACHE_<NAME>=0 (each with its figures
 # in the Note its description names)
-ON_BY_DEFAULT: frozenset[str] = frozenset({"COUNTERS_REGION"})
+ON_BY_DEFAULT: frozenset[str] = frozenset({"COUNTERS_REGION", "VIEWS_TO_READERS",
+                                           "CASTS_BEFORE_VIEWS", "SAVED_VIEWS_REDONE",
+                                           "PEER_REDUCTIONS"})
 
 
 def switched_on(name: str) -> bool:

@@ -15,6 +15,8 @@ def _run(out) -> None:
                           "--eager", "--variant", "base=", "--variant",
                           "lone=FUSION_CACHE_LONE_CONVOLUTIONS=1", "--rounds", "2",
                           "--steps", "1", "--warmup", "2", "--profile", "3",
+                          "--timeline", "resnet18", "--timeline-steps", "1",
+                          "--traces", str(out.parent / "traces"),
                           "--json", str(out)]) == 0  # fmt: skip
 
 
@@ -32,9 +34,15 @@ def test_variants_compile_apart_and_take_turns(tmp_path):
     # the switch held for its variant alone: its convolutions joined regions, base's did not
     assert lone["ops_eager"] < base["ops_eager"]
     assert "regions" not in eager and "max_loss_diff" in base
+    assert base["launches_a_step"] > 0 and "launches_a_step" not in eager
     # paired with the baseline ("base") round by round
     assert 0 <= lone["rounds_faster"] <= 2 and lone["ratio_to_baseline"] > 0
     assert "ratio_to_baseline" not in base
+    # the timelines' path (on the CPU unmarked: no spin kernels, so no steps summarized)
+    timeline = model["timeline"]
+    assert set(timeline) == {"eager", "base", "lone"}
+    assert len(timeline["base"]["light"]["walls_ms"]) == 1
+    assert (out.parent / "traces" / "trace-resnet18-base-light.json.gz").exists()
 
 
 def test_variant_parsing():
@@ -43,3 +51,39 @@ def test_variant_parsing():
         "x", {"FUSION_CACHE_A": "1", "FUSION_CACHE_B": "0"})
     with pytest.raises(ValueError):
         ab_steps.parse_variant("x=PATH=/tmp")
+
+
+def test_a_variant_plans_under_its_own_switches_whatever_was_compiled_before():
+    """Plans in memory are keyed by definition and inputs: without dropping them, a variant
+    whose switches change segmentation took an earlier variant's plans for regions defined
+    alike (tiny Llama-style: 43 launches a step where alone 38)."""
+    from benchmarks.host_region import stub_launches
+    from benchmarks.model_defs import model_cases
+    from fusion_cache import FusionCache
+    from fusion_cache.frontends import register_backend
+
+    register_backend()
+    case = next(c for c in model_cases(True) if c.name == "llama")
+    env = {"FUSION_CACHE_VIEWS_TO_READERS": "1", "FUSION_CACHE_PEER_REDUCTIONS": "1"}
+    off = {name: "0" for name in env}
+    cache = FusionCache.get()
+
+    def launches(c: ab_steps.Contender, batch: tuple) -> int:
+        before = cache.stats()["kernel_launches"]
+        ab_steps.models.step(c.fn, c.opt, case, batch, "cpu")
+        return cache.stats()["kernel_launches"] - before
+
+    try:
+        with stub_launches():
+            batches = ab_steps.models.batches_for(case, 2, "cpu")
+            made = []
+            for name, variant_env in (("base", off), ("switched", env)):
+                made.append(ab_steps.Contender(name, case, "cpu", "fusion_cache", variant_env))
+                made[-1].warm_up(batches, 2)
+            cache.executors.clear()  # the reference: compiled on no plans of another variant
+            alone = ab_steps.Contender("alone", case, "cpu", "fusion_cache", env)
+            alone.warm_up(batches, 2)
+            base, switched = (launches(c, batches[0]) for c in made)
+            assert switched == launches(alone, batches[0]) < base
+    finally:
+        pending_compiles.drain()

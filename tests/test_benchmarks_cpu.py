@@ -381,3 +381,32 @@ def test_step_kernels_groups_kernels_by_family_and_sums_a_step():
     text = render("gpt2", "fusion_cache", per_kernel, [0.004, 0.005, 0.006], steps=2, top=5)
     assert "step wall 5.00 ms, kernel time 0.200 ms, kernels 2 per step" in text
     assert "ours 0.150 ms (1)" in text and "triton 0.050 ms (1)" in text
+
+
+def test_step_kernels_timeline_finds_gaps_waits_and_host_ops_of_a_marked_step():
+    from benchmarks.step_kernels import render_timeline, summarize_trace
+
+    def ev(cat, name, ts, dur, corr=None, tid=1):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid,
+                "args": {} if corr is None else {"correlation": corr}}  # fmt: skip
+
+    trace = {"traceEvents": [
+        ev("cuda_runtime", "cudaLaunchKernel", 0, 3, 1), ev("kernel", "spin_kernel", 5, 1, 1, 7),
+        ev("cpu_op", "CompiledFunction", 1, 40), ev("cpu_op", "aten::mm", 2, 10),
+        ev("cuda_runtime", "cudaLaunchKernel", 5, 3, 2), ev("kernel", "sm90_gemm", 8, 4, 2, 7),
+        ev("cuda_driver", "cuLaunchKernelEx", 30, 3, 3), ev("kernel", "fc_x", 33, 2, 3, 7),
+        ev("cuda_runtime", "cudaStreamSynchronize", 35, 5),
+        ev("cuda_runtime", "cudaLaunchKernel", 45, 1, 4), ev("kernel", "spin_kernel", 46, 1, 4, 7),
+        ev("cuda_runtime", "cudaDeviceSynchronize", 48, 2)]}  # fmt: skip
+    (step,) = summarize_trace(trace)
+    assert (step["wall_us"], step["issue_us"], step["kernels"]) == (50, 45, 2)
+    assert (step["gpu_busy_us"], step["gpu_idle_us"]) == (6, 21)
+    assert step["top_gaps"] == [[21, 18, "fc_x", "CompiledFunction"]]
+    assert step["gap_by_host_op"] == {"CompiledFunction": [1, 21]}
+    assert step["suspects"] == [["cudaStreamSynchronize", 35, 5, "CompiledFunction"]]
+    assert step["outer_ops"] == {"CompiledFunction": [1, 40, 2]}
+    assert step["self_ops"]["CompiledFunction"] == [1, 22] and step["self_ops"]["aten::mm"] == [1, 7]
+    run = {"walls_ms": [0.05], "gc": {}, "device_allocs": {}, "steps": [step]}
+    text = render_timeline("llama", {"fusion_cache": {"unprofiled_ms": [0.05], "light": run,
+                                                      "ops": run}})  # fmt: skip
+    assert "cudaStreamSynchronize @35.0 5.0us [CompiledFunction]" in text, text

@@ -4,6 +4,8 @@ same segmentations as trials made one by one. Run on the CPU with stub launches
 the h100 profile, as on the GPU machine."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -58,15 +60,20 @@ def test_shared_trials_find_the_same_segments(name, monkeypatch):
 
 def test_the_context_tells_knobs_and_switches_apart(monkeypatch):
     from schedulers.device import profile_by_name
-    from schedulers.tuning import overriding
+    from schedulers.tuning import overriding, switched_on
 
     profile = profile_by_name("h100")
     plain = segmenter.trial_context(profile)
     with overriding({"transpose.threads": 128}):
         assert segmenter.trial_context(profile) != plain
-    monkeypatch.setenv("FUSION_CACHE_VIEWS_TO_READERS", "1")
+    # the switch turned the other way from its default (or from the environment's setting)
+    name, before = "FUSION_CACHE_VIEWS_TO_READERS", os.environ.get("FUSION_CACHE_VIEWS_TO_READERS")
+    monkeypatch.setenv(name, "0" if switched_on("VIEWS_TO_READERS") else "1")
     assert segmenter.trial_context(profile) != plain
-    monkeypatch.delenv("FUSION_CACHE_VIEWS_TO_READERS")
+    if before is None:
+        monkeypatch.delenv(name)
+    else:
+        monkeypatch.setenv(name, before)
     assert segmenter.trial_context(profile) == plain
     assert segmenter.trial_context(profile_by_name("a100")) != plain
 

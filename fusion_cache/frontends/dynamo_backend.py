@@ -12,7 +12,7 @@ op (by default a region needs two ops that are not views); FUSION_CACHE_DUMP=gra
 the reason each op was left out, FUSION_CACHE_DUMP=python_definition each region's
 definition; FUSION_CACHE_DISABLE_FALLBACK is honoured by fd.execute; FUSION_CACHE_AOT_CACHE=0
 keeps the compiled graphs out of torch's AOTAutograd cache (Note [AOT cache]).
-FUSION_CACHE_MIN_CUT, CASTS_BEFORE_VIEWS, COUNTERS_REGION (on by default), LONE_CONVOLUTIONS and
+FUSION_CACHE_MIN_CUT, CASTS_BEFORE_VIEWS and COUNTERS_REGION (on by default), LONE_CONVOLUTIONS and
 PAIRED_PIECES: Note [Unmeasured switches] in schedulers/tuning.py.
 """
 from __future__ import annotations
