@@ -82,6 +82,22 @@ _TRIALS: dict[tuple, str | None] = {}
 _MOST_TRIALS = 50_000  # about 2 kB a key: past it, the memo starts again
 
 
+def trials_since(mark: int | None) -> Any:
+    """Note [Searches apart]: None -> a mark of the memo as it is; a mark -> the trials made
+    since (a forked child's, for its parent: the keys' contexts are the parent's too)."""
+    if mark is None:
+        return len(_TRIALS)
+    items = list(_TRIALS.items())
+    return items[mark:] if len(items) >= mark else items  # (cleared since: every one)
+
+
+def add_trials(trials: list) -> None:
+    """Trials a forked child of this process made."""
+    if trials_shared():
+        for key, answer in trials:
+            _TRIALS.setdefault(key, answer)
+
+
 def trials_shared() -> bool:
     return os.environ.get("FUSION_CACHE_SHARED_TRIALS", "1").strip().lower() not in ("0", "false")
 

@@ -31,8 +31,8 @@ the regions planned as their searches end, each alone or with the memo only.
 """
 from __future__ import annotations
 
-import json
 import os
+import pickle
 import selectors
 import signal
 import threading
@@ -104,7 +104,8 @@ def search_apart(needed: Sequence[SearchNeeded],
         for need in needed:
             on_done(need)
         return 0
-    waiting = list(needed)
+    # the largest definitions first: the longest searches start before the short ones
+    waiting = sorted(needed, key=lambda need: -len(need.fd._records))
     running: dict[int, tuple[int, SearchNeeded, bytearray]] = {}  # read fd -> (pid, ...)
     found = 0
     deadline = time.monotonic() + _DEADLINE_S
@@ -159,10 +160,13 @@ def _fork_search(need: SearchNeeded) -> tuple[int, int] | None:
         try:
             os.close(read)
             warnings.simplefilter("ignore")  # nothing written to streams another thread may hold
-            from schedulers.segmenter import segment
+            from schedulers.segmenter import segment, trials_since
 
+            known = trials_since(None)
             drafts = segment(need.fd, need.values, need.env, need.profile)
-            payload = json.dumps([[sorted(d.owned), sorted(d.ops)] for d in drafts]).encode()
+            groups = [[sorted(d.owned), sorted(d.ops)] for d in drafts]
+            # a fork of this process, read only by it: its trials' keys hold torch dtypes
+            payload = pickle.dumps((groups, trials_since(known)))
             with os.fdopen(write, "wb") as out:
                 out.write(payload)
             code = 0
@@ -173,9 +177,13 @@ def _fork_search(need: SearchNeeded) -> tuple[int, int] | None:
 
 
 def _keep(need: SearchNeeded, data: bytes) -> bool:
+    from schedulers.segmenter import add_trials
+
     try:
-        groups = [(frozenset(owned), frozenset(ops)) for owned, ops in json.loads(data)]
-    except (TypeError, ValueError):
+        found, trials = pickle.loads(data)
+        groups = [(frozenset(owned), frozenset(ops)) for owned, ops in found]
+    except (TypeError, ValueError, pickle.UnpicklingError):
         return False
     _hints[need.key] = groups
+    add_trials(trials)  # Note [Shared trials]: the hint's check and later searches find them
     return True

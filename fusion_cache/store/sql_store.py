@@ -285,18 +285,22 @@ class SqlStore(Store):
         with E.write_transaction(self._db) as conn:
             E.lock_fusion_ids(conn)
             fid = conn.execute(find).scalar()  # re-check under the writer lock
-            if fid is None:
-                fid = conn.execute(sa.select(sa.func.coalesce(sa.func.max(M.fusions.c.id) + 1, 0))).scalar()
-                conn.execute(
-                    M.fusions.insert().values(
-                        id=fid,
-                        definition_key=key,
-                        records_json=records_json,
-                        python_definition=python_definition,
-                        created_at=time.time(),
-                    )
+            if fid is not None:
+                return fid
+            fid = conn.execute(sa.select(sa.func.coalesce(sa.func.max(M.fusions.c.id) + 1, 0))).scalar()
+            conn.execute(
+                M.fusions.insert().values(
+                    id=fid,
+                    definition_key=key,
+                    records_json=records_json,
+                    python_definition=python_definition,
+                    created_at=time.time(),
                 )
-            return fid
+            )
+        # Note [Warm path], cold: a fusion made here holds no plan or link yet, and those this
+        # process writes are kept, so the same one again costs no transaction
+        self._known.setdefault(fid, FusionRows(fid))
+        return fid
 
     def fusion_by_id(self, fid: int) -> FusionEntry | None:
         if self._in_overlay(fid):
