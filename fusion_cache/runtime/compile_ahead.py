@@ -82,10 +82,12 @@ def compile_regions(regions: Iterable[tuple[Any, Sequence[Any]]]) -> int:
         return 0
     from torch.utils._python_dispatch import _disable_current_modes
 
+    from fusion_cache.frontend.trie import FusionCache
+
     # the forward graph is compiled inside torch's fake and functional modes: the stand-ins
     # and the planning's meta work are plain meta tensors
-    with _disable_current_modes():
-        return _compile_regions(regions)
+    with _disable_current_modes(), FusionCache.get().store.writes_together():
+        return _compile_regions(regions)  # Note [Writes together] in sql_store.py
 
 
 def _compile_regions(regions: Iterable[tuple[Any, Sequence[Any]]]) -> int:

@@ -114,6 +114,9 @@ class SqlStore(Store):
         self._engine_lock = threading.Lock()
         self._reader = reader  # a plain SQLite file's warm read path; None for servers
         self._known: dict[int, FusionRows] = {}  # fusion id -> what the store held for it
+        self._held: list[tuple] | None = None  # Note [Writes together]: plans, links to write
+        self._held_depth = 0
+        self._held_lock = threading.Lock()
         self._kernel_rows: dict[str, tuple[str, int]] = {}  # key -> (sha256, size), from those
         self._timeout = timeout_s
         self._pid = os.getpid()
@@ -368,6 +371,10 @@ class SqlStore(Store):
             created_at=time.time(),
         )
 
+        if known is not None and self._hold(("plan", row)):
+            known.plans[(signature_key, target)] = plan_json
+            return
+
         def work() -> None:
             with E.write_transaction(self._db) as conn:
                 E.upsert(conn, M.plans, row, ["fusion_id", "signature_key", "target"])
@@ -511,6 +518,10 @@ class SqlStore(Store):
         if known is not None and key in known.links:
             return  # linked already: nothing to write (Note [Warm path])
 
+        if known is not None and self._hold(("link", {"fusion_id": fusion_id, "kernel_key": key})):
+            known.links.setdefault(key, None)
+            return
+
         def work() -> None:
             with E.write_transaction(self._db) as conn:
                 E.insert_ignore(conn, M.fusion_kernels, {"fusion_id": fusion_id, "kernel_key": key})
@@ -518,6 +529,60 @@ class SqlStore(Store):
                 known.links.setdefault(key, None)
 
         self._guard("link_kernel", work, keep_in_memory)
+
+    # Note [Writes together]: a cold first step planning its regions ahead (Note [Compiles
+    # ahead]) wrote each plan and kernel link in a transaction of its own, a few hundred of
+    # them, most of their time SQLAlchemy's building of the statement (a third of the
+    # planning left beside searches run apart, CPU). Within `writes_together`, those of
+    # definitions whose rows this process knows (Note [Warm path]) are held, seen at once by
+    # this process through the known rows, and written in one transaction at its end;
+    # other processes see them then. Where that transaction fails they stay in memory, as a
+    # failed write does.
+
+    @contextmanager
+    def writes_together(self) -> Iterator[None]:
+        with self._held_lock:
+            self._held_depth += 1
+            if self._held is None:
+                self._held = []
+        try:
+            yield
+        finally:
+            with self._held_lock:
+                self._held_depth -= 1
+                held = self._held if self._held_depth == 0 else None
+                if held is not None:
+                    self._held = None
+            if held:
+                self._write_held(held)
+
+    def _hold(self, write: tuple) -> bool:
+        with self._held_lock:
+            if self._held is None:
+                return False
+            self._held.append(write)
+            return True
+
+    def _write_held(self, held: list[tuple]) -> None:
+        # the last of each key's plans, as writing them one after another would leave
+        plans = list({(row["fusion_id"], row["signature_key"], row["target"]): row
+                      for kind, row in held if kind == "plan"}.values())  # fmt: skip
+        links = [row for kind, row in held if kind == "link"]
+
+        def work() -> None:
+            with E.write_transaction(self._db) as conn:
+                E.upsert_many(conn, M.plans, plans, ["fusion_id", "signature_key", "target"])
+                if links:
+                    E.insert_ignore(conn, M.fusion_kernels, links)
+
+        def keep_in_memory() -> None:
+            for row in plans:
+                self._mem.put_plan(row["fusion_id"], row["signature_key"], row["target"],
+                                   row["plan_json"])  # fmt: skip
+            for row in links:
+                self._mem.link_kernel(row["fusion_id"], row["kernel_key"])
+
+        self._guard("writes_together", work, keep_in_memory)
 
     def links(self) -> list[tuple[int, str]]:
         """Every (fusion id, kernel key) link, whether or not the kernel is stored."""
