@@ -203,17 +203,17 @@ class FusionExecutor:
         ahead = _ahead_key(values, profile) if fd is None else None
         if ahead is not None and ahead in self.ahead:  # Note [Plans kept from ahead]
             return self.ahead[ahead] if pending_compiles.deferring() else self.ahead.pop(ahead)
-        drafts = None
+        drafts, kinds = None, None
         stored = self.stored_groups(values, profile) if fd is None else None
         if stored is None and fd is None:  # Note [Searches apart]: found by a child, checked
             key = (self.fid, plan_signature(values), profile.arch)
-            stored = searches_apart.take_hint(key)
+            stored, kinds = searches_apart.take_hint(key) or (None, None)
             if stored is None and searches_apart.holding():
                 raise searches_apart.SearchNeeded(key, self.fd, list(values), env, profile)
         fd = self.fd if fd is None else fd
         if stored is not None:  # Note [Stored segmentations]
             try:
-                drafts = segment(fd, values, env, profile, stored)
+                drafts = segment(fd, values, env, profile, stored, kinds)
             except SchedulerRefused:
                 drafts = None
             if drafts is not None and any(d.scheduler is None for d in drafts):

@@ -77,8 +77,8 @@ def holding_searches() -> Iterator[None]:
         _state.holding = before
 
 
-def take_hint(key: tuple) -> list | None:
-    """The groups a child found for `key`, once."""
+def take_hint(key: tuple) -> tuple[list, list] | None:
+    """(the groups a child found for `key`, the scheduler taking each), once."""
     return _hints.pop(key, None)
 
 
@@ -164,7 +164,7 @@ def _fork_search(need: SearchNeeded) -> tuple[int, int] | None:
 
             known = trials_since(None)
             drafts = segment(need.fd, need.values, need.env, need.profile)
-            groups = [[sorted(d.owned), sorted(d.ops)] for d in drafts]
+            groups = [[sorted(d.owned), sorted(d.ops), d.scheduler] for d in drafts]
             # a fork of this process, read only by it: its trials' keys hold torch dtypes
             payload = pickle.dumps((groups, trials_since(known)))
             with os.fdopen(write, "wb") as out:
@@ -181,9 +181,10 @@ def _keep(need: SearchNeeded, data: bytes) -> bool:
 
     try:
         found, trials = pickle.loads(data)
-        groups = [(frozenset(owned), frozenset(ops)) for owned, ops in found]
+        groups = [(frozenset(owned), frozenset(ops)) for owned, ops, _ in found]
+        kinds = [kind for *_, kind in found]
     except (TypeError, ValueError, pickle.UnpicklingError):
         return False
-    _hints[need.key] = groups
+    _hints[need.key] = (groups, kinds)
     add_trials(trials)  # Note [Shared trials]: the hint's check and later searches find them
     return True
