@@ -281,10 +281,11 @@ class SqlStore(Store):
                 self._kernel_rows.update((k, r) for k, r in rows.links.items() if r is not None)
                 return rows.id
         find = sa.select(M.fusions.c.id).where(M.fusions.c.definition_key == key)
-        with self._read() as conn:
-            fid = conn.execute(find).scalar()
-        if fid is not None:
-            return fid
+        if reader is None:  # (the reader just looked: a new definition, checked again below)
+            with self._read() as conn:
+                fid = conn.execute(find).scalar()
+            if fid is not None:
+                return fid
         with E.write_transaction(self._db) as conn:
             E.lock_fusion_ids(conn)
             fid = conn.execute(find).scalar()  # re-check under the writer lock
