@@ -18,7 +18,11 @@ change a plan: the search is deterministic, and the child is a copy of this proc
 A child touches nothing but the search: no store, no CUDA (a forked CUDA process may not),
 no compile; it leaves by os._exit. One that fails, or is not done within the deadline, is
 killed and its region searched here. Each region is planned as soon as its child ends, so
-its compiles start while the other searches run.
+its compiles start while the other searches run; the largest definitions are searched first.
+A child sends, beside the groups, the scheduler of each segment and the trials it made (Note
+[Shared trials]; pickled: only this process's fork reads them): the parent's check of the
+hint then tries no group again (it built, lowered and planned each one in a trial of its own
+before), and a later search in the parent finds the children's trials in its memo.
 
 Off by default: FUSION_CACHE_SEARCH_PROCESSES=N runs up to N children at once (0 or 1: off).
 H100 80GB HBM3, 2026-11-27 12:40 UTC, with Note [Shared trials], 16 children at most, the
