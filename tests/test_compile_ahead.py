@@ -128,3 +128,20 @@ def test_the_first_call_takes_the_plans_made_ahead(monkeypatch):
         gm(*inputs)
     assert "segment" in calls and "plan_for" in calls  # planned at the first call this time
     assert _plans() == ahead and any(kind == "SegmentedPlan" for kind, _ in ahead)
+
+
+def test_kept_plans_turned_off_the_first_call_plans_again(monkeypatch):
+    from fusion_cache.runtime import executor
+
+    monkeypatch.setenv("FUSION_CACHE_KEEP_AHEAD_PLANS", "0")
+    calls = []
+    plan_for = executor.plan_for
+    monkeypatch.setattr(executor, "plan_for", lambda *a, **k: calls.append(1) or
+                        plan_for(*a, **k))  # fmt: skip
+    inputs = _inputs()
+    with stub_launches():
+        gm = make_fx(_block, tracing_mode="fake")(*inputs)
+        dynamo_backend.fuse_graph(gm, "forward")
+        calls.clear()
+        gm(*inputs)
+    assert calls

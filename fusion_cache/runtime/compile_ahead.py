@@ -34,6 +34,7 @@ it: the executor's plan cache already trusts a plan for every call of an equal k
 meta stand-ins give the planners the sizes, strides and pointer alignment (offset times item
 size) the CUDA tensors of the first call give. The first call only loads the kernels. A key
 that differs (an ATen result's strides, another alignment) plans as before.
+FUSION_CACHE_KEEP_AHEAD_PLANS=0 turns it off.
 
 Knobs: FUSION_CACHE_COMPILE_AHEAD=0 turns it off; FUSION_CACHE_COMPILE_THREADS sets the
 pool's size (default: the CPUs this process may use, at most 32).

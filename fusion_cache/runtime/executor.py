@@ -126,8 +126,8 @@ class FusionExecutor:
                                   rewritten)  # fmt: skip
         if self.program is None:
             return self.segmented(values, env, profile, "; ".join(str(r) for r in self.refusals))
-        ahead = _ahead_key(values, profile)  # Note [Plans kept from ahead]
-        spec = self.ahead.get(ahead)
+        ahead = _ahead_key(values, profile) if pending_compiles.plans_kept() else None
+        spec = self.ahead.get(ahead) if ahead is not None else None  # Note [Plans kept from ahead]
         try:
             if spec is None:
                 spec = plan_for(self.scheduler, self.program, values, env, profile)
@@ -200,7 +200,8 @@ class FusionExecutor:
 
         from .segmented import build_plan, describe_plan
 
-        ahead = _ahead_key(values, profile) if fd is None else None
+        kept = fd is None and pending_compiles.plans_kept()  # Note [Plans kept from ahead]
+        ahead = _ahead_key(values, profile) if kept else None
         if ahead is not None and ahead in self.ahead:  # Note [Plans kept from ahead]
             return self.ahead[ahead] if pending_compiles.deferring() else self.ahead.pop(ahead)
         drafts, kinds = None, None

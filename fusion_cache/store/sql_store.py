@@ -538,10 +538,14 @@ class SqlStore(Store):
     # definitions whose rows this process knows (Note [Warm path]) are held, seen at once by
     # this process through the known rows, and written in one transaction at its end;
     # other processes see them then. Where that transaction fails they stay in memory, as a
-    # failed write does.
+    # failed write does. FUSION_CACHE_WRITES_TOGETHER=0: each written at once.
 
     @contextmanager
     def writes_together(self) -> Iterator[None]:
+        if os.environ.get("FUSION_CACHE_WRITES_TOGETHER", "1").strip().lower() in (
+                "0", "false", "off", "no"):  # fmt: skip
+            yield
+            return
         with self._held_lock:
             self._held_depth += 1
             if self._held is None:
