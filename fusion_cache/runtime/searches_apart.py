@@ -11,9 +11,9 @@ profile). The searches then run in forked children, at most one a usable CPU, ea
 back its groups (owned and computed ops of every segment) through a pipe; the parent keeps
 them as hints under the fusion, input signature and arch, and plans the regions again: the
 executor takes a hint as it takes a stored segmentation (Note [Stored segmentations]):
-checked against the fusion and every group tried again, searching after all where one does
-not fit or lands on the reference evaluator. So a child's answer can cost time, never
-change a plan: the search is deterministic, and the child is a copy of this process.
+checked against the fusion, searching after all where a group does not fit or lands on the
+reference evaluator. So a child's answer can cost time, never change a plan: the search is
+deterministic, and the child is a copy of this process.
 
 A child touches nothing but the search: no store, no CUDA (a forked CUDA process may not),
 no compile; it leaves by os._exit. One that fails, or is not done within the deadline, is
@@ -24,14 +24,25 @@ A child sends, beside the groups, the scheduler of each segment and the trials i
 hint then tries no group again (it built, lowered and planned each one in a trial of its own
 before), and a later search in the parent finds the children's trials in its memo.
 
-Off by default: FUSION_CACHE_SEARCH_PROCESSES=N runs up to N children at once (0 or 1: off).
-H100 80GB HBM3, 2026-11-27 12:40 UTC, with Note [Shared trials], 16 children at most, the
+FUSION_CACHE_SEARCH_PROCESSES=N runs up to N children at once (0 or 1: off); unset, as many
+as the CPUs this process may use where a GPU is present, none elsewhere (a CPU-only process
+plans for a GPU only in tests and warmups).
+H100 80GB HBM3, 2026-11-27 16:02 UTC, one device call (`python -m benchmarks.cold_first`: each
+run a new process on fresh caches; results/cold-first-*): ResNet-18's cold first step 6.43 s
+with 16 children and the branch's other cuts (Notes [Plans kept from ahead], [Writes
+together]) against main's 11.60 s in the same call (lowering 2.58 against 6.73 s, of which
+planning ahead 1.83 against 5.70; first region calls 0.34 against 0.84), 30 kernels compiled
+in both, no reference run; inductor's cold first step read 17.4-18.8 s in earlier runs. The
+Llama-style model 10.19 s (lowering 2.82, planning ahead 1.37, first calls 1.77), no baseline
+in that call: torch's own tracing ran slow in that process (joint graph 2.15 s against 0.98 at
+14:02), so it says nothing either way yet.
+Earlier: H100 80GB HBM3, 2026-11-27 12:40 UTC, with Note [Shared trials], 16 children, the
 regions planned only after every search had ended (before `on_done`): cold first step of
 ResNet-18 7.20 s (lowering 3.08 s, first region calls 0.89 s) against 9.91 s (5.83 / 0.94) in
 the 11:22 UTC run without either; the Llama-style model 11.17 s (3.30 / 2.73) against 10.13 s
 (4.38 / 0.83): its first calls waited for kernels whose compiles began only after the last
-search, beside children taking the cores the compile threads needed. Not measured since:
-the regions planned as their searches end, each alone or with the memo only.
+search, beside children taking the cores the compile threads needed (since then each
+region is planned as its search ends).
 """
 from __future__ import annotations
 
@@ -87,15 +98,18 @@ def take_hint(key: tuple) -> tuple[list, list] | None:
 
 
 def most_children() -> int:
-    """FUSION_CACHE_SEARCH_PROCESSES, at most the CPUs this process may use (default 0: off)."""
-    named = os.environ.get("FUSION_CACHE_SEARCH_PROCESSES", "").strip()
-    if not named.isdigit():
-        return 0
+    """FUSION_CACHE_SEARCH_PROCESSES, at most the CPUs this process may use; unset, every one
+    of them where a GPU is present (its compiles are what the searches hold back), else 0."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:
         cpus = os.cpu_count() or 1
-    return min(int(named), cpus)
+    named = os.environ.get("FUSION_CACHE_SEARCH_PROCESSES", "").strip()
+    if named.isdigit():
+        return min(int(named), cpus)
+    import torch
+
+    return cpus if torch.cuda.is_available() else 0
 
 
 def search_apart(needed: Sequence[SearchNeeded],
