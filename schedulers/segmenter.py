@@ -82,6 +82,22 @@ _TRIALS: dict[tuple, str | None] = {}
 _MOST_TRIALS = 50_000  # about 2 kB a key: past it, the memo starts again
 
 
+def trials_since(mark: int | None) -> Any:
+    """Note [Searches apart]: None -> a mark of the memo as it is; a mark -> the trials made
+    since (a forked child's, for its parent: the keys' contexts are the parent's too)."""
+    if mark is None:
+        return len(_TRIALS)
+    items = list(_TRIALS.items())
+    return items[mark:] if len(items) >= mark else items  # (cleared since: every one)
+
+
+def add_trials(trials: list) -> None:
+    """Trials a forked child of this process made."""
+    if trials_shared():
+        for key, answer in trials:
+            _TRIALS.setdefault(key, answer)
+
+
 def trials_shared() -> bool:
     return os.environ.get("FUSION_CACHE_SHARED_TRIALS", "1").strip().lower() not in ("0", "false")
 
@@ -511,19 +527,26 @@ class _Segmenter:
 
 def segment(fd: Any, values: Sequence[Any], env: dict, profile: Any,
             groups: Sequence[tuple[frozenset[int], frozenset[int]]] | None = None,
-            ) -> list[SegmentDraft]:  # fmt: skip
+            kinds: Sequence[str | None] | None = None) -> list[SegmentDraft]:  # fmt: skip
     """The segments of `fd` for these inputs, in run order (Note [Greedy segmentation]).
     `groups`: (owned, ops) of each segment as an earlier segmentation found them, checked
-    and taken instead of searching again (Note [Stored segmentations] in the executor)."""
+    and taken instead of searching again (Note [Stored segmentations] in the executor);
+    `kinds`: the scheduler of each, where the search that found them ran in a fork of this
+    process on these inputs (Note [Searches apart]), not tried again."""
     seg = _Segmenter(fd, values, env, profile)
     if not seg.graph.ops:
         raise SchedulerRefused("the fusion has no tensor ops to split")
     for r in seg.graph.output_records:
         if r.args[0].kind != "T":
             raise SchedulerRefused(f"output {r.args[0]} is a scalar; segments pass tensors only")
-    groups = seg.order(seg.run() if groups is None else seg.given(groups))
+    found = None if groups is None else seg.given(groups)
+    ordered = seg.order(seg.run() if found is None else found)
+    if kinds is not None and (len(kinds) != len(ordered) or found != ordered):
+        kinds = None  # not in the order they were found in: each tried here
+    groups = ordered
     outs = [seg.outputs_of(groups, i, g.owned, g.ops) for i, g in enumerate(groups)]
-    kinds = [seg.scheduler_for(g.ops, *o) for g, o in zip(groups, outs)]
+    if kinds is None:
+        kinds = [seg.scheduler_for(g.ops, *o) for g, o in zip(groups, outs)]
     # an ATen segment's results keep torch's strides where the reader takes any strides
     # (a pointwise kernel, another torch call); other readers get them contiguous
     from_aten = {v for g, kind in zip(groups, kinds) if kind == ATEN

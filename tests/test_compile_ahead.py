@@ -82,3 +82,66 @@ def test_stand_ins_keep_sizes_strides_and_offsets(offset):
     assert meta.storage_offset() == offset and meta.dtype == view.dtype
     scalar = compile_ahead.stand_in(torch.tensor(2.0))
     assert scalar.device.type == "cpu" and scalar.dim() == 0
+
+
+def _segmented(x, w, r):
+    h = F.gelu(x * 2 + r, approximate="tanh")
+    y = h @ w
+    return torch.softmax(y, -1) * 3, y.sum(0)
+
+
+def _plans() -> list:
+    """What every executor of this process planned: kind and description."""
+    executors = FusionCache.get().executors.values()
+    return sorted((type(p).__name__, getattr(p, "description", "") or p.spec.description)
+                  for ex in executors for p in ex.plans.values())  # fmt: skip
+
+
+def test_the_first_call_takes_the_plans_made_ahead(monkeypatch):
+    """Note [Plans kept from ahead]: neither the segmentation nor a segment's kernels are
+    planned again at the first call, and the plans are those a first call makes alone."""
+    from fusion_cache.runtime import executor
+    from schedulers import segmenter
+
+    calls = []
+    segment, plan_for = segmenter.segment, executor.plan_for
+    monkeypatch.setattr(segmenter, "segment", lambda *a, **k: calls.append("segment") or
+                        segment(*a, **k))  # fmt: skip
+    monkeypatch.setattr(executor, "plan_for", lambda *a, **k: calls.append("plan_for") or
+                        plan_for(*a, **k))  # fmt: skip
+    inputs = _inputs()
+    inputs = [inputs[0], torch.randn(256, 128), inputs[3]]
+    with stub_launches():
+        gm = make_fx(_segmented, tracing_mode="fake")(*inputs)
+        dynamo_backend.fuse_graph(gm, "forward")
+        assert "segment" in calls and "plan_for" in calls  # planned ahead
+        calls.clear()
+        gm(*inputs)
+    assert calls == []
+    ahead = _plans()
+    monkeypatch.setenv("FUSION_CACHE_COMPILE_AHEAD", "0")
+    FusionCache.reset()
+    with stub_launches():
+        gm = make_fx(_segmented, tracing_mode="fake")(*inputs)
+        dynamo_backend.fuse_graph(gm, "forward")
+        assert calls == []
+        gm(*inputs)
+    assert "segment" in calls and "plan_for" in calls  # planned at the first call this time
+    assert _plans() == ahead and any(kind == "SegmentedPlan" for kind, _ in ahead)
+
+
+def test_kept_plans_turned_off_the_first_call_plans_again(monkeypatch):
+    from fusion_cache.runtime import executor
+
+    monkeypatch.setenv("FUSION_CACHE_KEEP_AHEAD_PLANS", "0")
+    calls = []
+    plan_for = executor.plan_for
+    monkeypatch.setattr(executor, "plan_for", lambda *a, **k: calls.append(1) or
+                        plan_for(*a, **k))  # fmt: skip
+    inputs = _inputs()
+    with stub_launches():
+        gm = make_fx(_block, tracing_mode="fake")(*inputs)
+        dynamo_backend.fuse_graph(gm, "forward")
+        calls.clear()
+        gm(*inputs)
+    assert calls

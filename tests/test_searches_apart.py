@@ -81,6 +81,11 @@ def test_a_failed_child_leaves_the_search_here(monkeypatch):
     assert done == [need, need]
 
 
-def test_searches_apart_are_off_by_default(monkeypatch):
+def test_searches_apart_are_off_by_default_without_a_gpu(monkeypatch):
     monkeypatch.delenv("FUSION_CACHE_SEARCH_PROCESSES", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert searches_apart.most_children() == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert searches_apart.most_children() >= 1
+    monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "0")
     assert searches_apart.most_children() == 0

@@ -108,3 +108,37 @@ def test_warm_store_benchmark_runs_on_the_cpu(tmp_path):
     out = done.stdout
     assert "open on first use" in out and "SQLAlchemy imported: False" in out, out
     assert "compiles 0, loaded 2 a run" in out, out
+
+
+def test_a_new_fusions_plans_and_links_are_written_once_and_together(fresh_store):
+    """Note [Warm path], cold, and Note [Writes together]: what this process wrote of a
+    definition it added is not written again, and within writes_together the plans and
+    links are held (seen by this process at once) and written in one transaction."""
+    from fusion_cache.store import engine
+
+    store = open_store()
+    fid = store.fusion_id_for(DEF, "[]", "")
+    written = []
+    transaction = engine.write_transaction
+    engine.write_transaction = lambda db: written.append(1) or transaction(db)
+    try:
+        store.put_plan(fid, "sig", "sm_90", '{"plan": 1}')
+        store.put_plan(fid, "sig", "sm_90", '{"plan": 1}')
+        assert len(written) == 1
+        with store.writes_together():
+            store.put_plan(fid, "sig", "sm_80", '{"plan": 2}')
+            store.put_plan(fid, "sig", "sm_80", '{"plan": 3}')
+            store.link_kernel(fid, KEY)
+            store.link_kernel(fid, KEY)
+            assert store.get_plan(fid, "sig", "sm_80") == '{"plan": 3}'
+            with open_store() as other:  # not yet written
+                assert other.get_plan(fid, "sig", "sm_80") is None
+            assert len(written) == 1
+        assert len(written) == 2
+    finally:
+        engine.write_transaction = transaction
+    store.close()
+    with open_store() as other:
+        assert other.get_plan(fid, "sig", "sm_90") == '{"plan": 1}'
+        assert other.get_plan(fid, "sig", "sm_80") == '{"plan": 3}'
+        assert (fid, KEY) in other.links()

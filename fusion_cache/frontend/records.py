@@ -63,6 +63,11 @@ def _decode(value: Any) -> Any:
 
 def freeze(value: Any) -> Any:
     """Lists become tuples, recursively, so records hash."""
+    if type(value) is tuple:  # most records' arguments are frozen already: no copy
+        for v in value:
+            if isinstance(v, (list, tuple)):
+                return tuple(freeze(v) for v in value)
+        return value
     if isinstance(value, (list, tuple)):
         return tuple(freeze(v) for v in value)
     return value

@@ -46,7 +46,7 @@ from schedulers.aten import NAME as ATEN
 from schedulers.base import ArgRef, SchedulerRefused
 from schedulers.registry import plan_for, schedule
 
-from . import run_context, searches_apart
+from . import pending_compiles, run_context, searches_apart
 from .aten_calls import prepare_call
 from .aten_segments import AtenPlan, run_aten
 from .kernel_cache import cubin_for, load_function
@@ -84,6 +84,7 @@ class FusionExecutor:
         self.aliased = bool(self.aliases.views or self.aliases.written)
         self.plans: dict[tuple, LaunchPlan] = {}
         self.replays: dict[int, tuple] = {}  # id of a segmented plan -> (it, its sequence)
+        self.ahead: dict[tuple, Any] = {}  # Note [Plans kept from ahead]: for the first call
         self.lock = threading.Lock()
         self.last_plan: LaunchPlan | None = None
         self.warned = False
@@ -125,10 +126,18 @@ class FusionExecutor:
                                   rewritten)  # fmt: skip
         if self.program is None:
             return self.segmented(values, env, profile, "; ".join(str(r) for r in self.refusals))
+        ahead = _ahead_key(values, profile) if pending_compiles.plans_kept() else None
+        spec = self.ahead.get(ahead) if ahead is not None else None  # Note [Plans kept from ahead]
         try:
-            spec = plan_for(self.scheduler, self.program, values, env, profile)
+            if spec is None:
+                spec = plan_for(self.scheduler, self.program, values, env, profile)
         except SchedulerRefused as why:
             return self.segmented(values, env, profile, f"{self.scheduler}: {why}")
+        if ahead is not None:
+            if pending_compiles.deferring():
+                self.ahead[ahead] = spec
+            else:
+                self.ahead.pop(ahead, None)
         if spec.scheduler == ATEN:  # one torch call, no kernels (Note [ATen segments])
             self.record(values, profile, {"scheduler": ATEN, "plan": spec.description})
             return AtenPlan(spec, self.program, call=prepare_call(self.fd, values))
@@ -191,17 +200,21 @@ class FusionExecutor:
 
         from .segmented import build_plan, describe_plan
 
-        drafts = None
+        kept = fd is None and pending_compiles.plans_kept()  # Note [Plans kept from ahead]
+        ahead = _ahead_key(values, profile) if kept else None
+        if ahead is not None and ahead in self.ahead:  # Note [Plans kept from ahead]
+            return self.ahead[ahead] if pending_compiles.deferring() else self.ahead.pop(ahead)
+        drafts, kinds = None, None
         stored = self.stored_groups(values, profile) if fd is None else None
         if stored is None and fd is None:  # Note [Searches apart]: found by a child, checked
             key = (self.fid, plan_signature(values), profile.arch)
-            stored = searches_apart.take_hint(key)
+            stored, kinds = searches_apart.take_hint(key) or (None, None)
             if stored is None and searches_apart.holding():
                 raise searches_apart.SearchNeeded(key, self.fd, list(values), env, profile)
         fd = self.fd if fd is None else fd
         if stored is not None:  # Note [Stored segmentations]
             try:
-                drafts = segment(fd, values, env, profile, stored)
+                drafts = segment(fd, values, env, profile, stored, kinds)
             except SchedulerRefused:
                 drafts = None
             if drafts is not None and any(d.scheduler is None for d in drafts):
@@ -223,6 +236,8 @@ class FusionExecutor:
                                       "refused": why, "segmenter": segmenter_version(),
                                       "groups": [[sorted(d.owned), sorted(d.ops)]
                                                  for d in drafts]})  # fmt: skip
+        if ahead is not None and pending_compiles.deferring():
+            self.ahead[ahead] = plan
         return plan
 
     def stored_groups(self, values: Sequence[Any], profile: Any) -> list | None:
@@ -436,6 +451,22 @@ def plan_signature(values: Sequence[Any]) -> str:
     first call on the GPU then finds."""
     return json.dumps([repr(k[:-1] if isinstance(v, torch.Tensor) else k)
                        for v, k in zip(values, input_key(values))])  # fmt: skip
+
+
+def _ahead_key(values: Sequence[Any], profile: Any) -> tuple | None:
+    """Note [Plans kept from ahead]: the plan key of these inputs with the device index read
+    as whether the tensor is a CPU scalar (Note [CPU scalar tensors]), so that a region's meta
+    stand-ins and its first call's CUDA tensors agree; None where the profile has no hash."""
+    key = input_key(values)
+    devices = tuple(isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0
+                    for v in values)  # fmt: skip
+    out = (tuple(k[:-1] if isinstance(v, torch.Tensor) else k for v, k in zip(values, key)),
+           devices, profile)  # fmt: skip
+    try:
+        hash(out)
+    except TypeError:
+        return None
+    return out
 
 
 def segmenter_version() -> str:

@@ -17,8 +17,16 @@ _state = threading.local()  # .deferring: cubin_for submits instead of compiling
 
 
 def enabled() -> bool:
-    return os.environ.get("FUSION_CACHE_COMPILE_AHEAD", "1").strip().lower() not in (
-        "0", "false", "off", "no")  # fmt: skip
+    return _on("FUSION_CACHE_COMPILE_AHEAD", "1")
+
+
+def plans_kept() -> bool:
+    """Note [Plans kept from ahead] (compile_ahead.py); FUSION_CACHE_KEEP_AHEAD_PLANS=0: off."""
+    return _on("FUSION_CACHE_KEEP_AHEAD_PLANS", "1")
+
+
+def _on(name: str, default: str) -> bool:
+    return os.environ.get(name, default).strip().lower() not in ("0", "false", "off", "no")
 
 
 def threads() -> int:

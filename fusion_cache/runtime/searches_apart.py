@@ -11,28 +11,43 @@ profile). The searches then run in forked children, at most one a usable CPU, ea
 back its groups (owned and computed ops of every segment) through a pipe; the parent keeps
 them as hints under the fusion, input signature and arch, and plans the regions again: the
 executor takes a hint as it takes a stored segmentation (Note [Stored segmentations]):
-checked against the fusion and every group tried again, searching after all where one does
-not fit or lands on the reference evaluator. So a child's answer can cost time, never
-change a plan: the search is deterministic, and the child is a copy of this process.
+checked against the fusion, searching after all where a group does not fit or lands on the
+reference evaluator. So a child's answer can cost time, never change a plan: the search is
+deterministic, and the child is a copy of this process.
 
 A child touches nothing but the search: no store, no CUDA (a forked CUDA process may not),
 no compile; it leaves by os._exit. One that fails, or is not done within the deadline, is
 killed and its region searched here. Each region is planned as soon as its child ends, so
-its compiles start while the other searches run.
+its compiles start while the other searches run; the largest definitions are searched first.
+A child sends, beside the groups, the scheduler of each segment and the trials it made (Note
+[Shared trials]; pickled: only this process's fork reads them): the parent's check of the
+hint then tries no group again (it built, lowered and planned each one in a trial of its own
+before), and a later search in the parent finds the children's trials in its memo.
 
-Off by default: FUSION_CACHE_SEARCH_PROCESSES=N runs up to N children at once (0 or 1: off).
-H100 80GB HBM3, 2026-11-27 12:40 UTC, with Note [Shared trials], 16 children at most, the
+FUSION_CACHE_SEARCH_PROCESSES=N runs up to N children at once (0 or 1: off); unset, as many
+as the CPUs this process may use where a GPU is present, none elsewhere (a CPU-only process
+plans for a GPU only in tests and warmups).
+H100 80GB HBM3, 2026-11-27 16:02 UTC, one device call (`python -m benchmarks.cold_first`: each
+run a new process on fresh caches; results/cold-first-*): ResNet-18's cold first step 6.43 s
+with 16 children and the branch's other cuts (Notes [Plans kept from ahead], [Writes
+together]) against main's 11.60 s in the same call (lowering 2.58 against 6.73 s, of which
+planning ahead 1.83 against 5.70; first region calls 0.34 against 0.84), 30 kernels compiled
+in both, no reference run; inductor's cold first step read 17.4-18.8 s in earlier runs. The
+Llama-style model 10.19 s (lowering 2.82, planning ahead 1.37, first calls 1.77), no baseline
+in that call: torch's own tracing ran slow in that process (joint graph 2.15 s against 0.98 at
+14:02), so it says nothing either way yet.
+Earlier: H100 80GB HBM3, 2026-11-27 12:40 UTC, with Note [Shared trials], 16 children, the
 regions planned only after every search had ended (before `on_done`): cold first step of
 ResNet-18 7.20 s (lowering 3.08 s, first region calls 0.89 s) against 9.91 s (5.83 / 0.94) in
 the 11:22 UTC run without either; the Llama-style model 11.17 s (3.30 / 2.73) against 10.13 s
 (4.38 / 0.83): its first calls waited for kernels whose compiles began only after the last
-search, beside children taking the cores the compile threads needed. Not measured since:
-the regions planned as their searches end, each alone or with the memo only.
+search, beside children taking the cores the compile threads needed (since then each
+region is planned as its search ends).
 """
 from __future__ import annotations
 
-import json
 import os
+import pickle
 import selectors
 import signal
 import threading
@@ -77,21 +92,24 @@ def holding_searches() -> Iterator[None]:
         _state.holding = before
 
 
-def take_hint(key: tuple) -> list | None:
-    """The groups a child found for `key`, once."""
+def take_hint(key: tuple) -> tuple[list, list] | None:
+    """(the groups a child found for `key`, the scheduler taking each), once."""
     return _hints.pop(key, None)
 
 
 def most_children() -> int:
-    """FUSION_CACHE_SEARCH_PROCESSES, at most the CPUs this process may use (default 0: off)."""
-    named = os.environ.get("FUSION_CACHE_SEARCH_PROCESSES", "").strip()
-    if not named.isdigit():
-        return 0
+    """FUSION_CACHE_SEARCH_PROCESSES, at most the CPUs this process may use; unset, every one
+    of them where a GPU is present (its compiles are what the searches hold back), else 0."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:
         cpus = os.cpu_count() or 1
-    return min(int(named), cpus)
+    named = os.environ.get("FUSION_CACHE_SEARCH_PROCESSES", "").strip()
+    if named.isdigit():
+        return min(int(named), cpus)
+    import torch
+
+    return cpus if torch.cuda.is_available() else 0
 
 
 def search_apart(needed: Sequence[SearchNeeded],
@@ -104,7 +122,8 @@ def search_apart(needed: Sequence[SearchNeeded],
         for need in needed:
             on_done(need)
         return 0
-    waiting = list(needed)
+    # the largest definitions first: the longest searches start before the short ones
+    waiting = sorted(needed, key=lambda need: -len(need.fd._records))
     running: dict[int, tuple[int, SearchNeeded, bytearray]] = {}  # read fd -> (pid, ...)
     found = 0
     deadline = time.monotonic() + _DEADLINE_S
@@ -159,10 +178,13 @@ def _fork_search(need: SearchNeeded) -> tuple[int, int] | None:
         try:
             os.close(read)
             warnings.simplefilter("ignore")  # nothing written to streams another thread may hold
-            from schedulers.segmenter import segment
+            from schedulers.segmenter import segment, trials_since
 
+            known = trials_since(None)
             drafts = segment(need.fd, need.values, need.env, need.profile)
-            payload = json.dumps([[sorted(d.owned), sorted(d.ops)] for d in drafts]).encode()
+            groups = [[sorted(d.owned), sorted(d.ops), d.scheduler] for d in drafts]
+            # a fork of this process, read only by it: its trials' keys hold torch dtypes
+            payload = pickle.dumps((groups, trials_since(known)))
             with os.fdopen(write, "wb") as out:
                 out.write(payload)
             code = 0
@@ -173,9 +195,14 @@ def _fork_search(need: SearchNeeded) -> tuple[int, int] | None:
 
 
 def _keep(need: SearchNeeded, data: bytes) -> bool:
+    from schedulers.segmenter import add_trials
+
     try:
-        groups = [(frozenset(owned), frozenset(ops)) for owned, ops in json.loads(data)]
-    except (TypeError, ValueError):
+        found, trials = pickle.loads(data)
+        groups = [(frozenset(owned), frozenset(ops)) for owned, ops, _ in found]
+        kinds = [kind for *_, kind in found]
+    except (TypeError, ValueError, pickle.UnpicklingError):
         return False
-    _hints[need.key] = groups
+    _hints[need.key] = (groups, kinds)
+    add_trials(trials)  # Note [Shared trials]: the hint's check and later searches find them
     return True

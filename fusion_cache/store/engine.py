@@ -143,6 +143,15 @@ def upsert(conn: Connection, table, values: dict, keys: list[str]) -> None:
     conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=changes))
 
 
+def upsert_many(conn: Connection, table, rows: list[dict], keys: list[str]) -> None:
+    """`upsert` of each row, in order, as one statement executed for all of them."""
+    if not rows:
+        return
+    stmt = _dialect_insert(conn, table)
+    changes = {k: stmt.excluded[k] for k in rows[0] if k not in keys}
+    conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=changes), rows)
+
+
 def _dialect_insert(conn: Connection, table):
     name = conn.dialect.name
     if name == "sqlite":

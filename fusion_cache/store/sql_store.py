@@ -114,6 +114,9 @@ class SqlStore(Store):
         self._engine_lock = threading.Lock()
         self._reader = reader  # a plain SQLite file's warm read path; None for servers
         self._known: dict[int, FusionRows] = {}  # fusion id -> what the store held for it
+        self._held: list[tuple] | None = None  # Note [Writes together]: plans, links to write
+        self._held_depth = 0
+        self._held_lock = threading.Lock()
         self._kernel_rows: dict[str, tuple[str, int]] = {}  # key -> (sha256, size), from those
         self._timeout = timeout_s
         self._pid = os.getpid()
@@ -278,25 +281,30 @@ class SqlStore(Store):
                 self._kernel_rows.update((k, r) for k, r in rows.links.items() if r is not None)
                 return rows.id
         find = sa.select(M.fusions.c.id).where(M.fusions.c.definition_key == key)
-        with self._read() as conn:
-            fid = conn.execute(find).scalar()
-        if fid is not None:
-            return fid
+        if reader is None:  # (the reader just looked: a new definition, checked again below)
+            with self._read() as conn:
+                fid = conn.execute(find).scalar()
+            if fid is not None:
+                return fid
         with E.write_transaction(self._db) as conn:
             E.lock_fusion_ids(conn)
             fid = conn.execute(find).scalar()  # re-check under the writer lock
-            if fid is None:
-                fid = conn.execute(sa.select(sa.func.coalesce(sa.func.max(M.fusions.c.id) + 1, 0))).scalar()
-                conn.execute(
-                    M.fusions.insert().values(
-                        id=fid,
-                        definition_key=key,
-                        records_json=records_json,
-                        python_definition=python_definition,
-                        created_at=time.time(),
-                    )
+            if fid is not None:
+                return fid
+            fid = conn.execute(sa.select(sa.func.coalesce(sa.func.max(M.fusions.c.id) + 1, 0))).scalar()
+            conn.execute(
+                M.fusions.insert().values(
+                    id=fid,
+                    definition_key=key,
+                    records_json=records_json,
+                    python_definition=python_definition,
+                    created_at=time.time(),
                 )
-            return fid
+            )
+        # Note [Warm path], cold: a fusion made here holds no plan or link yet, and those this
+        # process writes are kept, so the same one again costs no transaction
+        self._known.setdefault(fid, FusionRows(fid))
+        return fid
 
     def fusion_by_id(self, fid: int) -> FusionEntry | None:
         if self._in_overlay(fid):
@@ -363,6 +371,10 @@ class SqlStore(Store):
             plan_json=plan_json,
             created_at=time.time(),
         )
+
+        if known is not None and self._hold(("plan", row)):
+            known.plans[(signature_key, target)] = plan_json
+            return
 
         def work() -> None:
             with E.write_transaction(self._db) as conn:
@@ -507,6 +519,10 @@ class SqlStore(Store):
         if known is not None and key in known.links:
             return  # linked already: nothing to write (Note [Warm path])
 
+        if known is not None and self._hold(("link", {"fusion_id": fusion_id, "kernel_key": key})):
+            known.links.setdefault(key, None)
+            return
+
         def work() -> None:
             with E.write_transaction(self._db) as conn:
                 E.insert_ignore(conn, M.fusion_kernels, {"fusion_id": fusion_id, "kernel_key": key})
@@ -514,6 +530,64 @@ class SqlStore(Store):
                 known.links.setdefault(key, None)
 
         self._guard("link_kernel", work, keep_in_memory)
+
+    # Note [Writes together]: a cold first step planning its regions ahead (Note [Compiles
+    # ahead]) wrote each plan and kernel link in a transaction of its own, a few hundred of
+    # them, most of their time SQLAlchemy's building of the statement (a third of the
+    # planning left beside searches run apart, CPU). Within `writes_together`, those of
+    # definitions whose rows this process knows (Note [Warm path]) are held, seen at once by
+    # this process through the known rows, and written in one transaction at its end;
+    # other processes see them then. Where that transaction fails they stay in memory, as a
+    # failed write does. FUSION_CACHE_WRITES_TOGETHER=0: each written at once.
+
+    @contextmanager
+    def writes_together(self) -> Iterator[None]:
+        if os.environ.get("FUSION_CACHE_WRITES_TOGETHER", "1").strip().lower() in (
+                "0", "false", "off", "no"):  # fmt: skip
+            yield
+            return
+        with self._held_lock:
+            self._held_depth += 1
+            if self._held is None:
+                self._held = []
+        try:
+            yield
+        finally:
+            with self._held_lock:
+                self._held_depth -= 1
+                held = self._held if self._held_depth == 0 else None
+                if held is not None:
+                    self._held = None
+            if held:
+                self._write_held(held)
+
+    def _hold(self, write: tuple) -> bool:
+        with self._held_lock:
+            if self._held is None:
+                return False
+            self._held.append(write)
+            return True
+
+    def _write_held(self, held: list[tuple]) -> None:
+        # the last of each key's plans, as writing them one after another would leave
+        plans = list({(row["fusion_id"], row["signature_key"], row["target"]): row
+                      for kind, row in held if kind == "plan"}.values())  # fmt: skip
+        links = [row for kind, row in held if kind == "link"]
+
+        def work() -> None:
+            with E.write_transaction(self._db) as conn:
+                E.upsert_many(conn, M.plans, plans, ["fusion_id", "signature_key", "target"])
+                if links:
+                    E.insert_ignore(conn, M.fusion_kernels, links)
+
+        def keep_in_memory() -> None:
+            for row in plans:
+                self._mem.put_plan(row["fusion_id"], row["signature_key"], row["target"],
+                                   row["plan_json"])  # fmt: skip
+            for row in links:
+                self._mem.link_kernel(row["fusion_id"], row["kernel_key"])
+
+        self._guard("writes_together", work, keep_in_memory)
 
     def links(self) -> list[tuple[int, str]]:
         """Every (fusion id, kernel key) link, whether or not the kernel is stored."""

@@ -18,7 +18,7 @@ import os
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
 from .entries import (
@@ -168,6 +168,12 @@ class Store(ABC):
             StoreWarning,
             stacklevel=4,
         )
+
+    @contextmanager
+    def writes_together(self) -> Iterator[None]:
+        """Within it, a store may hold plans and links back and write them in one
+        transaction at its end (Note [Writes together] in sql_store.py)."""
+        yield
 
     def __enter__(self) -> Store:
         return self

@@ -1,0 +1,141 @@
+"""Cold first steps of the torch.compile backend, each in a new process on fresh caches, for an
+A/B of two source trees (or of knobs) in one run on one machine.
+
+    python -m benchmarks.cold_first OUT '[[label, tree, model, contender, {env}, need_s], ...]'
+        DEADLINE_S [--tiny --stub]
+
+Each run starts `python benchmarks/cold_first.py --child MODEL CONTENDER` with PYTHONPATH and
+working directory `tree` (e.g. an untracked `git archive main` beside this one: the baseline)
+and `env` added, on an empty fusion store and empty inductor/Triton caches: the model, batch,
+compile call and training step of benchmarks/models.py, one step, reported as one JSON line,
+then os._exit (no teardown: what a device call with a few seconds to spare can afford). A run
+is skipped where fewer than `need_s` seconds are left of DEADLINE_S. Writes OUT/cold-runs.json
+and prints a Markdown table (`--table OUT/cold-runs.json` prints it again).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def child(name: str, contender: str, tiny: bool, stub: bool) -> None:
+    start = time.perf_counter()
+    import torch
+
+    from benchmarks import models
+    from benchmarks.model_defs import model_cases
+
+    device = "cpu" if stub else "cuda"
+    case = next(c for c in model_cases(tiny) if c.name == name)
+    stubbed = None
+    if stub:
+        from benchmarks.host_region import stub_launches
+
+        stubbed = stub_launches()  # held to the end: this process ends with the run
+        stubbed.__enter__()
+    from torch._dynamo.utils import compilation_time_metrics
+
+    from fusion_cache.frontends import dynamo_backend
+
+    model = models.initial_model(case, device)
+    batches = models.batches_for(case, 1, device)
+    models.sync(device)
+    wrap_start = time.perf_counter()
+    fn = models.compiled(contender, model)
+    wrap_s = time.perf_counter() - wrap_start
+    compilation_time_metrics.clear()
+    _, times = models.train(fn, list(model.parameters()), case, batches, device)
+    row = {"model": name, "contender": contender, "first_step_s": times[0], "wrap_s": wrap_s,
+           "before_compile_s": wrap_start - start, "tracing_s": models.tracing_times(),
+           "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (stub)",
+           "torch": torch.__version__}  # fmt: skip
+    if contender.startswith("fusion_cache"):
+        row.update(models.graph_summary(dynamo_backend.reports()))
+        row["counters"] = models.fusion_counters()
+    row.pop("eager_reasons", None)
+    row["process_s"] = time.perf_counter() - start
+    print("FIRST " + json.dumps(row, default=str), flush=True)
+    os._exit(0)
+
+
+def run_all(out: str, runs: list, deadline: float, extra: list[str]) -> list[dict]:
+    start = time.monotonic()
+    rows: list[dict] = []
+    root = tempfile.mkdtemp(prefix="cold-")
+    for label, tree, model, contender, env, need in runs:
+        left = deadline - (time.monotonic() - start)
+        if left < need:
+            print(f"{label} {model}: skipped, {left:.0f} s left (needs {need})", flush=True)
+            continue
+        env = dict(env)
+        if not env.pop("_warm", None):  # else: the last run's store and caches
+            root = tempfile.mkdtemp(prefix="cold-")
+        tree = os.path.abspath(tree)
+        full = dict(os.environ, FUSION_CACHE_DIR=os.path.join(root, "fc"),
+                    TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
+                    TRITON_CACHE_DIR=os.path.join(root, "triton"),
+                    PYTHONPATH=tree + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
+        full.pop("FUSION_CACHE_DB_URL", None)
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", model, contender, *extra]
+        began = time.perf_counter()
+        try:
+            done = subprocess.run(cmd, env=full, cwd=tree, capture_output=True, text=True,
+                                  timeout=max(1.0, left - 1))  # fmt: skip
+        except subprocess.TimeoutExpired:
+            print(f"{label} {model}: timed out after {time.perf_counter() - began:.0f} s")
+            break
+        line = next((x for x in done.stdout.splitlines() if x.startswith("FIRST ")), None)
+        if line is None:
+            print(f"{label} {model}: failed ({done.returncode}) {done.stderr[-2000:]}", flush=True)
+            continue
+        row = json.loads(line.removeprefix("FIRST "))
+        row.update(label=label, tree=os.path.basename(tree), env=env,
+                   process_wall_s=time.perf_counter() - began,
+                   utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))  # fmt: skip
+        rows.append(row)
+        print(table_row(row), flush=True)
+        with open(os.path.join(out, "cold-runs.json"), "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+    return rows
+
+
+HEADER = ("| UTC | run | tree, env | model | contender | first step s | lowering s (planning "
+          "ahead) | first region calls s | dynamo s | kernels compiled | reference runs | "
+          "process s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def table_row(r: dict) -> str:
+    c, tr = r.get("counters") or {}, r.get("tracing_s") or {}
+    env = " ".join(f"{k}={v}" for k, v in (r.get("env") or {}).items())
+    return (f"| {r['utc']} | {r['label']} | {r['tree']} {env} | {r['model']} | {r['contender']} | "
+            f"{r['first_step_s']:.2f} | {r.get('fuse_s') or 0:.2f} ({r.get('ahead_s') or 0:.2f}) | "
+            f"{r.get('record_s') or 0:.2f} | {tr.get('_compile.compile_inner', 0):.2f} | "
+            f"{c.get('kernels_compiled', '-')} | {c.get('reference_runs', '-')} | "
+            f"{r.get('process_wall_s', 0):.1f} |")
+
+
+def table(rows: list[dict]) -> str:
+    head = f"# Cold first steps: {rows[0].get('device')} (torch {rows[0].get('torch')})\n\n"
+    return head + HEADER + "\n" + "\n".join(table_row(r) for r in rows) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv[0] == "--child":
+        child(argv[1], argv[2], "--tiny" in argv, "--stub" in argv)
+        return 0
+    if argv[0] == "--table":
+        with open(argv[1]) as f:
+            print(table(json.load(f)), end="")
+        return 0
+    rows = run_all(argv[0], json.loads(argv[1]), float(argv[2]), argv[3:])
+    if rows:
+        print(table(rows), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
