@@ -89,3 +89,19 @@ def test_searches_apart_are_off_by_default_without_a_gpu(monkeypatch):
     assert searches_apart.most_children() >= 1
     monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "0")
     assert searches_apart.most_children() == 0
+
+
+@pytest.mark.parametrize("name", ["FUSION_CACHE_SEARCH_PROCESSES", "FUSION_CACHE_COMPILE_THREADS"])
+def test_worker_counts_refuse_what_is_not_a_whole_number(monkeypatch, name):
+    from fusion_cache.runtime import pending_compiles
+
+    count = {"FUSION_CACHE_SEARCH_PROCESSES": searches_apart.most_children,
+             "FUSION_CACHE_COMPILE_THREADS": pending_compiles.threads}[name]
+    for bad in ("four", "-1", "2.5"):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ValueError, match=name):
+            count()
+    monkeypatch.setenv(name, "1")
+    assert count() == 1
+    monkeypatch.setenv(name, " ")  # empty: the default
+    assert count() >= (0 if name == "FUSION_CACHE_SEARCH_PROCESSES" else 1)

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
+from .host_cpus import env_count, usable_cpus
+
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 _pending: dict[str, Future] = {}  # kernel key -> its compile: (cubin, compiled here)
@@ -30,14 +32,10 @@ def _on(name: str, default: str) -> bool:
 
 
 def threads() -> int:
-    named = os.environ.get("FUSION_CACHE_COMPILE_THREADS", "").strip()
-    if named.isdigit() and int(named) > 0:
-        return int(named)
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    return max(1, min(32, cpus))
+    named = env_count("FUSION_CACHE_COMPILE_THREADS")
+    if named:  # 0 or unset: one thread a CPU, at most 32
+        return named
+    return max(1, min(32, usable_cpus()))
 
 
 def _executor() -> ThreadPoolExecutor:

@@ -58,6 +58,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .host_cpus import env_count, usable_cpus
+
 _state = threading.local()  # .holding: a search raises SearchNeeded instead of running
 _hints: dict[tuple, list] = {}  # (fusion id, input signature, arch) -> groups found apart
 # the children's time before the parent searches itself: a search is seconds (H100, 3.3 s for all
@@ -100,13 +102,10 @@ def take_hint(key: tuple) -> tuple[list, list] | None:
 def most_children() -> int:
     """FUSION_CACHE_SEARCH_PROCESSES, at most the CPUs this process may use; unset, every one
     of them where a GPU is present (its compiles are what the searches hold back), else 0."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    named = os.environ.get("FUSION_CACHE_SEARCH_PROCESSES", "").strip()
-    if named.isdigit():
-        return min(int(named), cpus)
+    cpus = usable_cpus()
+    named = env_count("FUSION_CACHE_SEARCH_PROCESSES")
+    if named is not None:
+        return min(named, cpus)
     import torch
 
     return cpus if torch.cuda.is_available() else 0
