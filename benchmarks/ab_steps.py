@@ -36,6 +36,12 @@ the default, 38 compiled first or alone; the default 52 after them, 57 alone). A
 recorded launch sequences hold their plans; only a step replayed through execute() plans
 again after the drop, under the environment of its replay.
 
+Note [Host by phase]: the host median split at the forward's return, the backward's and the
+optimizer's (perf_counter, nothing waits), medians per phase: where a host-bound step's issue
+time goes, unlike a profiler's, whose per-launch instrumentation costs one contender more
+than another (Llama-style under CUPTI, H100 17:54 UTC: inductor's wall 6.4 -> 10.5 ms, ours
+7.0 -> 7.7). The backward's phase is the autograd engine's whole run, on its device thread.
+
 `--timeline MODELS`: after those models' rounds, `--timeline-steps` steps of each contender
 under torch.profiler (CUDA activity alone), each marked and summarized as benchmarks.step_kernels
 --timeline does (GPU busy and idle, idle gaps by the launch after them, waits and allocations
@@ -117,6 +123,7 @@ class Contender:
         self.opt = torch.optim.SGD(self.model.parameters(), lr=case.lr, momentum=0.9)
         self.steps_s: list[float] = []
         self.hosts_s: list[float] = []
+        self.phases_s: list[tuple[float, float, float]] = []  # host: forward, backward, optimizer
         self.round_medians: list[float] = []
         self.losses: list[torch.Tensor] = []  # of every step, read after the timing
         self.compile_s = 0.0
@@ -150,8 +157,10 @@ class Contender:
         for batch in batches:
             models.sync(self.device)
             start = time.perf_counter()
-            loss = models.step(self.fn, self.opt, self.case, batch, self.device)
+            marks: list[float] = []
+            loss = models.step(self.fn, self.opt, self.case, batch, self.device, marks)
             self.hosts_s.append(time.perf_counter() - start)
+            self.phases_s.append((marks[0] - start, marks[1] - marks[0], marks[2] - marks[1]))
             models.sync(self.device)
             times.append(time.perf_counter() - start)
             # a copy, outside the timing: under CUDA graphs the loss is the graph's static
@@ -202,6 +211,10 @@ class Contender:
                 "median_of_rounds_ms": statistics.median(self.round_medians) * 1e3,
                 "host_median_ms": statistics.median(self.hosts_s) * 1e3,
                 "host_min_ms": min(self.hosts_s) * 1e3,
+                # Note [Host by phase]: where a host-bound step's issue time goes
+                "host_phases_ms": {phase: statistics.median(p[k] for p in self.phases_s) * 1e3
+                                   for k, phase in enumerate(("forward", "backward",
+                                                              "optimizer"))},  # fmt: skip
                 "round_medians_ms": [t * 1e3 for t in self.round_medians],
                 "steps_ms": [t * 1e3 for t in self.steps_s],
                 **(counts if self.reports else {})}  # fmt: skip
@@ -292,6 +305,9 @@ def render(result: dict[str, Any]) -> str:
                      f"{s.get('regions', '-')} | {s.get('ops_eager', '-')} | "
                      f"{format(s['launches_a_step'], '.0f') if 'launches_a_step' in s else '-'} | "
                      f"{s['compile_s']:.1f} | {diff} |")  # fmt: skip
+    lines.append("host ms by phase (medians; forward includes zero_grad): " + "; ".join(
+        f"{name} " + " / ".join(f"{v:.2f}" for v in s["host_phases_ms"].values())
+        for name, s in result["contenders"].items() if "host_phases_ms" in s))
     for name, s in result["contenders"].items():
         prof = s.get("profile")
         if prof is None:

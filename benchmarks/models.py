@@ -113,15 +113,22 @@ def initial_model(case: ModelCase, device: str) -> torch.nn.Module:
 
 
 def step(model: Callable, opt: torch.optim.Optimizer, case: ModelCase, batch: tuple,
-         device: str) -> torch.Tensor:
+         device: str, marks: list[float] | None = None) -> torch.Tensor:
     """One training step, issued (not waited for): zero_grad, forward (under the case's
-    autocast), backward, optimizer step; the loss."""
+    autocast), backward, optimizer step; the loss. `marks` gets perf_counter() after the
+    forward, the backward and the optimizer step (host time by phase: nothing waits)."""
     opt.zero_grad(set_to_none=True)
     with torch.autocast(device, dtype=case.autocast or torch.bfloat16,
                         enabled=case.autocast is not None):  # fmt: skip
         loss = model(*batch)
+    if marks is not None:
+        marks.append(time.perf_counter())
     loss.backward()
+    if marks is not None:
+        marks.append(time.perf_counter())
     opt.step()
+    if marks is not None:
+        marks.append(time.perf_counter())
     return loss
 
 
