@@ -56,6 +56,11 @@ def child(name: str, contender: str, tiny: bool, stub: bool) -> None:
     if contender.startswith("fusion_cache"):
         row.update(models.graph_summary(dynamo_backend.reports()))
         row["counters"] = models.fusion_counters()
+        from fusion_cache.runtime import pending_compiles
+
+        if hasattr(pending_compiles, "waited"):  # a tree before it: none
+            row["compile_wait_s"], row["compile_waits"] = pending_compiles.waited()
+        row["aot"] = models.aot_counters()
     row.pop("eager_reasons", None)
     row["process_s"] = time.perf_counter() - start
     print("FIRST " + json.dumps(row, default=str), flush=True)
@@ -104,8 +109,9 @@ def run_all(out: str, runs: list, deadline: float, extra: list[str]) -> list[dic
 
 
 HEADER = ("| UTC | run | tree, env | model | contender | first step s | lowering s (planning "
-          "ahead) | first region calls s | dynamo s | kernels compiled | reference runs | "
-          "process s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "ahead) | first region calls s (compile waits) | dynamo s | joint graph s | kernels "
+          "compiled | AOT cache hits | reference runs | process s |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def table_row(r: dict) -> str:
@@ -113,8 +119,10 @@ def table_row(r: dict) -> str:
     env = " ".join(f"{k}={v}" for k, v in (r.get("env") or {}).items())
     return (f"| {r['utc']} | {r['label']} | {r['tree']} {env} | {r['model']} | {r['contender']} | "
             f"{r['first_step_s']:.2f} | {r.get('fuse_s') or 0:.2f} ({r.get('ahead_s') or 0:.2f}) | "
-            f"{r.get('record_s') or 0:.2f} | {tr.get('_compile.compile_inner', 0):.2f} | "
-            f"{c.get('kernels_compiled', '-')} | {c.get('reference_runs', '-')} | "
+            f"{r.get('record_s') or 0:.2f} ({r.get('compile_wait_s') or 0:.2f}) | "
+            f"{tr.get('_compile.compile_inner', 0):.2f} | {tr.get('aot_trace_joint_graph', 0):.2f} | "
+            f"{c.get('kernels_compiled', '-')} | {(r.get('aot') or {}).get('hit', '-')} | "
+            f"{c.get('reference_runs', '-')} | "
             f"{r.get('process_wall_s', 0):.1f} |")
 
 

@@ -189,9 +189,9 @@ def form_wanted() -> bool:
 
 def compile_cached(gm: GraphModule, kind: str) -> FusedGraph:
     """The backend's compiler for one aten graph, as torch's AOTAutograd cache wants it.
-    The aten graph is pickled before fuse_graph rewrites it in place (torch hands the
-    backward compiler a copy of the backward graph, and keeps no use of the forward's); with
-    the form, a copy is fused, and the aten graph kept only where the form cannot be."""
+    A copy of the aten graph is fused, and the aten graph itself pickled, while the regions'
+    searches run where they run apart; with the form, the aten graph is kept only where the
+    form cannot be."""
     code = FusedGraph(kind)
     try:
         if form_wanted():
@@ -202,8 +202,13 @@ def compile_cached(gm: GraphModule, kind: str) -> FusedGraph:
             code.form = describe(fused, report, dump_graph)
             if code.form is None:
                 code.aten_graph = dump_graph(gm)
-        else:
-            code.aten_graph = dump_graph(gm)
+        else:  # Note [Work beside the searches]: pickled while the regions' searches run
+            from fusion_cache.runtime.searches_apart import Meanwhile, meanwhile
+
+            fused = copy_graph(gm)
+            with meanwhile(Meanwhile(lambda: dump_graph(gm))) as pickled:
+                code._run, _ = fused_call(fused, kind)
+            code.aten_graph = pickled.result()
     except Exception as err:  # noqa: BLE001 - a graph that cannot be kept runs, uncached
         code.form, code.unsaved = None, f"{type(err).__name__}: {err}"
     if code._run is None:
