@@ -146,6 +146,41 @@ def test_a_graph_without_a_form_is_kept_as_its_aten_graph(monkeypatch):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_a_form_that_does_not_pickle_keeps_the_aten_graph(monkeypatch):
+    """A region subgraph that GraphPickler refuses leaves the entry with the aten graph, not
+    without an entry (the warm process would trace AOTAutograd again)."""
+    from fusion_cache.frontends import fused_form
+
+    def fails(*args):
+        raise AttributeError("Can't pickle local object")
+
+    monkeypatch.setenv("FUSION_CACHE_AOT_FORM", "1")
+    monkeypatch.setattr(fused_form, "describe", fails)
+    assert _train(steps=1)[2]["saved"] == 1
+    _fresh_torch_state()
+    assert _train(steps=1)[2]["hit"] == 1
+
+
+def test_the_llama_style_graphs_are_kept_in_their_form(monkeypatch):
+    """The tiny Llama-style model's regions hold views that Note [Casts before views] made:
+    their fake values are tensors of their own, which GraphPickler pickles (a fake view keeps
+    its base's fake mode, which it cannot), so the form holds both graphs."""
+    from fusion_cache.frontends import aot_cache
+    from tests.tiny_training import train_tiny_step
+
+    monkeypatch.delenv("FUSION_CACHE_DISABLE_FALLBACK", raising=False)  # eager's CPU ops
+    monkeypatch.setenv("FUSION_CACHE_AOT_FORM", "1")
+    kept = []
+    compile_cached = aot_cache.compile_cached
+    monkeypatch.setattr(aot_cache, "compile_cached",
+                        lambda gm, kind: kept.append(compile_cached(gm, kind)) or kept[-1])
+    before = cache_counters()
+    train_tiny_step("llama")
+    assert cache_counters()["saved"] - before["saved"] == 1
+    assert [(c.kind, c.form is not None, c.unsaved) for c in kept] == [
+        ("forward", True, ""), ("backward", True, "")]
+
+
 def test_a_rebuilt_region_lowers_its_graph_again_for_other_strides():
     """A rebuilt region holds its subgraph pickled: a call with strides other than the traced
     ones unpickles it and defines the region again (Note [Region call])."""

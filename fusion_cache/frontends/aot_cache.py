@@ -199,7 +199,10 @@ def compile_cached(gm: GraphModule, kind: str) -> FusedGraph:
 
             fused = copy_graph(gm)
             code._run, report = fused_call(fused, kind)
-            code.form = describe(fused, report, dump_graph)
+            try:
+                code.form = describe(fused, report, dump_graph)
+            except Exception:  # noqa: BLE001 - a region's subgraph that does not pickle
+                code.form = None  # (the aten graph then may): kept as the aten graph
             if code.form is None:
                 code.aten_graph = dump_graph(gm)
         else:  # Note [Work beside the searches]: pickled while the regions' searches run
