@@ -189,26 +189,29 @@ def form_wanted() -> bool:
 
 def compile_cached(gm: GraphModule, kind: str) -> FusedGraph:
     """The backend's compiler for one aten graph, as torch's AOTAutograd cache wants it.
-    A copy of the aten graph is fused, and the aten graph itself pickled, while the regions'
-    searches run where they run apart; with the form, the aten graph is kept only where the
-    form cannot be."""
+    A copy of the aten graph is fused; the aten graph itself, or with the form the regions'
+    subgraphs, are pickled while the regions' searches run where they run apart. With the
+    form, the aten graph is kept only where the form cannot be."""
+    from fusion_cache.runtime.searches_apart import Meanwhile, meanwhile
+
     code = FusedGraph(kind)
     try:
+        fused = copy_graph(gm)
+        # Note [Work beside the searches]: the pickling runs while the regions' searches do
         if form_wanted():
             from .fused_form import describe
 
-            fused = copy_graph(gm)
-            code._run, report = fused_call(fused, kind)
+            with meanwhile(Meanwhile(lambda: _region_dumps(fused))) as pickled:
+                code._run, report = fused_call(fused, kind)
+            dumps = pickled.result()
             try:
-                code.form = describe(fused, report, dump_graph)
+                code.form = describe(fused, report,
+                                     lambda g: dumps.get(id(g), (None, b""))[1] or dump_graph(g))
             except Exception:  # noqa: BLE001 - a region's subgraph that does not pickle
                 code.form = None  # (the aten graph then may): kept as the aten graph
             if code.form is None:
                 code.aten_graph = dump_graph(gm)
-        else:  # Note [Work beside the searches]: pickled while the regions' searches run
-            from fusion_cache.runtime.searches_apart import Meanwhile, meanwhile
-
-            fused = copy_graph(gm)
+        else:
             with meanwhile(Meanwhile(lambda: dump_graph(gm))) as pickled:
                 code._run, _ = fused_call(fused, kind)
             code.aten_graph = pickled.result()
@@ -217,6 +220,22 @@ def compile_cached(gm: GraphModule, kind: str) -> FusedGraph:
     if code._run is None:
         code._run = fused_call(gm, kind)[0]
     return code
+
+
+def _region_dumps(fused: GraphModule) -> dict[int, tuple[GraphModule, bytes]]:
+    """The pickled subgraph of each region `fused` calls so far, by the subgraph's id (kept
+    beside it, so the id stays its own); one that does not pickle is left to describe."""
+    from .fx_region import RegionCall
+
+    found: dict[int, tuple[GraphModule, bytes]] = {}
+    for node in fused.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, RegionCall):
+            graph = node.target.region_graph
+            try:
+                found[id(graph)] = (graph, dump_graph(graph))
+            except Exception:  # noqa: BLE001 - describe pickles it again and says why
+                continue
+    return found
 
 
 def serializable_compilers() -> dict[str, Any] | None:
