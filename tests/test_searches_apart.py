@@ -56,10 +56,14 @@ def test_searches_apart_find_the_same_plans(tmp_path, monkeypatch):
     monkeypatch.setattr(compile_ahead, "search_apart", counted)
     monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "0")
     monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "here"))
+    # each run on its own torch caches: a hit on the first run's AOT entry would replay its
+    # fused form and search nothing
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "here-torch"))
     here = _stored_plans("llama")
     assert found and not any(found)
     monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "4")
     monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "apart"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "apart-torch"))
     apart = _stored_plans("llama")
     assert sum(found) > 0, "no search ran in a child"
     assert apart == here
