@@ -35,7 +35,8 @@ select, the GIL free. Work the caller registers with `meanwhile` runs then, in t
 the backend pickles the aten graph for torch's AOTAutograd cache there (aot_cache.py,
 `compile_cached`: 0.4 and 0.9 s for the full-size Llama-style model's forward and backward
 on a 2-core CPU), where it ran before the graph's lowering, on the step's critical path.
-Where no child runs, the caller runs the work itself afterwards. H100 80GB HBM3, 17:55 UTC, one
+Where no child runs, the caller runs the work itself afterwards. The children that end meanwhile
+wait for it to be read (their regions' compiles start up to the work's time later). H100 80GB HBM3, 17:55 UTC, one
 call (results/cold-first-1755-*): the Llama-style model's cold first step 6.06 s with both Notes
 against 7.69 s on the tree before them (lowering 1.94 against 2.57 s), inductor's 13.75 s.
 
