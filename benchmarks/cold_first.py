@@ -9,7 +9,10 @@ working directory `tree` (e.g. an untracked `git archive main` beside this one: 
 and `env` added, on an empty fusion store and empty inductor/Triton caches: the model, batch,
 compile call and training step of benchmarks/models.py, one step, reported as one JSON line,
 then os._exit (no teardown: what a device call with a few seconds to spare can afford). A run
-is skipped where fewer than `need_s` seconds are left of DEADLINE_S. Writes OUT/cold-runs.json
+is skipped where fewer than `need_s` seconds are left of DEADLINE_S. `{"_warm": 1}` in a run's env
+runs it on the store and caches the run before it filled (a restart: the warm first step); with
+TORCH_CACHING_PRECOMPILE=1 in both, the first saves dynamo's cache and the second's compile call
+("wrap_s") loads it (Note [Dynamo's cache] in benchmarks/models.py). Writes OUT/cold-runs.json
 and prints a Markdown table (`--table OUT/cold-runs.json` prints it again).
 """
 from __future__ import annotations
@@ -56,7 +59,15 @@ def child(name: str, contender: str, tiny: bool, stub: bool) -> None:
     if contender.startswith("fusion_cache"):
         row.update(models.graph_summary(dynamo_backend.reports()))
         row["counters"] = models.fusion_counters()
+        from fusion_cache.runtime import pending_compiles
+
+        if hasattr(pending_compiles, "waited"):  # a tree before it: none
+            row["compile_wait_s"], row["compile_waits"] = pending_compiles.waited()
+        row["aot"] = models.aot_counters()
     row.pop("eager_reasons", None)
+    if os.environ.get(models.DYNAMO_CACHE_ENV) == "1":  # Note [Dynamo's cache] in models.py:
+        torch.compiler.save_cache_artifacts()  # for a next run with "_warm" (its compile call
+        # loads them: "wrap_s")
     row["process_s"] = time.perf_counter() - start
     print("FIRST " + json.dumps(row, default=str), flush=True)
     os._exit(0)
@@ -103,18 +114,21 @@ def run_all(out: str, runs: list, deadline: float, extra: list[str]) -> list[dic
     return rows
 
 
-HEADER = ("| UTC | run | tree, env | model | contender | first step s | lowering s (planning "
-          "ahead) | first region calls s | dynamo s | kernels compiled | reference runs | "
-          "process s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| UTC | run | tree, env | model | contender | compile call s | first step s | lowering s (planning "
+          "ahead) | first region calls s (compile waits) | dynamo s | joint graph s | kernels "
+          "compiled | AOT cache hits | reference runs | process s |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def table_row(r: dict) -> str:
     c, tr = r.get("counters") or {}, r.get("tracing_s") or {}
     env = " ".join(f"{k}={v}" for k, v in (r.get("env") or {}).items())
     return (f"| {r['utc']} | {r['label']} | {r['tree']} {env} | {r['model']} | {r['contender']} | "
-            f"{r['first_step_s']:.2f} | {r.get('fuse_s') or 0:.2f} ({r.get('ahead_s') or 0:.2f}) | "
-            f"{r.get('record_s') or 0:.2f} | {tr.get('_compile.compile_inner', 0):.2f} | "
-            f"{c.get('kernels_compiled', '-')} | {c.get('reference_runs', '-')} | "
+            f"{r.get('wrap_s') or 0:.2f} | {r['first_step_s']:.2f} | {r.get('fuse_s') or 0:.2f} ({r.get('ahead_s') or 0:.2f}) | "
+            f"{r.get('record_s') or 0:.2f} ({r.get('compile_wait_s') or 0:.2f}) | "
+            f"{tr.get('_compile.compile_inner', 0):.2f} | {tr.get('aot_trace_joint_graph', 0):.2f} | "
+            f"{c.get('kernels_compiled', '-')} | {(r.get('aot') or {}).get('hit', '-')} | "
+            f"{c.get('reference_runs', '-')} | "
             f"{r.get('process_wall_s', 0):.1f} |")
 
 

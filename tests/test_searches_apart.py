@@ -56,10 +56,14 @@ def test_searches_apart_find_the_same_plans(tmp_path, monkeypatch):
     monkeypatch.setattr(compile_ahead, "search_apart", counted)
     monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "0")
     monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "here"))
+    # each run on its own torch caches: a hit on the first run's AOT entry would replay its
+    # fused form and search nothing
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "here-torch"))
     here = _stored_plans("llama")
     assert found and not any(found)
     monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "4")
     monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path / "apart"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "apart-torch"))
     apart = _stored_plans("llama")
     assert sum(found) > 0, "no search ran in a child"
     assert apart == here
@@ -72,13 +76,46 @@ def test_a_failed_child_leaves_the_search_here(monkeypatch):
 
     fd = sp.layer_norm_backward_with_bias_grad(torch.float32)
     values = list(sp.layer_norm_backward_inputs(64, 256, torch.float32))
-    need = searches_apart.SearchNeeded(("key",), fd, values, {}, profile_by_name("h100"))
+    needs = [searches_apart.SearchNeeded((key,), fd, values, {}, profile_by_name("h100"))
+             for key in ("a", "b")]  # fmt: skip
     monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "2")
     done = []
     # the shapes left out: each child's search fails, nothing is kept, each is left to here
-    assert searches_apart.search_apart([need, need], done.append) == 0
-    assert searches_apart.take_hint(("key",)) is None
-    assert done == [need, need]
+    assert searches_apart.search_apart(needs, done.append) == 0
+    assert searches_apart.take_hint(("a",)) is None
+    assert sorted(done, key=lambda need: need.key) == needs
+
+
+def test_one_search_a_definition_and_work_beside_it(monkeypatch):
+    """Note [One search a definition]: needs of one key fork one child, and every one of them
+    is planned after it; Note [Work beside the searches]: registered work runs once, while
+    the child searches."""
+    from schedulers.device import profile_by_name
+    from tests import segment_patterns as sp
+
+    fd = sp.layer_norm_backward_with_bias_grad(torch.float32)
+    values = list(sp.layer_norm_backward_inputs(64, 256, torch.float32))
+    env = segmenter_env(fd, values)
+    same = [searches_apart.SearchNeeded(("k",), fd, values, env, profile_by_name("h100"))
+            for _ in range(3)]  # fmt: skip
+    forks = []
+    fork = searches_apart._fork_search
+    monkeypatch.setattr(searches_apart, "_fork_search",
+                        lambda need: forks.append(need) or fork(need))  # fmt: skip
+    monkeypatch.setenv("FUSION_CACHE_SEARCH_PROCESSES", "2")
+    done, runs = [], []
+    work = searches_apart.Meanwhile(lambda: runs.append(len(forks)) or "pickled")
+    with searches_apart.meanwhile(work):
+        assert searches_apart.search_apart(same, done.append) == 1
+    assert forks == same[:1] and sorted(map(id, done)) == sorted(map(id, same))
+    assert runs == [1] and work.result() == "pickled" and runs == [1]
+    assert searches_apart.take_hint(("k",)) is not None
+
+
+def segmenter_env(fd, values) -> dict:
+    from fusion_cache.ir.shape_eval import runtime_shapes
+
+    return runtime_shapes(fd, values)
 
 
 def test_searches_apart_are_off_by_default_without_a_gpu(monkeypatch):

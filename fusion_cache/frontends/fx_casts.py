@@ -71,7 +71,13 @@ def _swap(gm: GraphModule, view: Node, cast: Node) -> Node | None:
         return None
     with fake_mode:
         new_cast_val = cast.target(val, *cast.args[1:], **cast.kwargs)
-        new_view_val = view.target(new_cast_val, *view.args[1:])
+        viewed = view.target(new_cast_val, *view.args[1:])
+        # the view's value as a tensor of its own (the same sizes and strides; offset 0, as
+        # the cast's is): a fake view keeps its base's fake mode, which torch.fx's
+        # GraphPickler cannot pickle, and a region's subgraph is pickled for torch's
+        # AOTAutograd cache (Note [Fused graph form])
+        new_view_val = viewed if viewed.storage_offset() else torch.empty_strided(
+            viewed.shape, viewed.stride(), dtype=viewed.dtype, device=viewed.device)
     graph = gm.graph
     with graph.inserting_before(view):
         new_cast = graph.call_function(cast.target, (src, *cast.args[1:]), dict(cast.kwargs))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ _pool_lock = threading.Lock()
 _pending: dict[str, Future] = {}  # kernel key -> its compile: (cubin, compiled here)
 _pending_lock = threading.Lock()
 _state = threading.local()  # .deferring: cubin_for submits instead of compiling
+_waits = [0.0, 0]  # seconds this process waited in `take` for compiles not yet done, and how many
 
 
 def enabled() -> bool:
@@ -75,10 +77,21 @@ def take(key: str) -> tuple[bytes, bool] | None:
         future = _pending.pop(key, None)
     if future is None:
         return None
+    start = time.perf_counter() if not future.done() else None
     try:
         return future.result()
     except Exception:
         return None
+    finally:
+        if start is not None:
+            _waits[0] += time.perf_counter() - start
+            _waits[1] += 1
+
+
+def waited() -> tuple[float, int]:
+    """The seconds this process's kernel loads waited for compiles ahead not yet done, and how
+    many waited: what a cold first step's region calls spent on compiles (benchmarks.cold_first)."""
+    return _waits[0], _waits[1]
 
 
 def pending() -> int:

@@ -24,6 +24,22 @@ A child sends, beside the groups, the scheduler of each segment and the trials i
 hint then tries no group again (it built, lowered and planned each one in a trial of its own
 before), and a later search in the parent finds the children's trials in its memo.
 
+Note [One search a definition]: a model's repeated layers give regions of one definition and
+one input signature (the Llama-style model's forward and backward: 5 regions each, 3 of them
+the same), and each raised SearchNeeded, so each forked a child for the same search. One
+child a key searches now; the regions that repeat it are planned after it, from the plan its
+region kept (Note [Plans kept from ahead]), as they were when searched in this process.
+
+Note [Work beside the searches]: while its children search, the parent only waits in a
+select, the GIL free. Work the caller registers with `meanwhile` runs then, in this thread:
+the backend pickles the aten graph for torch's AOTAutograd cache there (aot_cache.py,
+`compile_cached`: 0.4 and 0.9 s for the full-size Llama-style model's forward and backward
+on a 2-core CPU), where it ran before the graph's lowering, on the step's critical path.
+Where no child runs, the caller runs the work itself afterwards. The children that end meanwhile
+wait for it to be read (their regions' compiles start up to the work's time later). H100 80GB HBM3, 17:55 UTC, one
+call (results/cold-first-1755-*): the Llama-style model's cold first step 6.06 s with both Notes
+against 7.69 s on the tree before them (lowering 1.94 against 2.57 s), inductor's 13.75 s.
+
 FUSION_CACHE_SEARCH_PROCESSES=N runs up to N children at once (0 or 1: off); unset, as many
 as the CPUs this process may use where a GPU is present, none elsewhere (a CPU-only process
 plans for a GPU only in tests and warmups).
@@ -99,6 +115,45 @@ def take_hint(key: tuple) -> tuple[list, list] | None:
     return _hints.pop(key, None)
 
 
+class Meanwhile:
+    """Work the parent may do while its children search (Note [Work beside the searches]):
+    run at most once, by `search_apart` or, where no child ran, by `result`."""
+
+    def __init__(self, work: Callable[[], Any]) -> None:
+        self._work, self._done, self._value, self._error = work, False, None, None
+
+    def run(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._value = self._work()
+        except Exception as err:  # noqa: BLE001 - raised again by result(), to its caller
+            self._error = err
+
+    def result(self) -> Any:
+        self.run()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+@contextmanager
+def meanwhile(work: Meanwhile) -> Iterator[Meanwhile]:
+    """Within it (this thread), searches that run apart run `work` while they wait."""
+    stack = _state.__dict__.setdefault("meanwhile", [])
+    stack.append(work)
+    try:
+        yield work
+    finally:
+        stack.remove(work)
+
+
+def _run_meanwhile() -> None:
+    for work in list(getattr(_state, "meanwhile", ())):
+        work.run()
+
+
 def most_children() -> int:
     """FUSION_CACHE_SEARCH_PROCESSES, at most the CPUs this process may use; unset, every one
     of them where a GPU is present (its compiles are what the searches hold back), else 0."""
@@ -116,13 +171,26 @@ def search_apart(needed: Sequence[SearchNeeded],
     """Run the searches in forked children, the groups found left as hints; `on_done(need)`
     as each child ends (its region planned then, its compiles submitted while the other
     searches run), and for every search no child ran; how many hints came."""
-    limit = min(most_children(), len(needed))
-    if limit < 2 or not hasattr(os, "fork"):
+    # Note [One search a definition]: regions of one definition and inputs (a model's repeated
+    # layers) need one search: the others wait for its child, then take the plan it left
+    same: dict[tuple, list[SearchNeeded]] = {}
+    for need in needed:
+        same.setdefault(need.key, []).append(need)
+    firsts = [group[0] for group in same.values()]
+
+    def done(need: SearchNeeded) -> None:
+        for each in same.get(need.key, [need]):
+            on_done(each)
+
+    most = most_children()
+    pending_work = bool(getattr(_state, "meanwhile", None))
+    if most < 2 or (len(firsts) < 2 and not pending_work) or not hasattr(os, "fork"):
         for need in needed:
             on_done(need)
         return 0
+    limit = min(most, len(firsts))
     # the largest definitions first: the longest searches start before the short ones
-    waiting = sorted(needed, key=lambda need: -len(need.fd._records))
+    waiting = sorted(firsts, key=lambda need: -len(need.fd._records))
     running: dict[int, tuple[int, SearchNeeded, bytearray]] = {}  # read fd -> (pid, ...)
     found = 0
     deadline = time.monotonic() + _DEADLINE_S
@@ -132,13 +200,14 @@ def search_apart(needed: Sequence[SearchNeeded],
                 need = waiting.pop(0)
                 started = _fork_search(need)
                 if started is None:
-                    on_done(need)  # searched here
+                    done(need)  # searched here
                     continue
                 pid, fd = started
                 running[fd] = (pid, need, bytearray())
                 sel.register(fd, selectors.EVENT_READ)
             if not running:
                 continue
+            _run_meanwhile()  # Note [Work beside the searches]: once, the children started
             for key, _ in sel.select(timeout=max(0.0, deadline - time.monotonic())):
                 pid, need, data = running[key.fd]
                 chunk = os.read(key.fd, 1 << 16)
@@ -151,14 +220,14 @@ def search_apart(needed: Sequence[SearchNeeded],
                 _, status = os.waitpid(pid, 0)
                 if status == 0 and _keep(need, bytes(data)):
                     found += 1
-                on_done(need)
+                done(need)
         for fd, (pid, need, _) in running.items():  # past the deadline: searched here instead
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(fd)
-            on_done(need)
+            done(need)
     for need in waiting:
-        on_done(need)
+        done(need)
     return found
 
 
