@@ -1,12 +1,17 @@
 """Where a compiled training step's region host time goes, step by step of each launch sequence.
 
     python -m benchmarks.host_steps [--models llama,gpt2,resnet18] [--tiny] [--stub] [--json FILE]
+        [--profile N]
 
 Per model (benchmarks/model_defs.py, compiled with backend="fusion_cache"): after warm-up
 steps, one step runs with every region call recorded (the RegionCall and its inputs). Each
 call's launch sequence (Note [Launch sequence]) is then replayed one step at a time on those
 inputs, each step timed alone: issue time, `--reps` runs back to back after a synchronize,
 the median of `--rounds` (a host-bound step pays this; the GPU work is not waited for).
+
+Each step is timed as a replay runs it (`LaunchSequence.replay_runs`: on the inline route, the
+straight closures of Note [Straight runs]), and again through its checked `step.run` (the
+`checked` column; what this benchmark timed before 2026-11-27, evening, and overstated):
 
 - kernel steps: ours against their launches alone (each bound launch's `replay`);
 - ATen steps: ours against the torch calls the step makes (caught by a torch function
@@ -15,7 +20,8 @@ the median of `--rounds` (a host-bound step pays this; the GPU work is not waite
 - each region call as a whole against the sum of its steps (the guard, constants, outputs).
 
 Totals are a step's: us in each kind of step, ours and bare, per ATen op as well, and the
-Python functions the region calls enter (deterministic, unlike times on a loaded CPU).
+Python functions the region calls enter (deterministic, unlike times on a loaded CPU);
+`--profile N`: the step's region calls under cProfile, its N heaviest functions by self time.
 `--stub` (CPU): the GPU path's host side with stub launches (benchmarks.host_region); the
 ATen ops then run on the CPU, so compare their overhead (ours - bare), not their times, and
 fusions that read no tensor run through execute() there (their device is the CPU).
@@ -132,26 +138,34 @@ def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) ->
     row["constants_us"] = timed(lambda: _with_constants(outs, constants, args)) if constants \
         else 0.0  # fmt: skip
     outs.clear()
+    # each step's run as a replay makes it now: the straight route's closures on the inline
+    # route (Note [Straight runs]), else the checked route's
+    runs = seq.replay_runs()
+    row["route"] = "straight" if runs is seq._inline_runs else "checked"
     kept = [*args, *seq.pad]  # every step in order, nothing dropped
-    row["in_order_us"] = timed(lambda: [run(kept) for run, _ in seq._runs])
+    row["in_order_us"] = timed(lambda: [run(kept) for run, _ in runs])
     kept.clear()
     env = [*args, *seq.pad]
-    for step, drop in zip(seq.steps, seq.drops):
+    for step, drop, (run, _) in zip(seq.steps, seq.drops, runs):
         kind = _kind(step)
         item: dict[str, Any] = {"kind": kind,
-                                "us": issue_us(lambda s=step: s.run(env), device, reps, rounds)}
+                                "us": issue_us(lambda r=run: r(env), device, reps, rounds),
+                                # the checked route's step.run, which a replay on the inline
+                                # route does not run (benchmarks before 2026-11-27 timed it)
+                                "checked_us": issue_us(lambda s=step: s.run(env), device, reps,
+                                                       rounds)}  # fmt: skip
         if isinstance(step, KernelStep):
             item["launches"] = step.count
             replays = [launch.replay for launch in step.launches]
             item["bare_us"] = issue_us(lambda r=replays: [f() for f in r], device, reps, rounds)
         elif kind in ("aten", "plan", "tensor", "execute"):
             item["op"] = _aten_name(step) if kind in ("aten", "plan") else kind
-            names, again = bare_calls(lambda s=step: s.run(env))
+            names, again = bare_calls(lambda r=run: r(env))
             item["bare_calls"] = names
             if kind == "execute":
                 item["why"] = step.why
             item["bare_us"] = issue_us(again, device, reps, rounds)
-        step.run(env)  # the values later steps read
+        run(env)  # the values later steps read
         for slot in drop:
             env[slot] = None
         row["steps"].append(item)
@@ -179,7 +193,7 @@ def record_calls(fn: Callable, params: list, case: Any, batch: tuple, device: st
 
 
 def split_model(name: str, tiny: bool, device: str, warmup: int, reps: int,
-                rounds: int) -> dict[str, Any]:  # fmt: skip
+                rounds: int, profile: int = 0) -> dict[str, Any]:  # fmt: skip
     case = next(c for c in model_cases(tiny) if c.name == name)
     model = models.initial_model(case, device)
     batches = models.batches_for(case, warmup + 3, device)
@@ -195,8 +209,34 @@ def split_model(name: str, tiny: bool, device: str, warmup: int, reps: int,
     with torch.no_grad():  # as AOTAutograd runs the compiled graphs
         for region, args in calls:
             out["calls"].append(split_call(region, args, device, reps, rounds))
+        if profile:
+            out["profile"] = profile_calls(calls, device, reps, profile)
     out["summary"] = summarize(out["calls"])
     return out
+
+
+def profile_calls(calls: list, device: str, reps: int, top: int) -> list[dict[str, Any]]:
+    """The step's region calls, `reps` times in order under cProfile: the `top` functions by
+    self time, in us a step (cProfile slows Python calls most: read shares, not times)."""
+    import cProfile
+    import pstats
+
+    for region, args in calls:
+        region(*args)
+    _sync(device)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(reps):
+        for region, args in calls:
+            region(*args)
+    profiler.disable()
+    _sync(device)
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    rows = [{"function": f"{file.rsplit('/', 1)[-1]}:{line}({name})" if line else name,
+             "calls": n / reps, "self_us": tt / reps * 1e6, "total_us": ct / reps * 1e6}
+            for (file, line, name), (_, n, tt, ct, _) in stats.items()]  # fmt: skip
+    rows.sort(key=lambda r: -r["self_us"])
+    return rows[:top]
 
 
 def summarize(calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -205,20 +245,25 @@ def summarize(calls: list[dict[str, Any]]) -> dict[str, Any]:
     ops: dict[str, dict[str, float]] = {}
     for call in calls:
         for s in call["steps"]:
-            k = kinds.setdefault(s["kind"], {"n": 0, "us": 0.0, "bare_us": 0.0, "launches": 0})
+            k = kinds.setdefault(s["kind"], {"n": 0, "us": 0.0, "checked_us": 0.0, "bare_us": 0.0,
+                                             "launches": 0})  # fmt: skip
             k["n"] += 1
             k["us"] += s["us"]
+            k["checked_us"] += s.get("checked_us", s["us"])
             k["bare_us"] += s.get("bare_us", 0.0)
             k["launches"] += s.get("launches", 0)
             if "op" in s:
-                o = ops.setdefault(s["op"], {"n": 0, "us": 0.0, "bare_us": 0.0})
+                o = ops.setdefault(s["op"], {"n": 0, "us": 0.0, "checked_us": 0.0, "bare_us": 0.0})
                 o["n"] += 1
                 o["us"] += s["us"]
+                o["checked_us"] += s.get("checked_us", s["us"])
                 o["bare_us"] += s["bare_us"]
     wrappers = sum(c["call_us"] - c["steps_us"] for c in calls)
     parts = {k: sum(c.get(k, 0.0) for c in calls) for k in (
         "waited_us", "guard_us", "sequence_us", "constants_us", "in_order_us", "steps_us")}
+    routes = sorted({c.get("route", "checked") for c in calls})
     return {"regions_us": sum(c["call_us"] for c in calls), "wrappers_us": wrappers,
+            "routes": routes,
             "python_calls": sum(c["python_calls"] for c in calls), "parts": parts,
             "kinds": kinds, "aten_ops": ops}  # fmt: skip
 
@@ -228,7 +273,8 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"{result['model']}: step {result['step_ms']:.2f} ms; {result['region_calls']} "
              f"region calls issue {s['regions_us'] / 1e3:.2f} ms, of which wrappers "
              f"(guard, constants, outputs) {s['wrappers_us'] / 1e3:.2f} ms; "
-             f"{s['python_calls']} Python calls"]  # fmt: skip
+             f"{s['python_calls']} Python calls; steps timed on the "
+             f"{'/'.join(s.get('routes', ['checked']))} route"]  # fmt: skip
     p = s["parts"]
     lines.append("  regions, ms: " + ", ".join(f"{k.removesuffix('_us')} {v / 1e3:.2f}"
                                                 for k, v in p.items()))  # fmt: skip
@@ -236,10 +282,16 @@ def render(result: dict[str, Any]) -> str:
         extra = f", {k['launches']:.0f} launches" if k["launches"] else ""
         lines.append(f"  {kind:<8} x{k['n']:<4.0f} ours {k['us'] / 1e3:6.2f} ms  bare "
                      f"{k['bare_us'] / 1e3:6.2f} ms  ({(k['us'] - k['bare_us']) / k['n']:5.1f} us"
-                     f" a step over bare{extra})")  # fmt: skip
+                     f" a step over bare{extra}; checked route "
+                     f"{k['checked_us'] / 1e3:6.2f} ms)")  # fmt: skip
     for op, o in sorted(s["aten_ops"].items(), key=lambda kv: -kv[1]["us"]):
         lines.append(f"    {op:<24} x{o['n']:<4.0f} ours {o['us'] / o['n']:6.1f} us  bare "
-                     f"{o['bare_us'] / o['n']:6.1f} us a call")  # fmt: skip
+                     f"{o['bare_us'] / o['n']:6.1f} us a call  (checked route "
+                     f"{o['checked_us'] / o['n']:6.1f})")  # fmt: skip
+    if result.get("profile"):
+        lines.append("  cProfile of the region calls, us a step (self, total, calls):")
+        lines += [f"    {r['self_us']:8.1f} {r['total_us']:8.1f} {r['calls']:6.0f}  {r['function']}"
+                  for r in result["profile"]]  # fmt: skip
     whys = {st["why"] for c in result["calls"] for st in c["steps"] if st.get("why")}
     lines += [f"  execute step: {why}" for why in sorted(whys)]
     return "\n".join(lines)
@@ -255,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="then the region calls under cProfile: the N heaviest functions")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if not args.stub and not torch.cuda.is_available():
@@ -281,7 +335,7 @@ def _split_models(args: argparse.Namespace, device: str) -> int:
         for name in args.models.split(","):
             try:
                 results.append(split_model(name, args.tiny, device, args.warmup, args.reps,
-                                           args.rounds))  # fmt: skip
+                                           args.rounds, args.profile))  # fmt: skip
             except Exception as err:  # one model's failure does not lose the other's figures
                 print(f"{name}: {type(err).__name__}: {err}", flush=True)
                 continue
