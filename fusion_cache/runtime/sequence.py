@@ -473,6 +473,18 @@ class LaunchSequence:
             counters["aten_runs"] = counters.get("aten_runs", 0) + self.aten_runs
         return list(map(env.__getitem__, self.outputs))
 
+    def pinned_outputs(self) -> frozenset[int]:
+        """The outputs (by index) whose layout the sequence fixes: inputs (the guard, or the
+        plan key, pins them) and kernel steps' allocations; an ATen step's, torch lays out
+        (Note [Operands laid out by their kernels]). None with the note off."""
+        if switched_on("OLD_HOST_PATH") or not operands_laid_out():
+            return frozenset()
+        fixed = set(range(self.n_inputs))
+        for step in self.steps:
+            if isinstance(step, KernelStep):
+                fixed |= {slot for slot, *_ in step.allocs}
+        return frozenset(i for i, slot in enumerate(self.outputs) if slot in fixed)
+
     def replay_runs(self) -> tuple:
         """The (run, drop) pairs `run` would take now: the inline route's where this thread,
         stream and device allow it (Note [Inline launches]), else the checked one's
@@ -567,7 +579,8 @@ def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> 
 # strides; the Llama-style step makes about 90 such views and checks (CPU, stub). Mostly the
 # operand is a kernel step's fresh output, whose layout the sequence fixes itself, as it fixes
 # a sequence input's through the guard (or the plan key): a check of either is never false, so
-# an ATen step checks only operands another torch call laid out. And where a fresh output
+# an ATen step checks only operands another torch call laid out (and a region's recorded
+# view of such an output, Note [Recorded views], checks it no more). And where a fresh output
 # that the region does not return is read by kernels and ATen steps alone, its kernel step
 # allocates it in the layout the ATen steps read most, where that layout starts at the same
 # element and spans the same elements (a reshape or transpose of it): a kernel reads only its
@@ -661,6 +674,22 @@ def _relaid(slot: int | None, view: Any, relaid: int, layout: tuple, shape: tupl
 # the caching allocator's reuse of a freed block does. Offsets are 256-byte aligned (the
 # kernels were planned on allocator blocks, at least that aligned).
 ARENA_ALIGN = 256
+# Note [GEMM operands shared]: a kernel output that a GEMM reads (a linear layer's input, an
+# activation's gradient) cost its allocation and free as well: the torch call was not a
+# kernel step's launch, which reads a pointer and keeps nothing. But a GEMM makes its output
+# anew and keeps no reference to its operands once it returns (torch.mm, torch.matmul,
+# torch.bmm and linear never return a view or alias of an operand), so an operand it reads
+# outlives the call no more than a launch's does: such an intermediate shares an arena as
+# the others do (the GEMM reads a carve, of the same layout and address alignment of at
+# least 256 bytes). FUSION_CACHE_GEMM_OPERANDS_SHARED=0 turns it off.
+_FRESH_OUTPUTS = frozenset({torch.mm, torch.matmul, torch.bmm, torch.nn.functional.linear})
+
+
+def _gemm_operands_shared() -> bool:
+    return os.environ.get("FUSION_CACHE_GEMM_OPERANDS_SHARED", "1").strip().lower() not in (
+        "0", "false", "off", "no")  # fmt: skip
+
+
 # An arena holds all its bytes until its last carve is dropped, where the allocator would
 # have freed each intermediate after its last read: a chain of four 64 MiB values peaked at
 # three of them alive, not two (tests/gpu/test_segmentation_gpu.py, H100). So only
@@ -676,8 +705,11 @@ def _share_intermediates(steps: Sequence[Any], drops: tuple, outputs: Sequence[i
     """Carve the kernel-only intermediates of `steps` from arenas (Note [Shared
     intermediates]); the slots with the arenas', and the drops with theirs."""
     others: set[int] = set()  # slots a step other than a kernel step reads or writes
+    gemms = _gemm_operands_shared()
     for step in steps:
-        if not isinstance(step, KernelStep):
+        if isinstance(step, AtenStep) and gemms and step.fn in _FRESH_OUTPUTS:
+            others |= set(step.writes)  # Note [GEMM operands shared]: its reads may share
+        elif not isinstance(step, KernelStep):
             others |= step.slots()
     dropped = {slot: k for k, drop in enumerate(drops) for slot in drop}
     groups: dict[tuple, list] = {}  # (dtype, device) -> (slot, first step, last, bytes, ...)
