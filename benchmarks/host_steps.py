@@ -19,6 +19,11 @@ straight closures of Note [Straight runs]), and again through its checked `step.
   code pays for the same call;
 - each region call as a whole against the sum of its steps (the guard, constants, outputs).
 
+Each call is replayed on the thread it ran on: a CUDA backward's on autograd's device thread
+(reached through a backward of its own, `on_thread`), where its launches were bound; replayed
+on the main thread they took the unbound route (Note [Bound launches]), which a real step
+does not (figures before 2026-11-27, 18:00 UTC, timed the backward's kernel steps so).
+
 Totals are a step's: us in each kind of step, ours and bare, per ATen op as well, and the
 Python functions the region calls enter (deterministic, unlike times on a loaded CPU);
 `--profile N`: the step's region calls under cProfile, its N heaviest functions by self time.
@@ -33,6 +38,7 @@ import contextlib
 import json
 import statistics
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -174,14 +180,15 @@ def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) ->
 
 
 def record_calls(fn: Callable, params: list, case: Any, batch: tuple, device: str) -> list:
-    """(region, inputs) of every region call of one training step."""
+    """(region, inputs, thread) of every region call of one training step: the thread it ran
+    on (a CUDA backward's, autograd's device thread)."""
     from fusion_cache.frontends.fx_region import RegionCall
 
-    calls: list[tuple[Any, tuple]] = []
+    calls: list[tuple[Any, tuple, int]] = []
     original = RegionCall.__call__
 
     def recording(self, *args):
-        calls.append((self, args))
+        calls.append((self, args, threading.get_ident()))
         return original(self, *args)
 
     RegionCall.__call__ = recording
@@ -207,31 +214,70 @@ def split_model(name: str, tiny: bool, device: str, warmup: int, reps: int,
     out: dict[str, Any] = {"model": name, "step_ms": statistics.median(times) * 1e3,
                            "region_calls": len(calls), "calls": []}  # fmt: skip
     with torch.no_grad():  # as AOTAutograd runs the compiled graphs
-        for region, args in calls:
-            out["calls"].append(split_call(region, args, device, reps, rounds))
+        for region, args, thread in calls:
+            row = on_thread(thread, device, lambda r=region, a=args: split_call(r, a, device, reps,
+                                                                            rounds))  # fmt: skip
+            row["thread"] = "main" if thread == threading.get_ident() else "backward"
+            out["calls"].append(row)
         if profile:
             out["profile"] = profile_calls(calls, device, reps, profile)
     out["summary"] = summarize(out["calls"])
     return out
 
 
+def on_thread(thread: int, device: str, fn: Callable[[], Any]) -> Any:
+    """`fn()` on `thread`: this one, or autograd's thread for a backward on `device` (where a
+    CUDA backward's region calls run, and their launches were bound: Note [Bound launches]; a
+    replay on another thread takes the unbound route, which a real step does not)."""
+    if thread == threading.get_ident():
+        return fn()
+    out: list = []
+
+    class _Run(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            # were autograd's thread another now, the rows' route says so (checked)
+            with torch.no_grad():
+                out.append(fn())
+            return grad
+
+    x = torch.zeros(1, device=device, requires_grad=True)
+    with torch.enable_grad():
+        _Run.apply(x).sum().backward()
+    return out[0]
+
+
 def profile_calls(calls: list, device: str, reps: int, top: int) -> list[dict[str, Any]]:
-    """The step's region calls, `reps` times in order under cProfile: the `top` functions by
-    self time, in us a step (cProfile slows Python calls most: read shares, not times)."""
+    """The step's region calls, `reps` times in order under cProfile, each thread's calls on
+    their thread (on_thread): the `top` functions by self time, in us a step (cProfile slows
+    Python calls most: read shares, not times)."""
     import cProfile
     import pstats
 
-    for region, args in calls:
-        region(*args)
-    _sync(device)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(reps):
-        for region, args in calls:
-            region(*args)
-    profiler.disable()
-    _sync(device)
-    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    stats: Any = None
+    for thread in dict.fromkeys(t for _, _, t in calls):
+        group = [(region, args) for region, args, t in calls if t == thread]
+
+        def run(group: list = group) -> cProfile.Profile:
+            for region, args in group:
+                region(*args)
+            _sync(device)
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(reps):
+                for region, args in group:
+                    region(*args)
+            profiler.disable()
+            _sync(device)
+            return profiler
+
+        profiler = on_thread(thread, device, run)
+        stats = pstats.Stats(profiler) if stats is None else stats.add(profiler)
+    stats = stats.stats  # type: ignore[attr-defined]
     rows = [{"function": f"{file.rsplit('/', 1)[-1]}:{line}({name})" if line else name,
              "calls": n / reps, "self_us": tt / reps * 1e6, "total_us": ct / reps * 1e6}
             for (file, line, name), (_, n, tt, ct, _) in stats.items()]  # fmt: skip
