@@ -589,6 +589,14 @@ def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> 
 # which name elements of the storage, not of the tensor; its prepared call's own path (taken
 # where another operand's check fails) gets the recorded layout back by one view. The same
 # bytes, the same calls with operands of the same layout: the same results.
+# H100, 2026-11-27 17:50 UTC (benchmarks.ab_steps, 4 rounds of 8 steps, against
+# FUSION_CACHE_LAID_OUT_OPERANDS=0 in the same process): Llama-style 7.55 ms median against
+# 7.40 (the off path 1.025 of this by paired rounds, 1 of 4 faster), GPT-2 11.83 against 11.75
+# (0.972, 2 of 4); losses those of the off path to the digit. A Llama-style step's region calls
+# read 12 strides (benchmarks.host_steps --profile, 18:03 UTC), 49 before recorded views of
+# pinned outputs checked none (17:50); CPU, tiny stub: ATen checks 53 a step -> 2, operand
+# views 53 -> 40. The gain is inside the noise.
+# On by default (it takes work away and changes no call); =0 turns it off.
 
 
 def operands_laid_out() -> bool:
@@ -681,13 +689,17 @@ ARENA_ALIGN = 256
 # torch.bmm and linear never return a view or alias of an operand), so an operand it reads
 # outlives the call no more than a launch's does: such an intermediate shares an arena as
 # the others do (the GEMM reads a carve, of the same layout and address alignment of at
-# least 256 bytes). FUSION_CACHE_GEMM_OPERANDS_SHARED=0 turns it off.
+# least 256 bytes). Opt-in (FUSION_CACHE_GEMM_OPERANDS_SHARED=1): H100, 2026-11-27 18:03 UTC
+# (benchmarks.ab_steps, 4 rounds of 8 steps, with Note [Operands laid out by their kernels],
+# against both off), Llama-style 8.28 ms median against 8.46 (0.950 by paired rounds, 2 of 4),
+# GPT-2 13.70 against 13.10 (0.965 the other way, 2 of 4): no gain the noise lets through, and
+# larger arenas may hold more memory at a call's peak (within ARENA_BYTES an arena).
 _FRESH_OUTPUTS = frozenset({torch.mm, torch.matmul, torch.bmm, torch.nn.functional.linear})
 
 
 def _gemm_operands_shared() -> bool:
-    return os.environ.get("FUSION_CACHE_GEMM_OPERANDS_SHARED", "1").strip().lower() not in (
-        "0", "false", "off", "no")  # fmt: skip
+    return os.environ.get("FUSION_CACHE_GEMM_OPERANDS_SHARED", "0").strip().lower() not in (
+        "0", "false", "off", "no", "")  # fmt: skip
 
 
 # An arena holds all its bytes until its last carve is dropped, where the allocator would
