@@ -57,12 +57,15 @@ def test_a_kernel_output_read_through_a_view_is_allocated_in_its_layout(monkeypa
     for on in (False, True):
         seq = _sequence(monkeypatch, on)
         kernel, aten = seq.steps
-        operands = []
-        fn = aten.fn
-        aten.fn = lambda a, b: (operands.append((a.shape, a.stride(), b.stride())), fn(a, b))[1]
-        seq = LaunchSequence.__new__(LaunchSequence)  # the closures again, over the spy
-        seq.__init__(SimpleNamespace(_cache=SimpleNamespace(counters={"kernel_launches": 0}),
-                                     _fid=0), 2, 4, [kernel, aten], (3,))  # fmt: skip
+        operands: list = []
+
+        def spy(a, b, fn=aten.fn, operands=operands):
+            operands.append((a.shape, a.stride(), b.stride()))
+            return fn(a, b)
+
+        aten.fn = spy  # the closures made again, over the spy (laid out already: unchanged)
+        fd = SimpleNamespace(_cache=SimpleNamespace(counters={"kernel_launches": 0}), _fid=0)
+        seq = LaunchSequence(fd, 2, 4, [kernel, aten], (3,))
         x, g = torch.randn(24, 8), torch.randn(24, 3)
         (out,) = seq.run([x, g])
         torch.testing.assert_close(out, (x * x).t() @ g)
