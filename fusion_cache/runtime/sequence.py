@@ -594,8 +594,9 @@ def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> 
 # 7.40 (the off path 1.025 of this by paired rounds, 1 of 4 faster), GPT-2 11.83 against 11.75
 # (0.972, 2 of 4); losses those of the off path to the digit. A Llama-style step's region calls
 # read 12 strides (benchmarks.host_steps --profile, 18:03 UTC), 49 before recorded views of
-# pinned outputs checked none (17:50); CPU, tiny stub: ATen checks 53 a step -> 2, operand
-# views 53 -> 40. The gain is inside the noise.
+# pinned outputs checked none (17:50); planned for h100 on the CPU (stub) at the benchmark's
+# size, its ATen steps' stride checks 103 a step -> 4, operand views 103 -> 78. The gain is
+# inside the noise.
 # On by default (it takes work away and changes no call); =0 turns it off.
 
 
@@ -693,7 +694,8 @@ ARENA_ALIGN = 256
 # (benchmarks.ab_steps, 4 rounds of 8 steps, with Note [Operands laid out by their kernels],
 # against both off), Llama-style 8.28 ms median against 8.46 (0.950 by paired rounds, 2 of 4),
 # GPT-2 13.70 against 13.10 (0.965 the other way, 2 of 4): no gain the noise lets through, and
-# larger arenas may hold more memory at a call's peak (within ARENA_BYTES an arena).
+# larger arenas may hold more memory at a call's peak (within ARENA_BYTES an arena). Planned
+# for h100 on the CPU at the benchmark's size: the Llama-style step's allocations 114 -> 94.
 _FRESH_OUTPUTS = frozenset({torch.mm, torch.matmul, torch.bmm, torch.nn.functional.linear})
 
 
