@@ -66,6 +66,7 @@ import torch
 
 from benchmarks import models
 from benchmarks.model_defs import model_cases
+from codegen.launch import unbound_launches
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:
@@ -128,6 +129,7 @@ class Contender:
         self.losses: list[torch.Tensor] = []  # of every step, read after the timing
         self.compile_s = 0.0
         self.launches = 0  # our kernels launched over the timed steps
+        self.unbound = 0  # of those, bound launches run off their binding thread
         self.reports: list[dict[str, Any]] = []
 
     def warm_up(self, batches: list, count: int) -> None:
@@ -154,6 +156,7 @@ class Contender:
         times = []
         stats = FusionCache.get().stats
         launched = stats()["kernel_launches"]  # ours: those of the sequences' kernel steps
+        unbound = unbound_launches()
         for batch in batches:
             models.sync(self.device)
             start = time.perf_counter()
@@ -169,6 +172,7 @@ class Contender:
         self.steps_s += times
         self.round_medians.append(statistics.median(times))
         self.launches += stats()["kernel_launches"] - launched
+        self.unbound += unbound_launches() - unbound
 
     def profile(self, batch: tuple, top: int) -> dict[str, Any]:
         """One step under cProfile: self time by source file, and the `top` heaviest
@@ -201,7 +205,8 @@ class Contender:
     def summary(self) -> dict[str, Any]:
         counts = {"regions": sum(r["regions"] for r in self.reports),
                   "ops_eager": sum(r["ops_eager"] for r in self.reports),
-                  "launches_a_step": self.launches / len(self.steps_s)}  # fmt: skip
+                  "launches_a_step": self.launches / len(self.steps_s),
+                  "unbound_launches_a_step": self.unbound / len(self.steps_s)}  # fmt: skip
         return {"env": self.env, "compile_s": self.compile_s,
                 "min_ms": min(self.steps_s) * 1e3,
                 "median_ms": statistics.median(self.steps_s) * 1e3,
@@ -308,6 +313,11 @@ def render(result: dict[str, Any]) -> str:
     lines.append("host ms by phase (medians; forward includes zero_grad): " + "; ".join(
         f"{name} " + " / ".join(f"{v:.2f}" for v in s["host_phases_ms"].values())
         for name, s in result["contenders"].items() if "host_phases_ms" in s))
+    unbound = {name: s["unbound_launches_a_step"] for name, s in result["contenders"].items()
+               if "unbound_launches_a_step" in s}  # fmt: skip
+    if unbound:  # bound launches off their binding thread (codegen/launch.py unbound_launches)
+        lines.append("unbound launches a step: " + ", ".join(f"{name} {n:.0f}"
+                                                            for name, n in unbound.items()))
     for name, s in result["contenders"].items():
         prof = s.get("profile")
         if prof is None:

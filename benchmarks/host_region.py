@@ -23,11 +23,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import operator
 import statistics
+import struct
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -129,11 +133,47 @@ class StubKernel:
     def max_resident(self, block, shared_mem=0) -> int:
         return 0
 
+    def _recover(self, err, call, grid, block, shared_mem) -> None:  # a stub never fails
+        raise RuntimeError(f"{self.name}: stub launch returned {err}")
+
 
 class StubLaunch(LaunchSite):
-    """A bound launch of a StubKernel: one Python call a launch, as a BoundLaunch's replay."""
+    """A bound launch of a StubKernel: one Python call a launch, as a BoundLaunch's replay.
+    Like a BoundLaunch it offers the inline route (Note [Inline launches]): its pointers packed
+    into a buffer of its own, and a call (a C call returning 0 where nothing is logged), so
+    a stubbed replay runs the straight route a GPU replay runs (Note [Straight runs])."""
 
-    __slots__ = ("last",)
+    __slots__ = ("last", "_thread", "_fill", "_buffer", "_pointers_of", "_call")
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._thread = threading.get_ident()
+        packer = struct.Struct("@" + "Q" * len(self.pointers))
+        self._fill = packer.pack_into if self.pointers else None
+        self._buffer = bytearray(max(packer.size, 8))
+        indices = tuple(index for _, index in self.pointers)
+        self._pointers_of = (operator.itemgetter(*indices) if len(indices) > 1 else
+                             (lambda env, i=indices[0]: (env[i],)) if indices else None)  # fmt: skip
+        self._call = int if self.kernel.log is None else partial(self._logged, packer)
+
+    def _logged(self, packer: struct.Struct) -> int:
+        args = list(self.template)
+        for (pos, _), ptr in zip(self.pointers, packer.unpack_from(self._buffer)):
+            args[pos] = ptr
+        self.last = args
+        self.kernel.log.append((self.kernel.name, self.grid, self.block, self.shared_mem,
+                                self.cooperative, self.dependent, self.arg_types, args))  # fmt: skip
+        return 0
+
+    def binding(self) -> tuple:
+        """(the binding thread, no device, a stream getter): BoundLaunch.binding's form."""
+        return self._thread, None, _stub_stream
+
+    def inlined(self) -> tuple | None:
+        """BoundLaunch.inlined's (fill, buffer, pointers, call); None where scalars are read."""
+        if self.values:
+            return None
+        return self._fill, self._buffer, self._pointers_of, self._call
 
     def __call__(self, env) -> None:
         args = list(self.template)
@@ -152,6 +192,10 @@ class StubLaunch(LaunchSite):
         if log is not None:
             log.append((self.kernel.name, self.grid, self.block, self.shared_mem,
                         self.cooperative, self.dependent, self.arg_types, self.last))  # fmt: skip
+
+
+def _stub_stream(index: Any) -> int:
+    return 0
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """Where a compiled training step's region host time goes, step by step of each launch sequence.
 
     python -m benchmarks.host_steps [--models llama,gpt2,resnet18] [--tiny] [--stub] [--json FILE]
+        [--profile N]
 
 Per model (benchmarks/model_defs.py, compiled with backend="fusion_cache"): after warm-up
 steps, one step runs with every region call recorded (the RegionCall and its inputs). Each
@@ -8,14 +9,24 @@ call's launch sequence (Note [Launch sequence]) is then replayed one step at a t
 inputs, each step timed alone: issue time, `--reps` runs back to back after a synchronize,
 the median of `--rounds` (a host-bound step pays this; the GPU work is not waited for).
 
+Each step is timed as a replay runs it (`LaunchSequence.replay_runs`: on the inline route, the
+straight closures of Note [Straight runs]), and again through its checked `step.run` (the
+`checked` column; what this benchmark timed before 2026-11-27, evening, and overstated):
+
 - kernel steps: ours against their launches alone (each bound launch's `replay`);
 - ATen steps: ours against the torch calls the step makes (caught by a torch function
   mode, called again directly with the same arguments): what eager or inductor's generated
   code pays for the same call;
 - each region call as a whole against the sum of its steps (the guard, constants, outputs).
 
+Each call is replayed on the thread it ran on: a CUDA backward's on autograd's device thread
+(reached through a backward of its own, `on_thread`), where its launches were bound; replayed
+on the main thread they took the unbound route (Note [Bound launches]), which a real step
+does not (figures before 2026-11-27, 18:00 UTC, timed the backward's kernel steps so).
+
 Totals are a step's: us in each kind of step, ours and bare, per ATen op as well, and the
-Python functions the region calls enter (deterministic, unlike times on a loaded CPU).
+Python functions the region calls enter (deterministic, unlike times on a loaded CPU);
+`--profile N`: the step's region calls under cProfile, its N heaviest functions by self time.
 `--stub` (CPU): the GPU path's host side with stub launches (benchmarks.host_region); the
 ATen ops then run on the CPU, so compare their overhead (ours - bare), not their times, and
 fusions that read no tensor run through execute() there (their device is the CPU).
@@ -27,6 +38,7 @@ import contextlib
 import json
 import statistics
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -132,26 +144,34 @@ def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) ->
     row["constants_us"] = timed(lambda: _with_constants(outs, constants, args)) if constants \
         else 0.0  # fmt: skip
     outs.clear()
+    # each step's run as a replay makes it now: the straight route's closures on the inline
+    # route (Note [Straight runs]), else the checked route's
+    runs = seq.replay_runs()
+    row["route"] = "straight" if runs is seq._inline_runs else "checked"
     kept = [*args, *seq.pad]  # every step in order, nothing dropped
-    row["in_order_us"] = timed(lambda: [run(kept) for run, _ in seq._runs])
+    row["in_order_us"] = timed(lambda: [run(kept) for run, _ in runs])
     kept.clear()
     env = [*args, *seq.pad]
-    for step, drop in zip(seq.steps, seq.drops):
+    for step, drop, (run, _) in zip(seq.steps, seq.drops, runs):
         kind = _kind(step)
         item: dict[str, Any] = {"kind": kind,
-                                "us": issue_us(lambda s=step: s.run(env), device, reps, rounds)}
+                                "us": issue_us(lambda r=run: r(env), device, reps, rounds),
+                                # the checked route's step.run, which a replay on the inline
+                                # route does not run (benchmarks before 2026-11-27 timed it)
+                                "checked_us": issue_us(lambda s=step: s.run(env), device, reps,
+                                                       rounds)}  # fmt: skip
         if isinstance(step, KernelStep):
             item["launches"] = step.count
             replays = [launch.replay for launch in step.launches]
             item["bare_us"] = issue_us(lambda r=replays: [f() for f in r], device, reps, rounds)
         elif kind in ("aten", "plan", "tensor", "execute"):
             item["op"] = _aten_name(step) if kind in ("aten", "plan") else kind
-            names, again = bare_calls(lambda s=step: s.run(env))
+            names, again = bare_calls(lambda r=run: r(env))
             item["bare_calls"] = names
             if kind == "execute":
                 item["why"] = step.why
             item["bare_us"] = issue_us(again, device, reps, rounds)
-        step.run(env)  # the values later steps read
+        run(env)  # the values later steps read
         for slot in drop:
             env[slot] = None
         row["steps"].append(item)
@@ -160,14 +180,15 @@ def split_call(region: Any, args: tuple, device: str, reps: int, rounds: int) ->
 
 
 def record_calls(fn: Callable, params: list, case: Any, batch: tuple, device: str) -> list:
-    """(region, inputs) of every region call of one training step."""
+    """(region, inputs, thread) of every region call of one training step: the thread it ran
+    on (a CUDA backward's, autograd's device thread)."""
     from fusion_cache.frontends.fx_region import RegionCall
 
-    calls: list[tuple[Any, tuple]] = []
+    calls: list[tuple[Any, tuple, int]] = []
     original = RegionCall.__call__
 
     def recording(self, *args):
-        calls.append((self, args))
+        calls.append((self, args, threading.get_ident()))
         return original(self, *args)
 
     RegionCall.__call__ = recording
@@ -179,7 +200,7 @@ def record_calls(fn: Callable, params: list, case: Any, batch: tuple, device: st
 
 
 def split_model(name: str, tiny: bool, device: str, warmup: int, reps: int,
-                rounds: int) -> dict[str, Any]:  # fmt: skip
+                rounds: int, profile: int = 0) -> dict[str, Any]:  # fmt: skip
     case = next(c for c in model_cases(tiny) if c.name == name)
     model = models.initial_model(case, device)
     batches = models.batches_for(case, warmup + 3, device)
@@ -193,10 +214,75 @@ def split_model(name: str, tiny: bool, device: str, warmup: int, reps: int,
     out: dict[str, Any] = {"model": name, "step_ms": statistics.median(times) * 1e3,
                            "region_calls": len(calls), "calls": []}  # fmt: skip
     with torch.no_grad():  # as AOTAutograd runs the compiled graphs
-        for region, args in calls:
-            out["calls"].append(split_call(region, args, device, reps, rounds))
+        for region, args, thread in calls:
+            row = on_thread(thread, device, lambda r=region, a=args: split_call(r, a, device, reps,
+                                                                            rounds))  # fmt: skip
+            row["thread"] = "main" if thread == threading.get_ident() else "backward"
+            out["calls"].append(row)
+        if profile:
+            out["profile"] = profile_calls(calls, device, reps, profile)
     out["summary"] = summarize(out["calls"])
     return out
+
+
+def on_thread(thread: int, device: str, fn: Callable[[], Any]) -> Any:
+    """`fn()` on `thread`: this one, or autograd's thread for a backward on `device` (where a
+    CUDA backward's region calls run, and their launches were bound: Note [Bound launches]; a
+    replay on another thread takes the unbound route, which a real step does not)."""
+    if thread == threading.get_ident():
+        return fn()
+    out: list = []
+
+    class _Run(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            # were autograd's thread another now, the rows' route says so (checked)
+            with torch.no_grad():
+                out.append(fn())
+            return grad
+
+    x = torch.zeros(1, device=device, requires_grad=True)
+    with torch.enable_grad():
+        _Run.apply(x).sum().backward()
+    return out[0]
+
+
+def profile_calls(calls: list, device: str, reps: int, top: int) -> list[dict[str, Any]]:
+    """The step's region calls, `reps` times in order under cProfile, each thread's calls on
+    their thread (on_thread): the `top` functions by self time, in us a step (cProfile slows
+    Python calls most: read shares, not times)."""
+    import cProfile
+    import pstats
+
+    stats: Any = None
+    for thread in dict.fromkeys(t for _, _, t in calls):
+        group = [(region, args) for region, args, t in calls if t == thread]
+
+        def run(group: list = group) -> cProfile.Profile:
+            for region, args in group:
+                region(*args)
+            _sync(device)
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(reps):
+                for region, args in group:
+                    region(*args)
+            profiler.disable()
+            _sync(device)
+            return profiler
+
+        profiler = on_thread(thread, device, run)
+        stats = pstats.Stats(profiler) if stats is None else stats.add(profiler)
+    stats = stats.stats  # type: ignore[attr-defined]
+    rows = [{"function": f"{file.rsplit('/', 1)[-1]}:{line}({name})" if line else name,
+             "calls": n / reps, "self_us": tt / reps * 1e6, "total_us": ct / reps * 1e6}
+            for (file, line, name), (_, n, tt, ct, _) in stats.items()]  # fmt: skip
+    rows.sort(key=lambda r: -r["self_us"])
+    return rows[:top]
 
 
 def summarize(calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -205,20 +291,25 @@ def summarize(calls: list[dict[str, Any]]) -> dict[str, Any]:
     ops: dict[str, dict[str, float]] = {}
     for call in calls:
         for s in call["steps"]:
-            k = kinds.setdefault(s["kind"], {"n": 0, "us": 0.0, "bare_us": 0.0, "launches": 0})
+            k = kinds.setdefault(s["kind"], {"n": 0, "us": 0.0, "checked_us": 0.0, "bare_us": 0.0,
+                                             "launches": 0})  # fmt: skip
             k["n"] += 1
             k["us"] += s["us"]
+            k["checked_us"] += s.get("checked_us", s["us"])
             k["bare_us"] += s.get("bare_us", 0.0)
             k["launches"] += s.get("launches", 0)
             if "op" in s:
-                o = ops.setdefault(s["op"], {"n": 0, "us": 0.0, "bare_us": 0.0})
+                o = ops.setdefault(s["op"], {"n": 0, "us": 0.0, "checked_us": 0.0, "bare_us": 0.0})
                 o["n"] += 1
                 o["us"] += s["us"]
+                o["checked_us"] += s.get("checked_us", s["us"])
                 o["bare_us"] += s["bare_us"]
     wrappers = sum(c["call_us"] - c["steps_us"] for c in calls)
     parts = {k: sum(c.get(k, 0.0) for c in calls) for k in (
         "waited_us", "guard_us", "sequence_us", "constants_us", "in_order_us", "steps_us")}
+    routes = sorted({c.get("route", "checked") for c in calls})
     return {"regions_us": sum(c["call_us"] for c in calls), "wrappers_us": wrappers,
+            "routes": routes,
             "python_calls": sum(c["python_calls"] for c in calls), "parts": parts,
             "kinds": kinds, "aten_ops": ops}  # fmt: skip
 
@@ -228,7 +319,8 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"{result['model']}: step {result['step_ms']:.2f} ms; {result['region_calls']} "
              f"region calls issue {s['regions_us'] / 1e3:.2f} ms, of which wrappers "
              f"(guard, constants, outputs) {s['wrappers_us'] / 1e3:.2f} ms; "
-             f"{s['python_calls']} Python calls"]  # fmt: skip
+             f"{s['python_calls']} Python calls; steps timed on the "
+             f"{'/'.join(s.get('routes', ['checked']))} route"]  # fmt: skip
     p = s["parts"]
     lines.append("  regions, ms: " + ", ".join(f"{k.removesuffix('_us')} {v / 1e3:.2f}"
                                                 for k, v in p.items()))  # fmt: skip
@@ -236,10 +328,16 @@ def render(result: dict[str, Any]) -> str:
         extra = f", {k['launches']:.0f} launches" if k["launches"] else ""
         lines.append(f"  {kind:<8} x{k['n']:<4.0f} ours {k['us'] / 1e3:6.2f} ms  bare "
                      f"{k['bare_us'] / 1e3:6.2f} ms  ({(k['us'] - k['bare_us']) / k['n']:5.1f} us"
-                     f" a step over bare{extra})")  # fmt: skip
+                     f" a step over bare{extra}; checked route "
+                     f"{k['checked_us'] / 1e3:6.2f} ms)")  # fmt: skip
     for op, o in sorted(s["aten_ops"].items(), key=lambda kv: -kv[1]["us"]):
         lines.append(f"    {op:<24} x{o['n']:<4.0f} ours {o['us'] / o['n']:6.1f} us  bare "
-                     f"{o['bare_us'] / o['n']:6.1f} us a call")  # fmt: skip
+                     f"{o['bare_us'] / o['n']:6.1f} us a call  (checked route "
+                     f"{o['checked_us'] / o['n']:6.1f})")  # fmt: skip
+    if result.get("profile"):
+        lines.append("  cProfile of the region calls, us a step (self, total, calls):")
+        lines += [f"    {r['self_us']:8.1f} {r['total_us']:8.1f} {r['calls']:6.0f}  {r['function']}"
+                  for r in result["profile"]]  # fmt: skip
     whys = {st["why"] for c in result["calls"] for st in c["steps"] if st.get("why")}
     lines += [f"  execute step: {why}" for why in sorted(whys)]
     return "\n".join(lines)
@@ -255,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="then the region calls under cProfile: the N heaviest functions")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if not args.stub and not torch.cuda.is_available():
@@ -281,7 +381,7 @@ def _split_models(args: argparse.Namespace, device: str) -> int:
         for name in args.models.split(","):
             try:
                 results.append(split_model(name, args.tiny, device, args.warmup, args.reps,
-                                           args.rounds))  # fmt: skip
+                                           args.rounds, args.profile))  # fmt: skip
             except Exception as err:  # one model's failure does not lose the other's figures
                 print(f"{name}: {type(err).__name__}: {err}", flush=True)
                 continue

@@ -469,6 +469,15 @@ class LaunchSite:
         raise NotImplementedError
 
 
+_unbound = [0]  # bound launches called off their binding thread (the unbound route)
+
+
+def unbound_launches() -> int:
+    """How many bound launches have run the unbound route, off the thread that bound them
+    (each pays LoadedKernel.launch's packing and config lookup): benchmarks count it a step."""
+    return _unbound[0]
+
+
 class BoundLaunch(LaunchSite):
     """A LaunchSite of a LoadedKernel, launched by the driver with its constants packed
     once (Note [Bound launches])."""
@@ -523,6 +532,7 @@ class BoundLaunch(LaunchSite):
 
     def __call__(self, env: Sequence[Any]) -> None:
         if threading.get_ident() != self._thread:
+            _unbound[0] += 1
             return LaunchSite.__call__(self, env)  # the buffers are the binding thread's
         if self._fill is not None:
             try:

@@ -358,3 +358,18 @@ def test_a_straight_launch_that_fails_raises_naming_the_kernel(monkeypatch):
     driver.results = [0, 1]  # the second launch fails: CUDA_ERROR_INVALID_VALUE
     with pytest.raises(LaunchError, match="fake_kernel"):
         seq.run(_env())
+
+
+def test_launches_off_their_binding_thread_are_counted():
+    """unbound_launches (benchmarks count it a step): a bound launch called on another thread
+    takes the unbound route and counts; on its own thread it does not."""
+    driver = _FakeDriver(TYPES)
+    launch = _kernel(driver).bind((1, 1, 1), (32, 1, 1), TYPES, TEMPLATE, POINTERS, VALUES)
+    before = launch_module.unbound_launches()
+    launch(_env())
+    assert launch_module.unbound_launches() == before
+    thread = threading.Thread(target=lambda: launch(_env()))
+    thread.start()
+    thread.join()
+    assert launch_module.unbound_launches() == before + 1
+    assert len(driver.calls) == 2

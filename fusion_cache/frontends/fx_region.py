@@ -318,7 +318,8 @@ def _with_constants(outs: list, constants: Constants, args: Sequence[Any]) -> li
 @dataclass(frozen=True)
 class RecordedView:
     """A DerivedOutput's view as its first call made it (Note [Recorded views]): `strides`,
-    the source's strides to check (None for a region input: the guard checks them)."""
+    the source's strides to check (None for a region input: the guard checks them; and for
+    an output the sequence lays out itself)."""
 
     source: int
     from_input: bool
@@ -330,9 +331,11 @@ class RecordedView:
 
 
 def record_views(constants: Constants, outs: Sequence[Any], args: Sequence[Any],
-                 made: Sequence[Any]) -> Constants:  # fmt: skip
+                 made: Sequence[Any], pinned: frozenset[int] = frozenset()) -> Constants:  # fmt: skip
     """`constants` with each derived output that `made` (the region's outputs of the call on
-    `outs` and `args`) shows to be a view of its source replaced by its RecordedView."""
+    `outs` and `args`) shows to be a view of its source replaced by its RecordedView;
+    `pinned`: the outputs whose layout the sequence fixes, no more checked than inputs are
+    (Note [Operands laid out by their kernels] in fusion_cache/runtime/sequence.py)."""
     if _reinterpret is None or not any(v.__class__ is DerivedOutput for _, v in constants):
         return constants
     recorded = []
@@ -345,7 +348,8 @@ def record_views(constants: Constants, outs: Sequence[Any], args: Sequence[Any],
                     and _same_storage(view, src)):  # fmt: skip
                 value = RecordedView(value.source, value.from_input, tuple(view.shape),
                                      view.stride(), view.storage_offset() - src.storage_offset(),
-                                     None if value.from_input else src.stride(), value)
+                                     None if value.from_input or value.source in pinned
+                                     else src.stride(), value)  # fmt: skip
         recorded.append((k, value))
     result = Constants(recorded)
     result.hidden = constants.hidden
@@ -417,7 +421,7 @@ class RegionCall:
             fd, constants = self.definition_for(args)
             seq, outs = sequence_for(fd, args)
             made = _with_constants(outs, constants, args) if constants else outs
-            constants = record_views(constants, outs, args, made)
+            constants = record_views(constants, outs, args, made, seq.pinned_outputs())
             self._last = self._sequences[key] = (Guard(args), seq, constants)
             self.record_s += time.perf_counter() - start
             return made

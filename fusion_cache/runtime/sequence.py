@@ -17,6 +17,7 @@ region through one (Note [Region call] in fusion_cache/frontends/fx_region.py).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from functools import partial
 from operator import and_, itemgetter
@@ -29,7 +30,7 @@ from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.validate import validate_inputs
 from schedulers.tuning import switched_on
 
-from .aten_calls import reinterpret
+from .aten_calls import reinterpret, reinterpret_tensor
 from .aten_segments import AtenPlan
 from .executor import executor_for
 from .plans import LaunchPlan
@@ -300,11 +301,16 @@ class AtenStep:
     otherwise); where they differ, the prepared call's own path runs (it interprets). The
     sequence counts the runs (`aten_runs`) as the executor does."""
 
-    __slots__ = ("call", "reads", "writes", "count", "checks", "fn", "args", "picks", "write")
+    __slots__ = ("call", "reads", "writes", "count", "checks", "fn", "args", "picks", "write",
+                 "relaid")  # fmt: skip
 
     def __init__(self, call: Any, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
         self.call, self.reads, self.writes, self.count = call, reads, writes, 0
         self.checks = tuple((reads[pos], stride) for pos, stride in call.strides)
+        # (slot, shape, strides) of operands a kernel step allocates in the layout this step
+        # reads them in: the prepared call's own path gets them in their recorded layout
+        # (Note [Operands laid out by their kernels])
+        self.relaid: tuple = ()
         self.fn = None
         if call.direct is not None:
             self.fn, specs, self.picks = call.direct
@@ -338,7 +344,11 @@ class AtenStep:
                 env[slot] = out[i]
 
     def _prepared(self, env: list) -> None:
-        for slot, value in zip(self.writes, self.call([env[s] for s in self.reads])):
+        values = [env[s] for s in self.reads]
+        for slot, shape, stride in self.relaid:
+            base = reinterpret(env[slot], shape, stride, 0)
+            values = [base if s == slot else v for s, v in zip(self.reads, values)]
+        for slot, value in zip(self.writes, self.call(values)):
             env[slot] = value
 
     def straight(self) -> Callable[[list], None]:
@@ -420,6 +430,8 @@ class LaunchSequence:
         self.steps = tuple(steps)
         self.outputs = tuple(outputs)
         self.n_inputs = n_inputs
+        if not switched_on("OLD_HOST_PATH") and operands_laid_out():
+            _lay_out_operands(self.steps, n_inputs, self.outputs)
         drops = _last_reads(self.steps, n_inputs, self.outputs)
         n_slots, self.drops = _share_intermediates(self.steps, drops, self.outputs, n_slots)
         if switched_on("PACKED_OUTPUTS"):  # Note [Packed small outputs]
@@ -460,6 +472,30 @@ class LaunchSequence:
         if self.aten_runs:
             counters["aten_runs"] = counters.get("aten_runs", 0) + self.aten_runs
         return list(map(env.__getitem__, self.outputs))
+
+    def pinned_outputs(self) -> frozenset[int]:
+        """The outputs (by index) whose layout the sequence fixes: inputs (the guard, or the
+        plan key, pins them) and kernel steps' allocations; an ATen step's, torch lays out
+        (Note [Operands laid out by their kernels]). None with the note off."""
+        if switched_on("OLD_HOST_PATH") or not operands_laid_out():
+            return frozenset()
+        fixed = set(range(self.n_inputs))
+        for step in self.steps:
+            if isinstance(step, KernelStep):
+                fixed |= {slot for slot, *_ in step.allocs}
+        return frozenset(i for i, slot in enumerate(self.outputs) if slot in fixed)
+
+    def replay_runs(self) -> tuple:
+        """The (run, drop) pairs `run` would take now: the inline route's where this thread,
+        stream and device allow it (Note [Inline launches]), else the checked one's
+        (benchmarks.host_steps times each step as a replay runs it)."""
+        inline = self._inline
+        if inline is not None and get_ident() == inline[0]:
+            device = self._device
+            if inline[2](inline[1]) == self._stream and (
+                    device is None or _current_cuda_device() == device):  # fmt: skip
+                return self._inline_runs
+        return self._runs
 
     @property
     def kernel_steps(self) -> int:
@@ -537,6 +573,101 @@ def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> 
     return tuple(tuple(sorted(d)) for d in drops)
 
 
+# Note [Operands laid out by their kernels]: an ATen step reads most of its operands through a
+# view (a linear layer's activations as rows, a weight gradient's operand transposed: Note
+# [Operand views]), made on each call by `_reinterpret_tensor` after a check of the operand's
+# strides; the Llama-style step makes about 90 such views and checks (CPU, stub). Mostly the
+# operand is a kernel step's fresh output, whose layout the sequence fixes itself, as it fixes
+# a sequence input's through the guard (or the plan key): a check of either is never false, so
+# an ATen step checks only operands another torch call laid out (and a region's recorded
+# view of such an output, Note [Recorded views], checks it no more). And where a fresh output
+# that the region does not return is read by kernels and ATen steps alone, its kernel step
+# allocates it in the layout the ATen steps read most, where that layout starts at the same
+# element and spans the same elements (a reshape or transpose of it): a kernel reads only its
+# address, so it writes the same bytes, and those ATen steps read the slot as it is, with no
+# view. An ATen step reading it otherwise views it by its recorded sizes, strides and offset,
+# which name elements of the storage, not of the tensor; its prepared call's own path (taken
+# where another operand's check fails) gets the recorded layout back by one view. The same
+# bytes, the same calls with operands of the same layout: the same results.
+# H100, 2026-11-27 17:50 UTC (benchmarks.ab_steps, 4 rounds of 8 steps, against
+# FUSION_CACHE_LAID_OUT_OPERANDS=0 in the same process): Llama-style 7.55 ms median against
+# 7.40 (the off path 1.025 of this by paired rounds, 1 of 4 faster), GPT-2 11.83 against 11.75
+# (0.972, 2 of 4); losses those of the off path to the digit. A Llama-style step's region calls
+# read 12 strides (benchmarks.host_steps --profile, 18:03 UTC), 49 before recorded views of
+# pinned outputs checked none (17:50); planned for h100 on the CPU (stub) at the benchmark's
+# size, its ATen steps' stride checks 103 a step -> 4, operand views 103 -> 78. The gain is
+# inside the noise.
+# On by default (it takes work away and changes no call); =0 turns it off.
+
+
+def operands_laid_out() -> bool:
+    """Note [Operands laid out by their kernels]; FUSION_CACHE_LAID_OUT_OPERANDS=0: off (the
+    A/B's baseline). Not a switch of Note [Unmeasured switches]: it changes no plan, so plans
+    and fused forms need not be keyed by it."""
+    return os.environ.get("FUSION_CACHE_LAID_OUT_OPERANDS", "1").strip().lower() not in (
+        "0", "false", "off", "no")  # fmt: skip
+
+
+def _lay_out_operands(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> None:
+    """Drop the checks of pinned operands and allocate ATen operands in the layout they are
+    read in (Note [Operands laid out by their kernels])."""
+    allocated: dict[int, tuple[KernelStep, int]] = {}  # slot -> (kernel step, its alloc's index)
+    for step in steps:
+        if isinstance(step, KernelStep):
+            for i, (slot, *_) in enumerate(step.allocs):
+                allocated[slot] = (step, i)
+    pinned = set(range(n_inputs)) | set(allocated)
+    readers: dict[int, list] = {}  # slot -> the ATen steps reading it
+    others: set[int] = set(outputs)  # slots read otherwise than by pointer or ATen step views
+    for step in steps:
+        if isinstance(step, AtenStep):
+            for slot in set(step.reads):
+                readers.setdefault(slot, []).append(step)
+            if step.fn is None:
+                others |= set(step.reads)
+        elif not isinstance(step, KernelStep):
+            others |= step.slots()
+        else:
+            others |= {s for launch in step.launches for _, s in launch.values}
+    layouts: dict[int, tuple] = {}  # slot -> (shape, strides) its kernel step allocates
+    if reinterpret_tensor is not None:
+        for slot, aten_steps in readers.items():
+            if slot not in allocated or slot in others:
+                continue
+            step, i = allocated[slot]
+            _, shape, stride, _ = step.allocs[i]
+            votes: dict[tuple, int] = {}
+            for a in aten_steps:
+                for s, view in a.args:
+                    if s == slot:
+                        key = (shape, stride, 0) if view is None else tuple(view)
+                        votes[key] = votes.get(key, 0) + 1
+            best = max(votes, key=votes.get)
+            size, strides, offset = best
+            if (best == (shape, stride, 0) or offset != 0
+                    or _span(size, strides) != _span(shape, stride)):  # fmt: skip
+                continue
+            layouts[slot] = (tuple(size), tuple(strides))
+            allocs = list(step.allocs)
+            allocs[i] = (slot, tuple(size), tuple(strides), allocs[i][3])
+            step.allocs = step.fresh = tuple(allocs)
+            for a in aten_steps:
+                a.args = tuple(_relaid(s, view, slot, best, shape, stride) for s, view in a.args)
+                a.relaid += ((slot, shape, stride),)
+    for step in steps:
+        if isinstance(step, AtenStep):
+            step.checks = tuple(c for c in step.checks if c[0] not in pinned)
+
+
+def _relaid(slot: int | None, view: Any, relaid: int, layout: tuple, shape: tuple,
+            stride: tuple) -> tuple:  # fmt: skip
+    """An ATen step's (slot, view) argument once slot `relaid` is allocated in `layout`."""
+    if slot != relaid:
+        return slot, view
+    view = (shape, stride, 0) if view is None else tuple(view)
+    return slot, None if view == layout else view
+
+
 # Note [Shared intermediates]: a fusion's segments hand each other intermediates the region
 # does not return, and each cost an allocation and a free on every call (about 2.5 and 1.5
 # us on the H100's host; the Llama-style step makes 61 that only our kernels read, GPT-2's
@@ -552,6 +683,27 @@ def _last_reads(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> 
 # the caching allocator's reuse of a freed block does. Offsets are 256-byte aligned (the
 # kernels were planned on allocator blocks, at least that aligned).
 ARENA_ALIGN = 256
+# Note [GEMM operands shared]: a kernel output that a GEMM reads (a linear layer's input, an
+# activation's gradient) cost its allocation and free as well: the torch call was not a
+# kernel step's launch, which reads a pointer and keeps nothing. But a GEMM makes its output
+# anew and keeps no reference to its operands once it returns (torch.mm, torch.matmul,
+# torch.bmm and linear never return a view or alias of an operand), so an operand it reads
+# outlives the call no more than a launch's does: such an intermediate shares an arena as
+# the others do (the GEMM reads a carve, of the same layout and address alignment of at
+# least 256 bytes). Opt-in (FUSION_CACHE_GEMM_OPERANDS_SHARED=1): H100, 2026-11-27 18:03 UTC
+# (benchmarks.ab_steps, 4 rounds of 8 steps, with Note [Operands laid out by their kernels],
+# against both off), Llama-style 8.28 ms median against 8.46 (0.950 by paired rounds, 2 of 4),
+# GPT-2 13.70 against 13.10 (0.965 the other way, 2 of 4): no gain the noise lets through, and
+# larger arenas may hold more memory at a call's peak (within ARENA_BYTES an arena). Planned
+# for h100 on the CPU at the benchmark's size: the Llama-style step's allocations 114 -> 94.
+_FRESH_OUTPUTS = frozenset({torch.mm, torch.matmul, torch.bmm, torch.nn.functional.linear})
+
+
+def _gemm_operands_shared() -> bool:
+    return os.environ.get("FUSION_CACHE_GEMM_OPERANDS_SHARED", "0").strip().lower() not in (
+        "0", "false", "off", "no", "")  # fmt: skip
+
+
 # An arena holds all its bytes until its last carve is dropped, where the allocator would
 # have freed each intermediate after its last read: a chain of four 64 MiB values peaked at
 # three of them alive, not two (tests/gpu/test_segmentation_gpu.py, H100). So only
@@ -567,8 +719,11 @@ def _share_intermediates(steps: Sequence[Any], drops: tuple, outputs: Sequence[i
     """Carve the kernel-only intermediates of `steps` from arenas (Note [Shared
     intermediates]); the slots with the arenas', and the drops with theirs."""
     others: set[int] = set()  # slots a step other than a kernel step reads or writes
+    gemms = _gemm_operands_shared()
     for step in steps:
-        if not isinstance(step, KernelStep):
+        if isinstance(step, AtenStep) and gemms and step.fn in _FRESH_OUTPUTS:
+            others |= set(step.writes)  # Note [GEMM operands shared]: its reads may share
+        elif not isinstance(step, KernelStep):
             others |= step.slots()
     dropped = {slot: k for k, drop in enumerate(drops) for slot in drop}
     groups: dict[tuple, list] = {}  # (dtype, device) -> (slot, first step, last, bytes, ...)
