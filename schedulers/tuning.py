@@ -269,6 +269,12 @@ def overriding(values: Mapping[str, Any]) -> Iterator[None]:
 # (0.950, 3 of 4, on partly shared plans; planned for h100 on the CPU at the benchmark's
 # sizes: 68 launches a step against 105). Faster on both transformer models in every run,
 # ResNet-18 unchanged in its work: the four are on by default (ON_BY_DEFAULT; =0 turns one off).
+# MIN_CUT and LEADING_ROWS, first GPU A/B (H100 80GB HBM3, 17:48 UTC, benchmarks.ab_steps, 4 rounds of 8
+# steps, each against the default, paired by round; results/ab-steps-switches-mincut-rows-*): MIN_CUT
+# Llama-style 1.037 (1 of 4 rounds faster), GPT-2 1.007 (1 of 4), ResNet-18 0.975 (4 of 4);
+# LEADING_ROWS 1.069 (1 of 4), 1.002 (2 of 4), 0.968 (4 of 4). The transformer steps are host-bound
+# and the min-cut's smaller saved set (no f32 log-softmax written and read back) does not show in
+# them; neither wins on all three models, so both stay off.
 SWITCHES: dict[str, str] = {
     "VIEWS_TO_READERS": "a group reading views of a tensor takes the view ops along (Note "
                         "[Views go with their readers], schedulers/segmenter.py)",
