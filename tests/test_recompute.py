@@ -142,3 +142,18 @@ def test_saved_views_redone_switch_picks_the_default_partitioner(monkeypatch):
     monkeypatch.setenv("FUSION_CACHE_SAVED_VIEWS_REDONE", "1")
     monkeypatch.delenv("FUSION_CACHE_MIN_CUT", raising=False)
     assert recompute.aot_options() == {"partition_fn": recompute._default_views_redone}
+
+
+def test_cuda_graph_mode_takes_the_min_cut_unless_switched_off(monkeypatch):
+    # Note [Min-cut under CUDA graphs]: on by default there, FUSION_CACHE_MIN_CUT=0 turns it off;
+    # outside graph mode the switch alone decides (off by default)
+    monkeypatch.delenv("FUSION_CACHE_MIN_CUT", raising=False)
+    monkeypatch.delenv("FUSION_CACHE_SAVED_VIEWS_REDONE", raising=False)
+    graphs = recompute.aot_options(graphs=True)
+    assert graphs["partition_fn"] is recompute.partition_fn()
+    assert torch.ops.aten._log_softmax.default in graphs["decompositions"]
+    assert recompute.aot_options() == {"partition_fn": recompute._default_views_redone}
+    monkeypatch.setenv("FUSION_CACHE_MIN_CUT", "0")
+    assert recompute.aot_options(graphs=True) == {"partition_fn": recompute._default_views_redone}
+    monkeypatch.setenv("FUSION_CACHE_MIN_CUT", "1")
+    assert recompute.aot_options()["partition_fn"] is recompute.partition_fn()

@@ -143,7 +143,7 @@ def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],
 
     backend = aot_autograd(fw_compiler=forward, bw_compiler=backward,
                            inference_compiler=functools.partial(forward, kind="inference"),
-                           **aot_options())  # Note [Recompute in the backward]
+                           **aot_options(graphs=True))  # Note [Min-cut under CUDA graphs]
     return backend(gm, example_inputs)
 
 

@@ -25,16 +25,32 @@ import torch
 aten = torch.ops.aten
 
 
-def aot_options() -> dict[str, Any]:
+def aot_options(graphs: bool = False) -> dict[str, Any]:
     """What the backend passes aot_autograd: the partitioner and decompositions of this note
-    where its switch is on (Note [Unmeasured switches] in schedulers/tuning.py), else none."""
+    where its switch is on (Note [Unmeasured switches] in schedulers/tuning.py), else none.
+    `graphs`: for the CUDA-graph mode, where the min-cut is on unless FUSION_CACHE_MIN_CUT=0
+    (Note [Min-cut under CUDA graphs])."""
     from schedulers.tuning import switched_on
 
-    if switched_on("MIN_CUT"):
+    if switched_on("MIN_CUT") or (graphs and min_cut_under_graphs()):
         return {"partition_fn": partition_fn(), "decompositions": decompositions()}
     if switched_on("SAVED_VIEWS_REDONE"):
         return {"partition_fn": _default_views_redone}
     return {}
+
+
+# Note [Min-cut under CUDA graphs]: a replayed graph costs the host almost nothing, so the step
+# is the GPU's, and the min-cut's smaller saved set (no f32 log-softmax written and read back)
+# shows there. H100 80GB HBM3, 19:19 UTC, benchmarks.ab_steps, graph mode against graph mode
+# with the min-cut, 4 rounds of 8 steps interleaved (results/ab-steps-graphs-mincut-*):
+# Llama-style 2.60 against 2.94 ms (0.886, 3 of 4 rounds faster), GPT-2 5.26 against 5.39
+# (0.979, 4 of 4). Without graphs the step is host-bound and the min-cut did not win (Note
+# [Unmeasured switches]), so there it stays behind its switch. The graph mode does not use the
+# AOT cache (Note [AOT cache]), so no cache key has to name this choice.
+def min_cut_under_graphs() -> bool:
+    import os
+
+    return os.environ.get("FUSION_CACHE_MIN_CUT", "").strip().lower() not in ("0", "false")
 
 
 def cache_safe(options: dict[str, Any]) -> bool:
