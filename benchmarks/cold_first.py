@@ -2,7 +2,10 @@
 A/B of two source trees (or of knobs) in one run on one machine.
 
     python -m benchmarks.cold_first OUT '[[label, tree, model, contender, {env}, need_s], ...]'
-        DEADLINE_S [--tiny --stub]
+        DEADLINE_S [--tiny --stub] [--profile PATH]
+
+--profile PATH writes each run's first step under cProfile to PATH, "{label}" in it replaced by
+the run's label.
 
 Each run starts `python benchmarks/cold_first.py --child MODEL CONTENDER` with PYTHONPATH and
 working directory `tree` (e.g. an untracked `git archive main` beside this one: the baseline)
@@ -25,7 +28,7 @@ import tempfile
 import time
 
 
-def child(name: str, contender: str, tiny: bool, stub: bool) -> None:
+def child(name: str, contender: str, tiny: bool, stub: bool, profile: str | None = None) -> None:
     start = time.perf_counter()
     import torch
 
@@ -51,7 +54,16 @@ def child(name: str, contender: str, tiny: bool, stub: bool) -> None:
     fn = models.compiled(contender, model)
     wrap_s = time.perf_counter() - wrap_start
     compilation_time_metrics.clear()
+    profiler = None
+    if profile:  # the first step under cProfile, its stats written to `profile`
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     _, times = models.train(fn, list(model.parameters()), case, batches, device)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
     row = {"model": name, "contender": contender, "first_step_s": times[0], "wrap_s": wrap_s,
            "before_compile_s": wrap_start - start, "tracing_s": models.tracing_times(),
            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (stub)",
@@ -91,7 +103,8 @@ def run_all(out: str, runs: list, deadline: float, extra: list[str]) -> list[dic
                     TRITON_CACHE_DIR=os.path.join(root, "triton"),
                     PYTHONPATH=tree + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
         full.pop("FUSION_CACHE_DB_URL", None)
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", model, contender, *extra]
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", model, contender,
+               *(x.replace("{label}", label) for x in extra)]
         began = time.perf_counter()
         try:
             done = subprocess.run(cmd, env=full, cwd=tree, capture_output=True, text=True,
@@ -139,7 +152,8 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str]) -> int:
     if argv[0] == "--child":
-        child(argv[1], argv[2], "--tiny" in argv, "--stub" in argv)
+        profile = argv[argv.index("--profile") + 1] if "--profile" in argv else None
+        child(argv[1], argv[2], "--tiny" in argv, "--stub" in argv, profile)
         return 0
     if argv[0] == "--table":
         with open(argv[1]) as f:

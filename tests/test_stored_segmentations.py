@@ -70,3 +70,60 @@ def test_groups_that_do_not_fit_are_searched_again(damage, monkeypatch):
     monkeypatch.setattr(segmenter._Segmenter, "run", counted)
     again = _plan(fd, inputs)
     assert searches and again.description == first.description
+
+
+def _counted_trials(monkeypatch) -> list:
+    trials, tried = [], segmenter._Segmenter._try
+
+    def counted(self, sub):
+        trials.append(1)
+        return tried(self, sub)
+
+    monkeypatch.setattr(segmenter._Segmenter, "_try", counted)
+    monkeypatch.setattr(segmenter, "trials_shared", lambda: False)  # each trial reaches _try
+    return trials
+
+
+def test_a_second_plan_takes_the_stored_kinds(monkeypatch):
+    """Note [Stored kinds]: no scheduler is tried on the stored groups; the plan is the same."""
+    fd, inputs = _fusion()
+    first = _plan(fd, inputs)
+    kinds = [s.scheduler for s in first.segments]
+    store = FusionCache.get().store
+    ((sig, target),) = [(p.signature_key, p.target) for p in store.plans_for(fd.id())]
+    assert json.loads(store.get_plan(fd.id(), sig, target))["kinds"] == kinds
+    FusionCache.reset()
+    fd, _ = _fusion()
+    trials = _counted_trials(monkeypatch)
+    again = _plan(fd, inputs)
+    assert not trials
+    assert again.description == first.description
+    assert [s.scheduler for s in again.segments] == kinds
+    assert [s.sub.records for s in again.segments] == [s.sub.records for s in first.segments]
+
+
+@pytest.mark.parametrize("damage", ["unknown", "short", "none", "absent", "junk"])
+def test_stored_kinds_that_do_not_fit_are_tried_again(damage, monkeypatch):
+    fd, inputs = _fusion()
+    first = _plan(fd, inputs)
+    store = FusionCache.get().store
+    ((sig, target),) = [(p.signature_key, p.target) for p in store.plans_for(fd.id())]
+    plan = json.loads(store.get_plan(fd.id(), sig, target))
+    if damage == "unknown":  # a scheduler this build does not register
+        plan["kinds"][0] = "warp_specialized"
+    elif damage == "short":
+        plan["kinds"] = plan["kinds"][1:]
+    elif damage == "none":  # a group only the reference would run
+        plan["kinds"][0] = None
+    elif damage == "absent":  # a record from before kinds were kept
+        del plan["kinds"]
+    else:
+        plan["kinds"] = "junk"
+    store.put_plan(fd.id(), sig, target, json.dumps(plan))
+    FusionCache.reset()
+    fd, _ = _fusion()
+    trials = _counted_trials(monkeypatch)
+    again = _plan(fd, inputs)
+    assert len(trials) >= len(first.segments)
+    assert again.description == first.description
+    assert [s.scheduler for s in again.segments] == [s.scheduler for s in first.segments]

@@ -23,6 +23,15 @@ summary in the store keeps its groups (each segment's owned and computed ops) be
 segmenter's version, and a later plan for the same fusion, signature and target takes
 them after checking they fit the fusion (schedulers/segmenter.py, `given`), searching
 again only where they do not, or where a group would land on the reference evaluator.
+
+Note [Stored kinds]: a warm process given the stored groups still tried every scheduler on
+each group to learn which takes it: on the Llama-style model's warm first step (CPU, stub
+launches, cProfile) 0.51 of its 1.41 s of first region calls, for 90 groups. The record keeps
+each group's scheduler as the search found it, and the segmenter takes them as it takes a
+forked search's (Note [Searches apart]): every segment is planned again by its own executor,
+which asks the schedulers in priority order, so a kind only decides which inputs a segment
+takes with torch's strides. A record without kinds, or naming a scheduler not registered,
+has its groups tried as before.
 """
 from __future__ import annotations
 
@@ -204,8 +213,8 @@ class FusionExecutor:
         ahead = _ahead_key(values, profile) if kept else None
         if ahead is not None and ahead in self.ahead:  # Note [Plans kept from ahead]
             return self.ahead[ahead] if pending_compiles.deferring() else self.ahead.pop(ahead)
-        drafts, kinds = None, None
-        stored = self.stored_groups(values, profile) if fd is None else None
+        stored, kinds = self.stored_groups(values, profile) if fd is None else (None, None)
+        drafts = None
         if stored is None and fd is None:  # Note [Searches apart]: found by a child, checked
             key = (self.fid, plan_signature(values), profile.arch)
             stored, kinds = searches_apart.take_hint(key) or (None, None)
@@ -235,28 +244,31 @@ class FusionExecutor:
                                       "segments": [s.definition.id() for s in plan.segments],
                                       "refused": why, "segmenter": segmenter_version(),
                                       "groups": [[sorted(d.owned), sorted(d.ops)]
-                                                 for d in drafts]})  # fmt: skip
+                                                 for d in drafts],
+                                      "kinds": [d.scheduler for d in drafts]})  # fmt: skip
         if ahead is not None and pending_compiles.deferring():
             self.ahead[ahead] = plan
         return plan
 
-    def stored_groups(self, values: Sequence[Any], profile: Any) -> list | None:
-        """The groups a segmentation of these inputs found before, as the store holds them,
-        or None (none stored, another segmenter's, or not well-formed)."""
+    def stored_groups(self, values: Sequence[Any],
+                      profile: Any) -> tuple[list | None, list | None]:  # fmt: skip
+        """(the groups a segmentation of these inputs found before, as the store holds them,
+        or None: none stored, another segmenter's, or not well-formed; the scheduler the
+        search gave each, or None where the record has none or names one not registered)."""
         try:
             store = FusionCache.get().store
             text = store.get_plan(self.fid, plan_signature(values), f"sm_{profile.arch}")
             found = json.loads(text) if text else None
             if not isinstance(found, dict) or found.get("segmenter") != segmenter_version():
-                return None
+                return None, None
             groups = []
             for owned, ops in found["groups"]:
                 if not all(type(p) is int for p in (*owned, *ops)):
-                    return None
+                    return None, None
                 groups.append((frozenset(owned), frozenset(ops)))
-            return groups
+            return groups, _stored_kinds(found.get("kinds"), len(groups))
         except (KeyError, TypeError, ValueError):
-            return None
+            return None, None
 
     def record(self, values: Sequence[Any], profile: Any, plan: dict) -> None:
         """Keep a plan's summary in the store under these inputs' signature and target."""
@@ -467,6 +479,19 @@ def _ahead_key(values: Sequence[Any], profile: Any) -> tuple | None:
     except TypeError:
         return None
     return out
+
+
+def _stored_kinds(kinds: Any, n_groups: int) -> list | None:
+    """Note [Stored kinds]: a stored segmentation's schedulers, one a group, each a
+    registered scheduler's name; anything else is searched again (None)."""
+    from schedulers.registry import SCHEDULERS
+
+    names = {name for name, *_ in SCHEDULERS}
+    if not isinstance(kinds, list) or len(kinds) != n_groups:
+        return None
+    if not all(isinstance(kind, str) and kind in names for kind in kinds):
+        return None
+    return kinds
 
 
 def segmenter_version() -> str:
