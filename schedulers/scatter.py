@@ -25,7 +25,6 @@ rows and of 32-column strips, each warp scanning the index 32 at a time.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +38,7 @@ from fusion_cache.frontend.values import TensorInfo
 
 from .base import LaunchSpec, SchedulerRefused
 from .pointwise import _Lowering, plan_pointwise
+from .tuning import env_flag
 
 NAME = "scatter"
 SCATTERS = {"scatter", "index_put_accumulate"}
@@ -73,7 +73,7 @@ class ScatterProgram:
 
 def deterministic() -> bool:
     """Note [Deterministic scatter]: asked for by the knob or by torch's own switch."""
-    return os.environ.get("FUSION_CACHE_DETERMINISTIC", "") not in ("", "0") or (
+    return env_flag("FUSION_CACHE_DETERMINISTIC", False) or (
         torch.are_deterministic_algorithms_enabled())
 
 

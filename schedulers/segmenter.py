@@ -38,7 +38,7 @@ from .base import SchedulerRefused
 from .pointwise import NAME as POINTWISE
 from .registry import plan_for, schedule
 from .transpose import NAME as TRANSPOSE
-from .tuning import overridden, switched_on
+from .tuning import env_flag, overridden, switched_on
 
 # cheap elementwise work is worth redoing; these are not. Random ops are: the definitions
 # scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers
@@ -99,7 +99,7 @@ def add_trials(trials: list) -> None:
 
 
 def trials_shared() -> bool:
-    return os.environ.get("FUSION_CACHE_SHARED_TRIALS", "1").strip().lower() not in ("0", "false")
+    return env_flag("FUSION_CACHE_SHARED_TRIALS", True)
 
 
 def trial_context(profile: Any) -> tuple:

@@ -318,17 +318,25 @@ ON_BY_DEFAULT: frozenset[str] = frozenset({"COUNTERS_REGION", "VIEWS_TO_READERS"
                                            "PEER_REDUCTIONS"})
 
 
-def switched_on(name: str) -> bool:
-    """Whether switch `name` is on (Note [Unmeasured switches]): FUSION_CACHE_<name> set to 1
-    or 0, else its default (ON_BY_DEFAULT)."""
+OFF_WORDS = frozenset({"0", "false", "off", "no"})
+
+
+def env_flag(variable: str, default: bool) -> bool:
+    """An on/off environment variable: unset or empty gives `default`; 0, false, off or no
+    (any case) turn it off; anything else on. Every switch of the project reads its variable
+    here, so FUSION_CACHE_DETERMINISTIC=false means what FUSION_CACHE_MIN_CUT=false does."""
     import os
 
+    value = os.environ.get(variable, "").strip().lower()
+    return default if not value else value not in OFF_WORDS
+
+
+def switched_on(name: str) -> bool:
+    """Whether switch `name` is on (Note [Unmeasured switches]): FUSION_CACHE_<name> set
+    (env_flag), else its default (ON_BY_DEFAULT)."""
     if name not in SWITCHES:
         raise KeyError(f"unknown switch {name}; known: {sorted(SWITCHES)}")
-    value = os.environ.get(f"FUSION_CACHE_{name}", "").strip().lower()
-    if not value:
-        return name in ON_BY_DEFAULT
-    return value not in ("0", "false")
+    return env_flag(f"FUSION_CACHE_{name}", name in ON_BY_DEFAULT)
 
 
 def switches_on() -> tuple[str, ...]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import warnings
 
+from schedulers.tuning import env_flag
+
 DUMP_VARS = ("FUSION_CACHE_DUMP", "NVFUSER_DUMP", "PYTORCH_NVFUSER_DUMP")
 DUMP_OPTIONS = frozenset({
     "python_definition", "fusion_ir", "cuda_kernel", "launch_param", "eff_bandwidth",
@@ -33,7 +35,5 @@ def dump_enabled(option: str) -> bool:
 
 
 def fallback_disabled() -> bool:
-    for var in ("FUSION_CACHE_DISABLE_FALLBACK", "PYTORCH_NVFUSER_DISABLE_FALLBACK"):
-        if os.environ.get(var, "").strip() not in ("", "0", "false", "False"):
-            return True
-    return False
+    return any(env_flag(var, False)
+               for var in ("FUSION_CACHE_DISABLE_FALLBACK", "PYTORCH_NVFUSER_DISABLE_FALLBACK"))

@@ -32,7 +32,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -40,6 +39,8 @@ from typing import Any
 
 import torch
 from torch.fx import GraphModule
+
+from schedulers.tuning import env_flag
 
 ENV = "FUSION_CACHE_AOT_CACHE"
 FORM_ENV = "FUSION_CACHE_AOT_FORM"
@@ -83,7 +84,7 @@ def aot_cache_wanted() -> bool:
 
     if dump_enabled("graph"):
         return False
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return env_flag(ENV, True)
 
 
 def _output_code_base() -> type | None:
@@ -185,7 +186,7 @@ def form_wanted() -> bool:
     """Entries keep the fused graph's form (Note [Fused graph form]) rather than the aten graph;
     FUSION_CACHE_AOT_FORM=0 keeps the aten graph. On by default since it was timed on the H100
     (18:17 UTC, Llama-style warm: the backend's load 0.22 s against 1.23 s, docs/restarts.md)."""
-    return os.environ.get(FORM_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+    return env_flag(FORM_ENV, True)
 
 
 def compile_cached(gm: GraphModule, kind: str) -> FusedGraph:

@@ -24,7 +24,6 @@ that keeps them past the next step calls torch.compiler.cudagraph_mark_step_begi
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from torch.fx import GraphModule
 
 from fusion_cache.runtime.plans import unkept_buffers
+from schedulers.tuning import env_flag
 
 GRAPH_MODES = ("reduce-overhead", "max-autotune")  # inductor's modes that capture graphs
 ENV = "FUSION_CACHE_CUDA_GRAPHS"
@@ -51,7 +51,7 @@ def cuda_graphs_wanted(mode: str | None, options: dict[str, Any] | None) -> bool
         return bool(wanted)
     if mode in GRAPH_MODES:
         return True
-    return os.environ.get(ENV, "").strip() not in ("", "0", "false")
+    return env_flag(ENV, False)
 
 
 def compile_with_cuda_graphs(gm: GraphModule, example_inputs: Sequence[Any],

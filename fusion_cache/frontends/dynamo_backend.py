@@ -20,7 +20,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-import os
 import threading
 import time
 import warnings
@@ -37,7 +36,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from fusion_cache.frontend.options import dump_enabled
 from fusion_cache.ir.output_layout import channels_last_order, strides_for
 from fusion_cache.runtime.compile_ahead import compile_regions
-from schedulers.tuning import switched_on
+from schedulers.tuning import env_flag, switched_on
 
 from . import recompute
 from .aot_cache import aot_cache_wanted, cache_settings, serializable_compilers
@@ -124,7 +123,7 @@ def record_rebuilt(fields: dict[str, Any], regions: list, seconds: float) -> Non
 
 
 def single_node_allowed() -> bool:
-    return os.environ.get("FUSION_CACHE_SINGLE_NODE", "").strip() not in ("", "0", "false")
+    return env_flag("FUSION_CACHE_SINGLE_NODE", False)
 
 
 # ---- the backend ----------------------------------------------------------------------------

@@ -50,9 +50,10 @@ def aot_options(graphs: bool = False) -> dict[str, Any]:
 # 19:22 UTC, same A/B with FUSION_CACHE_MIN_CUT=0 as the other side): Llama-style 3.01 against
 # 3.32 ms (4 of 4 rounds), GPT-2 5.51 against 5.51; tests/gpu/test_models_gpu.py 12 passed.
 def min_cut_under_graphs() -> bool:
-    import os
+    """Note [Min-cut under CUDA graphs]: on unless FUSION_CACHE_MIN_CUT turns it off."""
+    from schedulers.tuning import env_flag
 
-    return os.environ.get("FUSION_CACHE_MIN_CUT", "").strip().lower() not in ("0", "false")
+    return env_flag("FUSION_CACHE_MIN_CUT", True)
 
 
 def cache_safe(options: dict[str, Any]) -> bool:

@@ -3,12 +3,13 @@ the planning that fills it: kernel_cache takes finished compiles from it, and co
 (which plans through the executor) defers compiles to it, so neither imports the other."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+
+from schedulers.tuning import env_flag
 
 from .host_cpus import env_count, usable_cpus
 
@@ -21,16 +22,12 @@ _waits = [0.0, 0]  # seconds this process waited in `take` for compiles not yet 
 
 
 def enabled() -> bool:
-    return _on("FUSION_CACHE_COMPILE_AHEAD", "1")
+    return env_flag("FUSION_CACHE_COMPILE_AHEAD", True)
 
 
 def plans_kept() -> bool:
     """Note [Plans kept from ahead] (compile_ahead.py); FUSION_CACHE_KEEP_AHEAD_PLANS=0: off."""
-    return _on("FUSION_CACHE_KEEP_AHEAD_PLANS", "1")
-
-
-def _on(name: str, default: str) -> bool:
-    return os.environ.get(name, default).strip().lower() not in ("0", "false", "off", "no")
+    return env_flag("FUSION_CACHE_KEEP_AHEAD_PLANS", True)
 
 
 def threads() -> int:

@@ -17,7 +17,6 @@ region through one (Note [Region call] in fusion_cache/frontends/fx_region.py).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from functools import partial
 from operator import and_, itemgetter
@@ -28,7 +27,7 @@ import torch
 
 from fusion_cache.frontend.dtypes import to_torch
 from fusion_cache.frontend.validate import validate_inputs
-from schedulers.tuning import switched_on
+from schedulers.tuning import env_flag, switched_on
 
 from .aten_calls import reinterpret, reinterpret_tensor
 from .aten_segments import AtenPlan
@@ -604,8 +603,7 @@ def operands_laid_out() -> bool:
     """Note [Operands laid out by their kernels]; FUSION_CACHE_LAID_OUT_OPERANDS=0: off (the
     A/B's baseline). Not a switch of Note [Unmeasured switches]: it changes no plan, so plans
     and fused forms need not be keyed by it."""
-    return os.environ.get("FUSION_CACHE_LAID_OUT_OPERANDS", "1").strip().lower() not in (
-        "0", "false", "off", "no")  # fmt: skip
+    return env_flag("FUSION_CACHE_LAID_OUT_OPERANDS", True)
 
 
 def _lay_out_operands(steps: Sequence[Any], n_inputs: int, outputs: Sequence[int]) -> None:
@@ -700,8 +698,7 @@ _FRESH_OUTPUTS = frozenset({torch.mm, torch.matmul, torch.bmm, torch.nn.function
 
 
 def _gemm_operands_shared() -> bool:
-    return os.environ.get("FUSION_CACHE_GEMM_OPERANDS_SHARED", "0").strip().lower() not in (
-        "0", "false", "off", "no", "")  # fmt: skip
+    return env_flag("FUSION_CACHE_GEMM_OPERANDS_SHARED", False)
 
 
 # An arena holds all its bytes until its last carve is dropped, where the allocator would
