@@ -122,7 +122,10 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # clusters of 16 looping over tiles in registers (the old default) and 2691 with the end
     # barrier. A copy of the same tiles (load, store, no math) ran 2637 and 2756: bf16 is
     # within 2% of what one 64 KB tile a block moves. Kernels compiled on a CPU machine by a
-    # newer NVRTC gave the old f32 kernel 146 registers instead of 128 (sweep-whole_tiles3.json)
+    # newer NVRTC gave the old f32 kernel 146 registers instead of 128 (sweep-whole_tiles3.json).
+    # Half the tile (8 rows a thread, clusters of 16, 32 KB) and more blocks an SM lost on the
+    # H100 (2026-11-27 21:28, sweep-mid_softmax_deep_rows.json): 2289-2491 GB/s at 3 and 4
+    # blocks, 1723-1831 at 6, against 2568-2584 for this default in the same run
     staged_ok = profile.arch >= 80 and all(
         modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16 for i in cached)
     deep = (bool(knob("colnorm.deep", True)) and bool(knob("colnorm.smem", True))
