@@ -25,6 +25,13 @@ def _fusion():
     return fd, list(sp.layer_norm_backward_inputs(64, 256, torch.float32))
 
 
+def _stored(fd) -> tuple:
+    """(store, signature, target, the plan's JSON) of the one plan the store keeps for `fd`."""
+    store = FusionCache.get().store
+    ((sig, target),) = [(p.signature_key, p.target) for p in store.plans_for(fd.id())]
+    return store, sig, target, json.loads(store.get_plan(fd.id(), sig, target))
+
+
 def test_a_second_plan_takes_the_stored_groups(monkeypatch):
     fd, inputs = _fusion()
     first = _plan(fd, inputs)
@@ -45,9 +52,7 @@ def test_a_second_plan_takes_the_stored_groups(monkeypatch):
 def test_groups_that_do_not_fit_are_searched_again(damage, monkeypatch):
     fd, inputs = _fusion()
     first = _plan(fd, inputs)
-    store = FusionCache.get().store
-    ((sig, target),) = [(p.signature_key, p.target) for p in store.plans_for(fd.id())]
-    plan = json.loads(store.get_plan(fd.id(), sig, target))
+    store, sig, target, plan = _stored(fd)
     groups = plan["groups"]
     if damage == "overlap":  # an op owned twice
         groups[1][0] = groups[1][0] + groups[0][0][:1]
@@ -89,9 +94,7 @@ def test_a_second_plan_takes_the_stored_kinds(monkeypatch):
     fd, inputs = _fusion()
     first = _plan(fd, inputs)
     kinds = [s.scheduler for s in first.segments]
-    store = FusionCache.get().store
-    ((sig, target),) = [(p.signature_key, p.target) for p in store.plans_for(fd.id())]
-    assert json.loads(store.get_plan(fd.id(), sig, target))["kinds"] == kinds
+    assert _stored(fd)[3]["kinds"] == kinds
     FusionCache.reset()
     fd, _ = _fusion()
     trials = _counted_trials(monkeypatch)
@@ -106,9 +109,7 @@ def test_a_second_plan_takes_the_stored_kinds(monkeypatch):
 def test_stored_kinds_that_do_not_fit_are_tried_again(damage, monkeypatch):
     fd, inputs = _fusion()
     first = _plan(fd, inputs)
-    store = FusionCache.get().store
-    ((sig, target),) = [(p.signature_key, p.target) for p in store.plans_for(fd.id())]
-    plan = json.loads(store.get_plan(fd.id(), sig, target))
+    store, sig, target, plan = _stored(fd)
     if damage == "unknown":  # a scheduler this build does not register
         plan["kinds"][0] = "warp_specialized"
     elif damage == "short":
