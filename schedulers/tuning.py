@@ -306,6 +306,10 @@ SWITCHES: dict[str, str] = {
     "SAVED_VIEWS_REDONE": "the torch.compile backend's default partitioner saves the base of a "
                           "view the backward reads and the backward redoes the view (Note "
                           "[Saved views redone], fusion_cache/frontends/recompute.py)",
+    "WHOLE_REGIONS": "the torch.compile backend cuts partitions after convolutions alone, "
+                     "not after attention ops (Note [Region cuts], fusion_cache/frontends/"
+                     "dynamo_backend.py): a transformer's graph is one region; faster steps, "
+                     "a longer segmentation search",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
 }

@@ -110,6 +110,16 @@ def test_llama_with_the_switches_on(tmp_path):
     assert rows["fusion_cache_switched"]["regions"] > 0
 
 
+def test_gpt2_in_whole_regions(tmp_path, monkeypatch):
+    """FUSION_CACHE_WHOLE_REGIONS (Note [Region cuts]): one region a graph where the cuts
+    after each attention op made a region a layer, training as eager does."""
+    monkeypatch.setenv("FUSION_CACHE_WHOLE_REGIONS", "1")
+    data = _run(tmp_path, "--models", "gpt2", "--no-warm")
+    rows = data["models"][0]["contenders"]
+    _check_losses(rows["fusion_cache"], rows["eager"])
+    assert rows["fusion_cache"]["regions"] == 2  # the forward's and the backward's
+
+
 def test_eager_again_and_deterministic(tmp_path):
     """Note [Loss deviation]: eager run a second time is a contender (its loss diff is eager's
     own deviation, 0 on the CPU), and --deterministic names itself in the results."""

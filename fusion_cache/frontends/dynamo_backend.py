@@ -336,7 +336,8 @@ _CUT_AFTER = ("scaled_dot_product", "convolution")
 
 
 def _ends_piece(node: Node) -> bool:
-    return node.op == "call_function" and any(op in base_name(node) for op in _CUT_AFTER)
+    cuts = ("convolution",) if switched_on("WHOLE_REGIONS") else _CUT_AFTER
+    return node.op == "call_function" and any(op in base_name(node) for op in cuts)
 
 
 def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Partition]:
@@ -356,7 +357,15 @@ def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Part
     form no cycle (the partition is convex: no path leaves it and comes back). As late as possible, a residual block's last batch norm
     joins the add that reads it, where a run of nodes in graph order left it alone between its
     convolution and the shortcut's (ResNet-18: three batch norms and three convolutions in
-    regions of one op, which stay eager). An item of a tuple stays with the op that made it."""
+    regions of one op, which stay eager). An item of a tuple stays with the op that made it.
+
+    The switch WHOLE_REGIONS (Note [Unmeasured switches]) cuts after convolutions alone: a
+    transformer's graph is one region, one call a step where a layer was one. H100, 2026-11-27
+    21:42 UTC, benchmarks.ab_steps, 4 interleaved rounds of 8: GPT-2 9.03 ms against 9.68 (3 of
+    4 rounds faster; inductor 9.67), regions 14 -> 2; Llama-style 6.03 against 6.32 (2 of 4;
+    inductor 5.60), regions 10 -> 2. The price is the search: the variant's compile took 15.9 s
+    against 6.0 (GPT-2) and 7.1 against 5.2 (Llama-style), which would put GPT-2's cold first
+    step near inductor's. So it stays off until the search of a whole stack is cheaper."""
     nodes = sorted(part.nodes, key=order.__getitem__)
     if not any(_ends_piece(n) for n in nodes):
         return [part]
