@@ -360,12 +360,12 @@ def _cut_after_library_ops(part: Partition, order: dict[Node, int]) -> list[Part
     regions of one op, which stay eager). An item of a tuple stays with the op that made it.
 
     The switch WHOLE_REGIONS (Note [Unmeasured switches]) cuts after convolutions alone: a
-    transformer's graph is one region, one call a step where a layer was one. H100, 2026-11-27
-    21:42 UTC, benchmarks.ab_steps, 4 interleaved rounds of 8: GPT-2 9.03 ms against 9.68 (3 of
-    4 rounds faster; inductor 9.67), regions 14 -> 2; Llama-style 6.03 against 6.32 (2 of 4;
-    inductor 5.60), regions 10 -> 2. The price is the search: the variant's compile took 15.9 s
-    against 6.0 (GPT-2) and 7.1 against 5.2 (Llama-style), which would put GPT-2's cold first
-    step near inductor's. So it stays off until the search of a whole stack is cheaper."""
+    transformer's graph is one region, one call a step where a layer was one. H100, 2026-11-27,
+    benchmarks.ab_steps, 4 interleaved rounds of 8 each, against the cuts: GPT-2 0.903 (21:42
+    UTC, 3 of 4 rounds faster) then 1.006 (21:50, 0 of 4); Llama-style 0.987 (2 of 4) then
+    0.993 (3 of 4); regions 14 -> 2 and 10 -> 2. The search pays: cold first steps 18.00 s
+    against 8.71 (GPT-2) and 8.23 against 6.88 (Llama-style, 21:47 UTC, cold-first-whole-*).
+    So it stays off."""
     nodes = sorted(part.nodes, key=order.__getitem__)
     if not any(_ends_piece(n) for n in nodes):
         return [part]
