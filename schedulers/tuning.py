@@ -15,6 +15,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from fusion_cache.frontend.options import env_flag
+
 _local = threading.local()
 
 # name -> what it sets; `overriding` refuses other names, so a typo fails loudly
@@ -320,19 +322,6 @@ SWITCHES: dict[str, str] = {
 ON_BY_DEFAULT: frozenset[str] = frozenset({"COUNTERS_REGION", "VIEWS_TO_READERS",
                                            "CASTS_BEFORE_VIEWS", "SAVED_VIEWS_REDONE",
                                            "PEER_REDUCTIONS"})
-
-
-OFF_WORDS = frozenset({"0", "false", "off", "no"})
-
-
-def env_flag(variable: str, default: bool) -> bool:
-    """An on/off environment variable: unset or empty gives `default`; 0, false, off or no
-    (any case) turn it off; anything else on. Every switch of the project reads its variable
-    here, so FUSION_CACHE_DETERMINISTIC=false means what FUSION_CACHE_MIN_CUT=false does."""
-    import os
-
-    value = os.environ.get(variable, "").strip().lower()
-    return default if not value else value not in OFF_WORDS
 
 
 def switched_on(name: str) -> bool:

@@ -1,14 +1,14 @@
-"""Every on/off variable of the project reads the same words (schedulers.tuning.env_flag)."""
+"""Every on/off variable of the project reads the same words (fusion_cache.frontend.options.env_flag)."""
 from __future__ import annotations
 
 import pytest
 
-from fusion_cache.frontend.options import fallback_disabled
+from fusion_cache.frontend.options import env_flag, fallback_disabled
 from fusion_cache.frontends.cuda_graphs import cuda_graphs_wanted
 from fusion_cache.frontends.recompute import min_cut_under_graphs
 from fusion_cache.runtime.sequence import operands_laid_out
 from schedulers.scatter import deterministic
-from schedulers.tuning import env_flag, switched_on
+from schedulers.tuning import switched_on
 
 OFF = ["0", "false", "False", "OFF", "no", " 0 "]
 ON = ["1", "true", "yes", "on", "ON"]

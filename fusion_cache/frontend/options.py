@@ -4,14 +4,24 @@ from __future__ import annotations
 import os
 import warnings
 
-from schedulers.tuning import env_flag
-
 DUMP_VARS = ("FUSION_CACHE_DUMP", "NVFUSER_DUMP", "PYTORCH_NVFUSER_DUMP")
 DUMP_OPTIONS = frozenset({
     "python_definition", "fusion_ir", "cuda_kernel", "launch_param", "eff_bandwidth",
     "print_args", "segments", "scheduler", "graph",
 })  # fmt: skip
 _warned: set[tuple[str, str]] = set()  # (variable, value) pairs already warned about
+
+
+OFF_WORDS = frozenset({"0", "false", "off", "no"})
+
+
+def env_flag(variable: str, default: bool) -> bool:
+    """An on/off environment variable: unset or empty gives `default`; 0, false, off or no
+    (any case) turn it off; anything else on. Every on/off variable of the project is read
+    here (the store's, below this stage, reads the same words), so FUSION_CACHE_DETERMINISTIC=
+    false means what FUSION_CACHE_MIN_CUT=false does."""
+    value = os.environ.get(variable, "").strip().lower()
+    return default if not value else value not in OFF_WORDS
 
 
 def dump_options() -> frozenset[str]:
