@@ -33,12 +33,12 @@ import torch
 from codegen.cuda_ops import REGISTER_TYPE
 from codegen.kernel_ir import Access, PointwiseProgram, Store
 from fusion_cache.frontend.dtypes import DataType, is_complex
+from fusion_cache.frontend.options import env_flag
 from fusion_cache.frontend.records import Record, Ref
 from fusion_cache.frontend.values import TensorInfo
 
 from .base import LaunchSpec, SchedulerRefused
 from .pointwise import _Lowering, plan_pointwise
-from .tuning import env_flag
 
 NAME = "scatter"
 SCATTERS = {"scatter", "index_put_accumulate"}

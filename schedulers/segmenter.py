@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fusion_cache.frontend.options import env_flag
 from fusion_cache.ir.subfusion import FusionGraph, SubFusion, stand_ins
 
 from .aten import ATEN_OPS
@@ -38,7 +39,7 @@ from .base import SchedulerRefused
 from .pointwise import NAME as POINTWISE
 from .registry import plan_for, schedule
 from .transpose import NAME as TRANSPOSE
-from .tuning import env_flag, overridden, switched_on
+from .tuning import overridden, switched_on
 
 # cheap elementwise work is worth redoing; these are not. Random ops are: the definitions
 # scheduled have every one seeded (Note [Random seeds]), so a redo draws the same numbers

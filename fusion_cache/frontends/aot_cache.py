@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule
 
-from schedulers.tuning import env_flag
+from fusion_cache.frontend.options import env_flag
 
 ENV = "FUSION_CACHE_AOT_CACHE"
 FORM_ENV = "FUSION_CACHE_AOT_FORM"

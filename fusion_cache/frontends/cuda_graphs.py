@@ -30,8 +30,8 @@ from typing import Any
 
 from torch.fx import GraphModule
 
+from fusion_cache.frontend.options import env_flag
 from fusion_cache.runtime.plans import unkept_buffers
-from schedulers.tuning import env_flag
 
 GRAPH_MODES = ("reduce-overhead", "max-autotune")  # inductor's modes that capture graphs
 ENV = "FUSION_CACHE_CUDA_GRAPHS"

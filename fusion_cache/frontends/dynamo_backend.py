@@ -33,10 +33,10 @@ from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
-from fusion_cache.frontend.options import dump_enabled
+from fusion_cache.frontend.options import dump_enabled, env_flag
 from fusion_cache.ir.output_layout import channels_last_order, strides_for
 from fusion_cache.runtime.compile_ahead import compile_regions
-from schedulers.tuning import env_flag, switched_on
+from schedulers.tuning import switched_on
 
 from . import recompute
 from .aot_cache import aot_cache_wanted, cache_settings, serializable_compilers

@@ -51,7 +51,7 @@ def aot_options(graphs: bool = False) -> dict[str, Any]:
 # 3.32 ms (4 of 4 rounds), GPT-2 5.51 against 5.51; tests/gpu/test_models_gpu.py 12 passed.
 def min_cut_under_graphs() -> bool:
     """Note [Min-cut under CUDA graphs]: on unless FUSION_CACHE_MIN_CUT turns it off."""
-    from schedulers.tuning import env_flag
+    from fusion_cache.frontend.options import env_flag
 
     return env_flag("FUSION_CACHE_MIN_CUT", True)
 

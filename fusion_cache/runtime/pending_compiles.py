@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
-from schedulers.tuning import env_flag
+from fusion_cache.frontend.options import env_flag
 
 from .host_cpus import env_count, usable_cpus
 

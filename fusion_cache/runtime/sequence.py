@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fusion_cache.frontend.dtypes import to_torch
+from fusion_cache.frontend.options import env_flag
 from fusion_cache.frontend.validate import validate_inputs
-from schedulers.tuning import env_flag, switched_on
+from schedulers.tuning import switched_on
 
 from .aten_calls import reinterpret, reinterpret_tensor
 from .aten_segments import AtenPlan
