@@ -4,8 +4,8 @@ A/B of two source trees (or of knobs) in one run on one machine.
     python -m benchmarks.cold_first OUT '[[label, tree, model, contender, {env}, need_s], ...]'
         DEADLINE_S [--tiny --stub] [--profile PATH]
 
---profile PATH writes each run's first step under cProfile to PATH, "{label}" in it replaced by
-the run's label.
+--profile PATH writes each run's first step under cProfile to PATH with the suffixes .prof and
+.txt (models.train's profile), "{label}" in it replaced by the run's label.
 
 Each run starts `python benchmarks/cold_first.py --child MODEL CONTENDER` with PYTHONPATH and
 working directory `tree` (e.g. an untracked `git archive main` beside this one: the baseline)
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def child(name: str, contender: str, tiny: bool, stub: bool, profile: str | None = None) -> None:
@@ -54,16 +55,8 @@ def child(name: str, contender: str, tiny: bool, stub: bool, profile: str | None
     fn = models.compiled(contender, model)
     wrap_s = time.perf_counter() - wrap_start
     compilation_time_metrics.clear()
-    profiler = None
-    if profile:  # the first step under cProfile, its stats written to `profile`
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-    _, times = models.train(fn, list(model.parameters()), case, batches, device)
-    if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(profile)
+    _, times = models.train(fn, list(model.parameters()), case, batches, device,
+                            profile=Path(profile) if profile else None)  # fmt: skip
     row = {"model": name, "contender": contender, "first_step_s": times[0], "wrap_s": wrap_s,
            "before_compile_s": wrap_start - start, "tracing_s": models.tracing_times(),
            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (stub)",

@@ -100,13 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     contenders = args.contenders.split(",")
     if contenders[0] != "eager":
         parser.error("--contenders: eager comes first (the others are compared with it)")
+    names = args.models.split(",")
+    known = [case.name for case in model_cases(args.tiny)]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(known)}")
     if args.deterministic:
         models.set_deterministic()
     results = {"device": models.device_slug(args.device), "torch": torch.__version__,
                "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seeds": args.seeds,
                "steps": args.steps, "deterministic": args.deterministic, "models": {}}  # fmt: skip
     for case in model_cases(args.tiny):
-        if case.name in args.models.split(","):
+        if case.name in names:
             runs = spread(case, contenders, args.seeds, args.steps, args.device)
             results["models"][case.name] = summary(runs)
     args.out.mkdir(parents=True, exist_ok=True)
