@@ -125,7 +125,11 @@ def column_norm(p: Problem) -> LaunchSpec | str:
     # newer NVRTC gave the old f32 kernel 146 registers instead of 128 (sweep-whole_tiles3.json).
     # Half the tile (8 rows a thread, clusters of 16, 32 KB) and more blocks an SM lost on the
     # H100 (2026-11-27 21:28, sweep-mid_softmax_deep_rows.json): 2289-2491 GB/s at 3 and 4
-    # blocks, 1723-1831 at 6, against 2568-2584 for this default in the same run
+    # blocks, 1723-1831 at 6, against 2568-2584 for this default in the same run. Nor did the
+    # other knobs of this tile (2026-11-28 00:11, sweep-mid_softmax_deep_knobs.json, default
+    # 2571-2590): 2, 8 or 16 chunks 2589 / 2551 / 2472, cache hints 2565-2590, fold bytes
+    # 2513-2561, 2 or 4 blocks an SM asked 2570 / 2574, the end barrier 2446, the softmax not
+    # lean 2168, refilled 1579
     staged_ok = profile.arch >= 80 and all(
         modes[i] == "vec" and vec * ELEMENT_BYTES[program.accesses[i].dtype] == 16 for i in cached)
     deep = (bool(knob("colnorm.deep", True)) and bool(knob("colnorm.smem", True))
