@@ -42,6 +42,12 @@ time goes, unlike a profiler's, whose per-launch instrumentation costs one conte
 than another (Llama-style under CUPTI, H100 17:54 UTC: inductor's wall 6.4 -> 10.5 ms, ours
 7.0 -> 7.7). The backward's phase is the autograd engine's whole run, on its device thread.
 
+Note [Graph host]: inside each phase, the host time spent in the compiled graphs themselves
+(the OutputCode AOTAutograd calls: inductor's CompiledFxGraph, this backend's FusedGraph),
+against the phase's whole: the rest is dynamo's guards, AOTAutograd's and autograd's wrapping
+(saved tensors, outputs' aliases), the same code for both contenders, but not the same work
+where their graphs save and return different tensors.
+
 `--timeline MODELS`: after those models' rounds, `--timeline-steps` steps of each contender
 under torch.profiler (CUDA activity alone), each marked and summarized as benchmarks.step_kernels
 --timeline does (GPU busy and idle, idle gaps by the launch after them, waits and allocations
@@ -125,6 +131,7 @@ class Contender:
         self.steps_s: list[float] = []
         self.hosts_s: list[float] = []
         self.phases_s: list[tuple[float, float, float]] = []  # host: forward, backward, optimizer
+        self.graphs_s: list[tuple[float, float]] = []  # of those, in the compiled graphs
         self.round_medians: list[float] = []
         self.losses: list[torch.Tensor] = []  # of every step, read after the timing
         self.compile_s = 0.0
@@ -160,10 +167,13 @@ class Contender:
         for batch in batches:
             models.sync(self.device)
             start = time.perf_counter()
-            marks: list[float] = []
+            marks = _Marks()
+            before = _GRAPH_S[0]
             loss = models.step(self.fn, self.opt, self.case, batch, self.device, marks)
             self.hosts_s.append(time.perf_counter() - start)
             self.phases_s.append((marks[0] - start, marks[1] - marks[0], marks[2] - marks[1]))
+            graphs = marks.graph_s
+            self.graphs_s.append((graphs[0] - before, graphs[1] - graphs[0]))
             models.sync(self.device)
             times.append(time.perf_counter() - start)
             # a copy, outside the timing: under CUDA graphs the loss is the graph's static
@@ -220,6 +230,9 @@ class Contender:
                 "host_phases_ms": {phase: statistics.median(p[k] for p in self.phases_s) * 1e3
                                    for k, phase in enumerate(("forward", "backward",
                                                               "optimizer"))},  # fmt: skip
+                # Note [Graph host]
+                "graph_host_ms": {phase: statistics.median(g[k] for g in self.graphs_s) * 1e3
+                                  for k, phase in enumerate(("forward", "backward"))},  # fmt: skip
                 "round_medians_ms": [t * 1e3 for t in self.round_medians],
                 "steps_ms": [t * 1e3 for t in self.steps_s],
                 **(counts if self.reports else {})}  # fmt: skip
@@ -237,6 +250,51 @@ def _short(path: str) -> str:
             head = "" if mark == "site-packages/" else mark.strip("/") + "/"
             return head + path.split(mark, 1)[1]
     return path
+
+
+# seconds spent in compiled graphs' calls so far (Note [Graph host]); the backward's run on
+# autograd's device thread while the main thread waits in backward(), so one sum serves
+_GRAPH_S = [0.0]
+
+
+class _Marks(list):
+    """models.step's phase marks, each with _GRAPH_S as it stood then (`graph_s`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.graph_s: list[float] = []
+
+    def append(self, mark: float) -> None:
+        super().append(mark)
+        self.graph_s.append(_GRAPH_S[0])
+
+
+def time_graph_calls() -> None:
+    """Wrap the OutputCode classes' __call__ (inductor's and this backend's) to add their
+    host time to _GRAPH_S (Note [Graph host]); once a process."""
+    from fusion_cache.frontends.aot_cache import FusedGraph
+
+    classes: list[type] = [FusedGraph]
+    try:
+        from torch._inductor.output_code import CompiledFxGraph
+
+        classes.append(CompiledFxGraph)
+    except ImportError:
+        pass
+    for cls in classes:
+        inner = cls.__call__
+        if getattr(inner, "_graph_timed", False):
+            continue
+
+        def timed(self: Any, inputs: Any, inner: Callable = inner) -> Any:
+            began = time.perf_counter()
+            try:
+                return inner(self, inputs)
+            finally:
+                _GRAPH_S[0] += time.perf_counter() - began
+
+        timed._graph_timed = True  # type: ignore[attr-defined]
+        cls.__call__ = timed  # type: ignore[method-assign]
 
 
 def run_model(case: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -313,6 +371,9 @@ def render(result: dict[str, Any]) -> str:
     lines.append("host ms by phase (medians; forward includes zero_grad): " + "; ".join(
         f"{name} " + " / ".join(f"{v:.2f}" for v in s["host_phases_ms"].values())
         for name, s in result["contenders"].items() if "host_phases_ms" in s))
+    lines.append("of which in the compiled graphs (Note [Graph host]), forward / backward: " +
+                 "; ".join(f"{name} " + " / ".join(f"{v:.2f}" for v in s["graph_host_ms"].values())
+                           for name, s in result["contenders"].items() if "graph_host_ms" in s))
     unbound = {name: s["unbound_launches_a_step"] for name, s in result["contenders"].items()
                if "unbound_launches_a_step" in s}  # fmt: skip
     if unbound:  # bound launches off their binding thread (codegen/launch.py unbound_launches)
@@ -371,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     from fusion_cache.frontends import register_backend
 
     register_backend()
+    time_graph_calls()
     dynamo.config.cache_size_limit = 64  # an entry per contender
     context: Any = contextlib.nullcontext()
     if args.stub:

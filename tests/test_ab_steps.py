@@ -35,6 +35,10 @@ def test_variants_compile_apart_and_take_turns(tmp_path):
     assert lone["ops_eager"] < base["ops_eager"]
     assert "regions" not in eager and "max_loss_diff" in base
     assert base["launches_a_step"] > 0 and "launches_a_step" not in eager
+    # Note [Graph host]: eager calls no compiled graph; ours spend part of each phase in theirs
+    assert eager["graph_host_ms"] == {"forward": 0.0, "backward": 0.0}
+    for phase in ("forward", "backward"):
+        assert 0 < base["graph_host_ms"][phase] <= base["host_phases_ms"][phase]
     # paired with the baseline ("base") round by round
     assert 0 <= lone["rounds_faster"] <= 2 and lone["ratio_to_baseline"] > 0
     assert "ratio_to_baseline" not in base
