@@ -338,3 +338,22 @@ def test_the_key_needs_no_code_generator_and_is_the_same_in_every_process():
     assert cold["aot"]["saved"] == 1 and not cold["codegen"], cold
     warm = _child("registered")
     assert warm["aot"]["hit"] == 1 and warm["aot"]["miss"] == 0, warm
+
+
+def test_the_min_cut_keeps_its_own_entries_and_takes_them_again(monkeypatch):
+    """FUSION_CACHE_MIN_CUT changes what the forward saves (Note [Recompute in the backward]);
+    its graphs go in the cache under its switch's tag: never taken for the default
+    partition's, and taken by a fresh torch state under the same switch."""
+    _train(steps=1)  # the default partition's entry
+    _fresh_torch_state()
+    monkeypatch.setenv("FUSION_CACHE_MIN_CUT", "1")
+    eager_losses, eager_weights, _ = _train(backend=None)
+    cold_losses, _, cold = _train()
+    assert cold["hit"] == 0 and cold["miss"] == 1 and cold["saved"] == 1, cold
+    _fresh_torch_state()
+    warm_losses, warm_weights, warm = _train()
+    assert warm["hit"] == 1 and warm["miss"] == 0 and warm["bypass"] == 0, warm
+    assert warm_losses == cold_losses
+    assert warm_losses == pytest.approx(eager_losses, rel=1e-5)
+    for got, want in zip(warm_weights, eager_weights):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -21,7 +21,9 @@ configuration) plus `cache_key_tag`, to which the backend adds its tag (`backend
 form's version and a hash of the sources that make records (the frontend and the lowerings),
 so an entry written by other lowerings is never replayed, and another backend's entry for the
 same graph (aot_eager's, bundled too) is never taken for this one's; and the knobs that
-change how a graph is fused (`knobs_tag`). FUSION_CACHE_AOT_CACHE=0 turns it off (so does
+change how a graph is fused (`knobs_tag`), among them the switches that pick the partitioner and
+decompositions AOTAutograd is asked for (torch's key names neither; recompute.cache_safe).
+FUSION_CACHE_AOT_CACHE=0 turns it off (so does
 FUSION_CACHE_DUMP=graph, whose listing comes from fusing); torch's own switches
 (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1, torch._functorch.config.enable_autograd_cache) too.
 The CUDA-graph mode (Note [CUDA-graph mode]) does not use it.

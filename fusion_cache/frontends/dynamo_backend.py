@@ -145,8 +145,8 @@ def fusion_cache_backend(gm: GraphModule, example_inputs: Sequence[Any], mode: s
     # stays in the graph, and the regions write them in place
     keep = {"keep_inference_input_mutations": True}
     recompute_options = recompute.aot_options()  # Note [Recompute in the backward]
-    # the AOT cache keys no partitioner: a graph split by the min-cut stays out of it; the
-    # saved views' one is named by its switch in the cache's tag (Note [AOT cache])
+    # torch's AOT cache keys no partitioner nor decompositions: the backend's cache tag names
+    # the switch that chose them (Note [AOT cache]; recompute.cache_safe)
     cached = aot_cache_wanted() and recompute.cache_safe(recompute_options)
     compilers = serializable_compilers() if cached else None
     if compilers is not None:  # Note [AOT cache]: a restart skips AOTAutograd

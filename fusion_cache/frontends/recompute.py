@@ -58,9 +58,12 @@ def min_cut_under_graphs() -> bool:
 
 def cache_safe(options: dict[str, Any]) -> bool:
     """Whether graphs compiled under these options may go in torch's AOTAutograd cache, whose
-    key names no partitioner: none, or Note [Saved views redone]'s alone (its switch is in
-    the backend's cache tag, knobs_tag in aot_cache.py)."""
-    return not options or options == {"partition_fn": _default_views_redone}
+    key names no partitioner nor decompositions: none, Note [Saved views redone]'s
+    partitioner, or the min-cut's with its decompositions, as aot_options gives them (each
+    chosen by a switch, and the switches are in the backend's cache tag, knobs_tag in
+    aot_cache.py)."""
+    return (not options or options == {"partition_fn": _default_views_redone}
+            or options == {"partition_fn": _partition, "decompositions": decompositions()})
 
 
 def partition_fn() -> Callable:
