@@ -269,9 +269,25 @@ class _Marks(list):
         self.graph_s.append(_GRAPH_S[0])
 
 
+def _timed(fn: Callable) -> Callable:
+    """fn, its host time added to _GRAPH_S on each call (Note [Graph host])."""
+    def timed(*args: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            _GRAPH_S[0] += time.perf_counter() - began
+
+    timed._graph_timed = True  # type: ignore[attr-defined]
+    return timed
+
+
 def time_graph_calls() -> None:
-    """Wrap the OutputCode classes' __call__ (inductor's and this backend's) to add their
-    host time to _GRAPH_S (Note [Graph host]); once a process."""
+    """Time the compiled graphs' calls (Note [Graph host]): the OutputCode classes'
+    __call__, inductor's and this backend's, and the boxed functions the backend's compilers
+    return for the graphs that stay out of the AOT cache (FUSION_CACHE_AOT_CACHE=0); once a
+    process."""
+    from fusion_cache.frontends import dynamo_backend
     from fusion_cache.frontends.aot_cache import FusedGraph
 
     classes: list[type] = [FusedGraph]
@@ -282,27 +298,8 @@ def time_graph_calls() -> None:
     except ImportError:
         pass
     for cls in classes:
-        inner = cls.__call__
-        if getattr(inner, "_graph_timed", False):
-            continue
-
-        def timed(self: Any, inputs: Any, inner: Callable = inner) -> Any:
-            began = time.perf_counter()
-            try:
-                return inner(self, inputs)
-            finally:
-                _GRAPH_S[0] += time.perf_counter() - began
-
-        timed._graph_timed = True  # type: ignore[attr-defined]
-        cls.__call__ = timed  # type: ignore[method-assign]
-    _time_uncached_graphs()
-
-
-def _time_uncached_graphs() -> None:
-    """The backend's graphs that stay out of the AOT cache (the min-cut's) are boxed
-    functions, not FusedGraphs: time those its compilers return."""
-    from fusion_cache.frontends import dynamo_backend
-
+        if not getattr(cls.__call__, "_graph_timed", False):
+            cls.__call__ = _timed(cls.__call__)  # type: ignore[method-assign]
     compiler = dynamo_backend._compiler
     if getattr(compiler, "_graph_timed", False):
         return
@@ -311,15 +308,7 @@ def _time_uncached_graphs() -> None:
         compile_graph = compiler(kind)
 
         def compile_timed(gm: Any, example_inputs: Any) -> Callable:
-            boxed = compile_graph(gm, example_inputs)
-
-            def run(inputs: list) -> Any:
-                began = time.perf_counter()
-                try:
-                    return boxed(inputs)
-                finally:
-                    _GRAPH_S[0] += time.perf_counter() - began
-
+            run = _timed(compile_graph(gm, example_inputs))
             run._boxed_call = True  # type: ignore[attr-defined]
             return run
 
