@@ -310,8 +310,8 @@ SWITCHES: dict[str, str] = {
                           "[Saved views redone], fusion_cache/frontends/recompute.py)",
     "WHOLE_REGIONS": "the torch.compile backend cuts partitions after convolutions alone, "
                      "not after attention ops (Note [Region cuts], fusion_cache/frontends/"
-                     "dynamo_backend.py): a transformer's graph is one region; faster steps, "
-                     "a longer segmentation search",
+                     "dynamo_backend.py): a transformer's graph is one region; steps within "
+                     "the noise, a longer segmentation search",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
 }
