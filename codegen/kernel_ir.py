@@ -82,6 +82,9 @@ class Store:
     accumulate: bool = False  # add to what is there (atomically), not overwrite
     # the memory order a fresh output is written in (Note [Output layouts]); (): row-major
     stride_order: tuple[int, ...] = ()
+    # Note [Outputs of other shapes] (schedulers/pointwise.py): computed through a reshape of
+    # the loop (the first output's shape) into its own, written row-major as the loop runs
+    reshaped: bool = False
 
 
 @dataclass(frozen=True)

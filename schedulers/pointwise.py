@@ -10,6 +10,14 @@ program is the same for every size; only the variant (collapsed rank, vector wid
 type, per-access load mode) depends on the inputs, and sizes are kernel arguments.
 A reshape is lowered as a frame around its source (Note [Reshape frames] in views.py) and
 becomes strides at plan time too.
+
+Note [Outputs of other shapes]: outputs of one size but other shapes (RoPE's rotated query
+heads [b, t, h, d/2, 2] beside its key heads expanded over their groups [b, t, kv, g, d])
+share one loop, the first output's shape: each other output is lowered in its own dims
+inside a frame that reshapes them into the loop's, and written row-major as the loop runs
+(its elements in the same order as the loop's). Where the reshape is no view of what the
+output reads, the loop is split (Note [Split loops] in loop_split.py). Outputs written in
+place or in a stride order keep the loop's shape.
 """
 from __future__ import annotations
 
@@ -38,7 +46,7 @@ from .resize import (
     resize_layout,
     resize_variant,
 )
-from .tuning import knob
+from .tuning import knob, switched_on
 from .views import ReshapeFrame, describe_views, resolve_access
 
 NAME = "pointwise"
@@ -243,6 +251,17 @@ class _Lowering(ResizeLowering):
         finally:
             self.frame = outer
 
+    def reshaped_output(self, index: int, first: int, loop: tuple) -> str:
+        """Note [Outputs of other shapes]: output `index`, of another shape than the first
+        output `first` (the loop), lowered in its own dims inside a frame that reshapes them
+        into the loop's, as a reshape's source is (Note [Reshape frames])."""
+        outer = self.frame
+        self.frame = (*outer, ReshapeFrame(first, loop, index))
+        try:
+            return self.tensor(index, tuple(range(self.info(index).ndim)))
+        finally:
+            self.frame = outer
+
     def view_map(self, rec: Record, out_map: tuple) -> tuple:
         src = self.info(rec.args[0].index)
         name = rec.name
@@ -267,6 +286,22 @@ class _Lowering(ResizeLowering):
         raise SchedulerRefused(f"unknown view op {name}")
 
 
+def _viewed_from(index: int, producers: dict[int, Record], outputs: set[int]) -> bool:
+    """Whether tensor `index` is view ops (reshapes included) of one of `outputs`."""
+    rec = producers.get(index)
+    while rec is not None and (rec.name in VIEW_OPS or rec.name == "reshape"):
+        index = rec.args[0].index
+        if index in outputs:
+            return True
+        rec = producers.get(index)
+    return False
+
+
+def _same_shape(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether two outputs' defined shapes may be one shape (-1: a size known at run time)."""
+    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
+
+
 def lower_pointwise(fd: Any) -> PointwiseProgram:
     """Shape-independent lowering of a definition, or SchedulerRefused with the reason."""
     producers: dict[int, Record] = {}
@@ -278,24 +313,33 @@ def lower_pointwise(fd: Any) -> PointwiseProgram:
     outs = fd.output_records()
     if not outs:
         raise SchedulerRefused("the fusion has no outputs")
-    ranks = set()
     for r in outs:
-        info = fd._infos[r.args[0].index]
-        if not isinstance(info, TensorInfo):
+        if not isinstance(fd._infos[r.args[0].index], TensorInfo):
             raise SchedulerRefused(f"output {r.args[0]} is a scalar")
-        ranks.add(info.ndim)
-    if len(ranks) != 1:
-        raise SchedulerRefused(f"outputs have different ranks {sorted(ranks)}")
-    rank = ranks.pop()
+    first = outs[0].args[0].index
+    rank = fd._infos[first].ndim
+    split = switched_on("SPLIT_LOOPS")
     low = _Lowering(fd, producers, input_pos)
     loop = tuple(range(rank))
     stores = []
     for r, order in zip(outs, output_stride_orders(fd)):
         idx = r.args[0].index
-        var = low.tensor(idx, loop)
         alias = r.kw("alias_input")
+        reshaped = not _same_shape(fd._infos[idx].shape, fd._infos[first].shape)
+        if reshaped and not split:
+            raise SchedulerRefused(f"outputs have different shapes {list(fd._infos[first].shape)}"
+                                   f" and {list(fd._infos[idx].shape)}")  # fmt: skip
+        if reshaped and (alias is not None or order):
+            raise SchedulerRefused(f"output {r.args[0]} has another shape than {outs[0].args[0]} "
+                                   "and is written in place or in a stride order")  # fmt: skip
+        if reshaped and _viewed_from(idx, producers, {o.args[0].index for o in outs} - {idx}):
+            # a second copy of an output: its reader views that one (Note [Views go with
+            # their readers] in segmenter.py)
+            raise SchedulerRefused(f"output {r.args[0]} is a view of another output")
+        var = low.reshaped_output(idx, first, loop) if reshaped else low.tensor(idx, loop)
         stores.append(Store(var, idx, fd._infos[idx].dtype,
-                            None if alias is None else input_pos[alias.index], stride_order=order))  # fmt: skip
+                            None if alias is None else input_pos[alias.index], stride_order=order,
+                            reshaped=reshaped))  # fmt: skip
     return PointwiseProgram(
         loop_rank=rank,
         accesses=tuple(low.accesses),
@@ -386,22 +430,37 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
     if program.loop_state is not None:  # a scatter's loop: Note [Scatter kernels] (scatter.py)
         shapes_out = {tuple(env[program.loop_state])}
     else:
-        shapes_out = {tuple(env[s]) for s in program.output_states}
+        shapes_out = {tuple(env[st.state]) for st in program.stores if not st.reshaped}
     if len(shapes_out) != 1:
         raise SchedulerRefused(f"outputs have different shapes {sorted(shapes_out)}")
     out_shape = shapes_out.pop()
+    for st in program.stores:  # Note [Outputs of other shapes]
+        if st.reshaped and math.prod(env[st.state]) != math.prod(out_shape):
+            raise SchedulerRefused(f"outputs have different sizes {list(env[st.state])} and "
+                                   f"{list(out_shape)}")  # fmt: skip
     rank = len(out_shape)
     layout = None
+    split = switched_on("SPLIT_LOOPS")
     sources = [_accessed(values, a, env) for a in program.accesses]
-    if program.resized:  # Note [Resize frames], [Gather loads] (resize.py)
-        layout = resize_layout(program, sources, env, out_shape)
+    if not program.resized:
+        try:
+            seen = [resolve_access(t, a, env) for t, a in zip(sources, program.accesses)]
+        except SchedulerRefused:
+            if not split:
+                raise
+            # a merge that is no view: the layout below may split the loop for it (Note
+            # [Split loops] in loop_split.py), else it refuses as this did
+            layout = resize_layout(program, sources, env, out_shape, split=True)
+        else:
+            strides = [access_strides(t, m, rank) for t, m in seen]
+            ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() for a in program.accesses]
+    if program.resized or layout is not None:  # Note [Resize frames], [Gather loads] (resize.py)
+        if layout is None:
+            layout = resize_layout(program, sources, env, out_shape, split=split)
         strides = [list(r.strides) for r in layout.reads]
         ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() + r.offset * ELEMENT_BYTES[a.dtype]
                 for a, r in zip(program.accesses, layout.reads)]  # fmt: skip
-    else:
-        seen = [resolve_access(t, a, env) for t, a in zip(sources, program.accesses)]
-        strides = [access_strides(t, m, rank) for t, m in seen]
-        ptrs = [0 if a.virtual else values[a.input_pos].data_ptr() for a in program.accesses]
+    n_reads = len(strides)
     outputs = []
     for k, st in enumerate(program.stores):
         if st.dim_map is not None:  # through the output's own strides, at index values
@@ -421,10 +480,10 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
             strides.append([0 if n == 1 else x for n, x in zip(out_shape, dense)])
             ptrs.append(0)
             outputs.append(OutputSpec(out_shape, st.dtype, None, tuple(dense)))
-        else:
+        else:  # row-major as the loop runs, also where the output has another shape
             strides.append(row_major(out_shape))
             ptrs.append(0)  # fresh allocations are aligned
-            outputs.append(OutputSpec(out_shape, st.dtype, st.alias_input))
+            outputs.append(OutputSpec(tuple(env[st.state]), st.dtype, st.alias_input))
     numel = math.prod(out_shape)
     notes = describe_views(program.views, env)
     if numel == 0:
@@ -434,7 +493,11 @@ def plan_pointwise(program: PointwiseProgram, values: Sequence[Any], env: dict,
         sizes, strides = collapse([out_shape[d] for d in order],
                                   [[s[d] for d in order] for s in strides])  # fmt: skip
     else:
-        sizes, strides, dim_of = collapse_keeping(list(out_shape), strides, layout.keep)
+        loop = list(out_shape)
+        if layout.split is not None:  # Note [Split loops] (loop_split.py): stores read it too
+            loop = list(layout.split.shape)
+            strides[n_reads:] = [layout.split.strides(s) for s in strides[n_reads:]]
+        sizes, strides, dim_of = collapse_keeping(loop, strides, layout.keep)
     dtypes = [a.dtype for a in program.accesses] + [s.dtype for s in program.stores]
     virtual = [a.virtual for a in program.accesses] + [""] * len(program.stores)
     vec = knob("pointwise.vec", 0) or vector_width(

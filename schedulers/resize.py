@@ -36,6 +36,15 @@ from fusion_cache.ir.view import Keep, analyze_view, apply_view_strides
 
 from .base import SchedulerRefused
 from .layout import collapse, row_major
+from .loop_split import (
+    LoopSplit,
+    carried,
+    loop_split,
+    merged_part,
+    part_through,
+    resize_parts,
+    view_parts,
+)
 from .views import ReshapeFrame
 
 FRAMED = {"slice", "select", "pad", "cat"}
@@ -253,11 +262,13 @@ def frame_steps(frame: ResizeFrame, env: dict) -> tuple[list, list]:
 
 class Read(NamedTuple):
     """An access resolved for sizes: strides over the loop dims, the element offset of its
-    first element and the stride of each index value it is read by."""
+    first element and the stride of each index value it is read by; `compounds`: the loop
+    dims it reads merged without a view (Note [Split loops]), with their parts."""
 
     strides: list[int]
     offset: int
     gathers: dict[str, int]
+    compounds: dict | None = None
 
 
 def map_strides(shape: Sequence[int], strides: Sequence[int], dim_map: Sequence,
@@ -274,32 +285,46 @@ def map_strides(shape: Sequence[int], strides: Sequence[int], dim_map: Sequence,
     return eff
 
 
-def resolve_read(tensor: Any, access: Any, env: dict, rank: int) -> Read:
-    """Note [Resize frames] and [Reshape frames], innermost frame first."""
+def resolve_read(tensor: Any, access: Any, env: dict, rank: int, split: bool = False) -> Read:
+    """Note [Resize frames] and [Reshape frames], innermost frame first; with `split`, a
+    merge that is no view becomes a compound dim (Note [Split loops])."""
     shape = tuple(tensor.shape)
     strides = [tensor.stride(d) for d in range(len(shape))]
     dim_map, offset, gathers = access.dim_map, 0, {}
+    compounds: dict = {}
     for frame in reversed(access.frames):
         src_shape = tuple(env[frame.source])
         src = map_strides(shape, strides, dim_map, len(src_shape), gathers)
+        what = f"T{frame.state}"
+        compounds = carried(compounds, dim_map, what) if compounds else compounds
         out_shape = tuple(env[frame.state])
         if isinstance(frame, ReshapeFrame):
             analysis = analyze_view(src_shape, out_shape)
-            viewed = apply_view_strides(src_shape, tuple(src), analysis)
-            if viewed is None:
+            viewed = None if compounds else apply_view_strides(src_shape, tuple(src), analysis)
+            if viewed is not None:
+                strides = list(viewed)
+            elif split:
+                strides, compounds = view_parts(src_shape, src, analysis, compounds,
+                                                f"reshape ({what})")  # fmt: skip
+            else:
                 raise SchedulerRefused(
-                    f"reshape (T{frame.state}) of {list(src_shape)} to {list(out_shape)} is not a "
+                    f"reshape ({what}) of {list(src_shape)} to {list(out_shape)} is not a "
                     f"view of its source's strides {list(src)} ({analysis.describe()} needs a copy)"
                 )
-            strides = list(viewed)
         else:
+            steps, windows = frame_steps(frame, env)
+            if compounds:
+                compounds = resize_parts(compounds, steps, windows, f"{frame.record.name} ({what})")
             strides = [0] * len(out_shape)
-            for d, (e, step, start) in enumerate(frame_steps(frame, env)[0]):
+            for d, (e, step, start) in enumerate(steps):
                 offset += src[d] * start
                 if e is not None:
                     strides[e] += src[d] * step
         shape, dim_map = out_shape, frame.out_map
-    return Read(map_strides(shape, strides, dim_map, rank, gathers), offset, gathers)
+    if compounds:
+        compounds = carried(compounds, dim_map, f"T{access.state}")
+    return Read(map_strides(shape, strides, dim_map, rank, gathers), offset, gathers,
+                compounds or None)
 
 
 def _kept_dim(frame: ReshapeFrame, d: int, env: dict) -> int:
@@ -312,35 +337,65 @@ def _kept_dim(frame: ReshapeFrame, d: int, env: dict) -> int:
                            f"is needed outside it, and {analysis.describe()} regroups that dim")  # fmt: skip
 
 
-def resolve_position(frames: Sequence, entry: Any, env: dict) -> tuple[Any, int, int]:
+def resolve_position(frames: Sequence, entry: Any, env: dict,
+                     split: LoopSplit | None = None) -> tuple[Any, int, int]:  # fmt: skip
     """(target, a, b): the coordinate is a * target + b, where the target is a loop dim, an
-    index value's name, or None (a constant b)."""
+    index value's name, or None (a constant b). With `split` (Note [Split loops]) the target
+    is a dim of the split loop, and a position inside a merge that is no view is its part's."""
     a, b = 1, 0
+    part = None  # (part, the parts' sizes) while the entry is a compound dim
     for frame in reversed(frames):
         if entry is None or isinstance(entry, str):
             break
-        if env[frame.source][entry] == 1:
+        sizes = env[frame.source]
+        if sizes[entry] == 1 and part is None:
             return None, 0, b
         if isinstance(frame, ReshapeFrame):
+            analysis = analyze_view(tuple(sizes), tuple(env[frame.state]))
+            if part is not None:
+                dst, plain = part_through(analysis, entry, *part, sizes)
+                part = None if plain else part
+                entry = frame.out_map[dst]
+                continue
+            merged = None if split is None else merged_part(analysis, entry, sizes)
+            if merged is not None:
+                dst, k, parts = merged
+                part, entry = (k, parts), frame.out_map[dst]
+                continue
             entry = frame.out_map[_kept_dim(frame, entry, env)]
             continue
         e, step, start = frame_steps(frame, env)[0][entry]
+        if part is not None and (step != 1 or start != 0 or e is None):
+            raise SchedulerRefused(f"{frame.record.name} (T{frame.state}) moves dims merged "
+                                   "without a view")  # fmt: skip
         a, b = a * step, a * start + b
         if e is None or a == 0:
             return None, 0, b
         entry = frame.out_map[e]
+    if part is not None:
+        k, parts = part
+        if not isinstance(entry, int) or split is None or split.splits.get(entry) != parts:
+            raise SchedulerRefused("a position inside dims merged without a view reaches no "
+                                   "loop dim split into them")  # fmt: skip
+        return split.place(entry) + k, a, b
     if entry is None:
         return None, 0, b
+    if split is not None and isinstance(entry, int):
+        if entry in split.splits:
+            raise SchedulerRefused(f"a position along loop dim {entry}, which is split for dims "
+                                   "merged without a view")  # fmt: skip
+        entry = split.place(entry)
     return entry, a, b
 
 
-def resolve_guard(frames: Sequence, env: dict) -> list[tuple[Any, int, int]] | None:
+def resolve_guard(frames: Sequence, env: dict,
+                  split: LoopSplit | None = None) -> list[tuple[Any, int, int]] | None:  # fmt: skip
     """The window of frames[-1] as intervals [lo, hi) of targets (loop dims or index values),
     or None when no position lies in it. An interval holding every position is left out."""
     frame = frames[-1]
     out: list[tuple[Any, int, int]] = []
     for e, lo, hi in frame_steps(frame, env)[1]:
-        target, a, b = resolve_position(frames[:-1], frame.out_map[e], env)
+        target, a, b = resolve_position(frames[:-1], frame.out_map[e], env, split)
         if target is None:
             if not lo <= b < hi:
                 return None
@@ -381,14 +436,27 @@ class ResizeLayout(NamedTuple):
     positions: list[tuple[Any, int, int]]  # per position: (target, a, b)
     keep: frozenset[int]  # loop dims that windows and positions read: never collapsed
     extents: dict[str, int]  # index value -> the extent it indexes
+    # Note [Split loops]: the loop split where reads merge dims without a view (None: not
+    # split); the reads, windows and positions above are over the split loop
+    split: LoopSplit | None = None
 
 
 def resize_layout(program: Any, sources: Sequence[Any], env: dict,
-                  shape: tuple[int, ...]) -> ResizeLayout:  # fmt: skip
+                  shape: tuple[int, ...], split: bool = False) -> ResizeLayout:  # fmt: skip
     """Resolve every frame, window and position of `program` for these sizes; `sources`:
-    what each access reads (a tensor, or an index access's index space)."""
+    what each access reads (a tensor, or an index access's index space). With `split`, a
+    merge that is no view splits the loop (Note [Split loops]); the planner then reads the
+    stores' strides through `layout.split` too."""
     rank = len(shape)
-    reads = [resolve_read(t, a, env, rank) for t, a in zip(sources, program.accesses)]
+    reads = [resolve_read(t, a, env, rank, split) for t, a in zip(sources, program.accesses)]
+    cut = loop_split(shape, [r.compounds for r in reads if r.compounds])
+    if cut is not None:
+        if any(st.dim_map is not None for st in program.stores):
+            raise SchedulerRefused("a scatter reads dims merged without a view")
+        reads = [r._replace(strides=cut.strides(r.strides, r.compounds), compounds=None)
+                 for r in reads]  # fmt: skip
+        shape = cut.shape
+        rank = len(shape)
     keys = list(program.guards)  # guard k is window k; accesses add the windows they sit in
     preds = []
     for a in program.accesses:
@@ -402,11 +470,11 @@ def resize_layout(program: Any, sources: Sequence[Any], env: dict,
         preds.append(tuple(mine))
     windows = []
     for key in keys:
-        intervals = resolve_guard(key, env)
+        intervals = resolve_guard(key, env, cut)
         windows.append(None if intervals is None else clip_intervals(intervals, shape))
     positions = []
     for p in program.positions:
-        target, a, b = resolve_position(p.frames, p.entry, env)
+        target, a, b = resolve_position(p.frames, p.entry, env, cut)
         positions.append((None, 0, b) if isinstance(target, int) and shape[target] == 1
                          else (target, a, b))  # fmt: skip
     keep = {t for w in windows if w for t, _, _ in w if isinstance(t, int)}
@@ -424,7 +492,7 @@ def resize_layout(program: Any, sources: Sequence[Any], env: dict,
         out = tuple(env[st.state])
         gathers: dict[str, int] = {}
         writes.append(Read(map_strides(out, row_major(out), st.dim_map, rank, gathers), 0, gathers))
-    return ResizeLayout(reads, writes, windows, preds, positions, frozenset(keep), extents)
+    return ResizeLayout(reads, writes, windows, preds, positions, frozenset(keep), extents, cut)
 
 
 def collapse_keeping(sizes: Sequence[int], strides: Sequence[Sequence[int]],

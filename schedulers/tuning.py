@@ -314,14 +314,24 @@ SWITCHES: dict[str, str] = {
                      "the noise, a longer segmentation search",
     "MIN_CUT": "the torch.compile backend partitions forward and backward with AOTAutograd's "
                "min-cut (Note [Recompute in the backward], fusion_cache/frontends/recompute.py)",
+    "SPLIT_LOOPS": "the pointwise scheduler splits its loop where a reshape merges dims whose "
+                   "strides do not nest (Note [Split loops], schedulers/loop_split.py) and "
+                   "writes outputs of other shapes as its loop runs (Note [Outputs of other "
+                   "shapes], schedulers/pointwise.py)",
+    "SAME_VIEWS_ONCE": "the torch.compile backend's default partitioner takes a view op with the "
+                       "same source and arguments as an earlier one as that one (Note [Same "
+                       "views once], fusion_cache/frontends/recompute.py)",
 }
 
 
 # the switches a GPU run decided for: on unless FUSION_CACHE_<NAME>=0 (each with its figures
-# in the Note its description names)
+# in the Note its description names). SPLIT_LOOPS and SAME_VIEWS_ONCE (2026-11-28, Note [Split
+# loops]): 8 fewer launches a Llama-style step, its step time within the noise of the A/B; on
+# because they only remove work (a kernel and the tensor it handed on)
 ON_BY_DEFAULT: frozenset[str] = frozenset({"COUNTERS_REGION", "VIEWS_TO_READERS",
                                            "CASTS_BEFORE_VIEWS", "SAVED_VIEWS_REDONE",
-                                           "PEER_REDUCTIONS"})
+                                           "PEER_REDUCTIONS", "SPLIT_LOOPS",
+                                           "SAME_VIEWS_ONCE"})
 
 
 def switched_on(name: str) -> bool:

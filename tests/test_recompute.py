@@ -138,6 +138,50 @@ def test_saved_views_of_inputs_are_redone_in_the_backward():
         torch.testing.assert_close(g.grad, e.grad)
 
 
+def test_the_same_view_taken_twice_is_one_node():
+    """Note [Same views once]: RoPE's two slices of one table (query and key heads) become
+    one node of the forward graph; the values and gradients are eager's."""
+    t, d = 6, 4
+    cos = torch.randn(16, d, generator=_gen(13))
+    q, k = torch.randn(t, d, generator=_gen(14)), torch.randn(t, d, generator=_gen(15))
+
+    def fn(q, k, cos):
+        return (q * cos[:t].view(1, t, d)).sum() + (k * cos[:t].view(1, t, d)).sum()
+
+    slices = []
+
+    def fw(gm, example):
+        slices.append(sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.slice.Tensor))
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=lambda gm, ex: make_boxed_func(gm.forward),
+                           partition_fn=recompute._default_views_redone)  # fmt: skip
+    torch._dynamo.reset()
+    args = [q.clone().requires_grad_(), k.clone().requires_grad_(), cos]
+    got = torch.compile(fn, backend=backend)(*args)
+    got.backward()
+    assert slices == [1]
+    want_args = [q.clone().requires_grad_(), k.clone().requires_grad_(), cos]
+    want = fn(*want_args)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for g, e in zip(args[:2], want_args[:2]):
+        torch.testing.assert_close(g.grad, e.grad)
+
+
+def test_views_returned_by_the_graph_keep_their_own_nodes():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    a = graph.call_function(torch.ops.aten.slice.Tensor, (x, 0, 0, 2))
+    b = graph.call_function(torch.ops.aten.slice.Tensor, (x, 0, 0, 2))
+    c = graph.call_function(torch.ops.aten.slice.Tensor, (x, 0, 0, 2))
+    e = graph.call_function(torch.ops.aten.slice.Tensor, (x, 0, 0, 2))
+    d = graph.call_function(torch.ops.aten.mul.Tensor, (c, e))
+    graph.output((a, b, d))
+    assert recompute.same_views_once(graph) == 1
+    assert d.args == (c, c) and {n for n in graph.nodes if n.target is torch.ops.aten.slice.Tensor} == {a, b, c}
+
+
 def test_saved_views_redone_switch_picks_the_default_partitioner(monkeypatch):
     monkeypatch.setenv("FUSION_CACHE_SAVED_VIEWS_REDONE", "1")
     monkeypatch.delenv("FUSION_CACHE_MIN_CUT", raising=False)

@@ -96,8 +96,45 @@ _REDONE_VIEWS = frozenset({aten.t.default, aten.transpose.int, aten.permute.defa
 def _default_views_redone(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
     from torch._functorch.partitioners import default_partition
 
+    from schedulers.tuning import switched_on
+
+    if switched_on("SAME_VIEWS_ONCE"):
+        same_views_once(joint.graph)
     redo_saved_views(joint)
     return default_partition(joint, joint_inputs, **kwargs)
+
+
+def same_views_once(graph: torch.fx.Graph) -> int:
+    """Note [Same views once]: a model that takes the same view of a tensor twice (the
+    Llama-style model's RoPE slices its cos and sin tables once for the query heads and once
+    for the key heads) gave a region one input per view, so the segmenter saw the query and
+    key heads' RoPE read different tables and never tried them in one kernel; inductor's
+    min-cut partitioner deduplicates the joint graph (fx_graph_cse), the default one does
+    not. Here a view op with the same source and constant arguments as an earlier one is
+    that one (views compute nothing, so this changes no value); the graph's outputs keep
+    their own nodes. Returns how many were merged."""
+    outputs = {n for n in graph.nodes if n.op == "output"}
+    returned = {a for o in outputs for a in o.all_input_nodes}
+    seen: dict[tuple, torch.fx.Node] = {}
+    merged = 0
+    for node in list(graph.nodes):
+        if not _is_redone_view(node) or node in returned:
+            continue
+        try:
+            key = (node.target, node.args[0], *map(_frozen, node.args[1:]))
+            hash(key)
+        except TypeError:  # a symbolic size: left alone
+            continue
+        first = seen.setdefault(key, node)
+        if first is not node:
+            node.replace_all_uses_with(first)
+            graph.erase_node(node)
+            merged += 1
+    return merged
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(map(_frozen, value)) if isinstance(value, (list, tuple)) else value
 
 
 def _forward_part(graph: torch.fx.Graph) -> tuple[set, Any]:
