@@ -102,6 +102,23 @@ def test_casts_move_ahead_of_views():
     assert targets[cast + 1] == aten.view.default  # the view now reads the cast
 
 
+def _default_partition_matches_eager(fn, grads, rest, fw):
+    """`fn` compiled with the default partitioner of Note [Saved views redone] (the forward
+    graph handed to `fw`): its value and the gradients of `grads` are eager's."""
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=lambda gm, ex: make_boxed_func(gm.forward),
+                           partition_fn=recompute._default_views_redone)  # fmt: skip
+    torch._dynamo.reset()
+    args = [a.clone().requires_grad_() for a in grads] + list(rest)
+    got = torch.compile(fn, backend=backend)(*args)
+    got.backward()
+    want_args = [a.clone().requires_grad_() for a in grads] + list(rest)
+    want = fn(*want_args)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for g, e in zip(args[:len(grads)], want_args[:len(grads)]):
+        torch.testing.assert_close(g.grad, e.grad)
+
+
 def test_saved_views_of_inputs_are_redone_in_the_backward():
     """Note [Saved views redone]: a linear layer's transposed weight and a slice of a table
     are saved as their inputs, no view; the gradients are eager's."""
@@ -123,19 +140,8 @@ def test_saved_views_of_inputs_are_redone_in_the_backward():
                            recompute._REDONE_VIEWS)  # fmt: skip
         return make_boxed_func(gm.forward)
 
-    backend = aot_autograd(fw_compiler=fw, bw_compiler=lambda gm, ex: make_boxed_func(gm.forward),
-                           partition_fn=recompute._default_views_redone)  # fmt: skip
-    torch._dynamo.reset()
-    args = [a.clone().requires_grad_() for a in (x, w1, w2)] + [table]
-    got = torch.compile(fn, backend=backend)(*args)
-    got.backward()
+    _default_partition_matches_eager(fn, (x, w1, w2), (table,), fw)
     assert saved_views == []
-    want_args = [a.clone().requires_grad_() for a in (x, w1, w2)] + [table]
-    want = fn(*want_args)
-    want.backward()
-    torch.testing.assert_close(got, want)
-    for g, e in zip(args[:3], want_args[:3]):
-        torch.testing.assert_close(g.grad, e.grad)
 
 
 def test_the_same_view_taken_twice_is_one_node():
@@ -154,19 +160,8 @@ def test_the_same_view_taken_twice_is_one_node():
         slices.append(sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.slice.Tensor))
         return make_boxed_func(gm.forward)
 
-    backend = aot_autograd(fw_compiler=fw, bw_compiler=lambda gm, ex: make_boxed_func(gm.forward),
-                           partition_fn=recompute._default_views_redone)  # fmt: skip
-    torch._dynamo.reset()
-    args = [q.clone().requires_grad_(), k.clone().requires_grad_(), cos]
-    got = torch.compile(fn, backend=backend)(*args)
-    got.backward()
+    _default_partition_matches_eager(fn, (q, k), (cos,), fw)
     assert slices == [1]
-    want_args = [q.clone().requires_grad_(), k.clone().requires_grad_(), cos]
-    want = fn(*want_args)
-    want.backward()
-    torch.testing.assert_close(got, want)
-    for g, e in zip(args[:2], want_args[:2]):
-        torch.testing.assert_close(g.grad, e.grad)
 
 
 def test_views_returned_by_the_graph_keep_their_own_nodes():
