@@ -196,3 +196,21 @@ def test_cuda_graph_mode_takes_the_min_cut_unless_switched_off(monkeypatch):
     assert recompute.aot_options(graphs=True) == {"partition_fn": recompute._default_views_redone}
     monkeypatch.setenv("FUSION_CACHE_MIN_CUT", "1")
     assert recompute.aot_options()["partition_fn"] is recompute.partition_fn()
+
+
+def test_a_backward_view_is_not_taken_for_the_forward_one():
+    """Merged into the forward's, a backward's view would make the forward save it."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("primals_1")
+    a = graph.call_function(torch.ops.aten.slice.Tensor, (x, 0, 0, 2))
+    fwd = graph.call_function(torch.ops.aten.mul.Tensor, (a, a))
+    fwd.meta["partitioner_tag"] = "is_forward"
+    g = graph.placeholder("tangents_1")
+    b = graph.call_function(torch.ops.aten.slice.Tensor, (x, 0, 0, 2))
+    c = graph.call_function(torch.ops.aten.slice.Tensor, (x, 0, 0, 2))
+    bwd = graph.call_function(torch.ops.aten.mul.Tensor, (g, graph.call_function(
+        torch.ops.aten.add.Tensor, (b, c))))
+    graph.output((fwd, bwd))
+    assert recompute.same_views_once(graph) == 1
+    adds = [n for n in graph.nodes if n.target is torch.ops.aten.add.Tensor]
+    assert adds[0].args == (b, b)

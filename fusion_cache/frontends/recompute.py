@@ -112,16 +112,18 @@ def same_views_once(graph: torch.fx.Graph) -> int:
     min-cut partitioner deduplicates the joint graph (fx_graph_cse), the default one does
     not. Here a view op with the same source and constant arguments as an earlier one is
     that one (views compute nothing, so this changes no value); the graph's outputs keep
-    their own nodes. Returns how many were merged."""
+    their own nodes, and a backward's view is not taken for a forward's (the forward would
+    save it). Returns how many were merged."""
     outputs = {n for n in graph.nodes if n.op == "output"}
     returned = {a for o in outputs for a in o.all_input_nodes}
+    forward, _ = _forward_part(graph)
     seen: dict[tuple, torch.fx.Node] = {}
     merged = 0
     for node in list(graph.nodes):
         if not _is_redone_view(node) or node in returned:
             continue
         try:
-            key = (node.target, node.args[0], *map(_frozen, node.args[1:]))
+            key = (node in forward, node.target, node.args[0], *map(_frozen, node.args[1:]))
             hash(key)
         except TypeError:  # a symbolic size: left alone
             continue
