@@ -23,6 +23,9 @@ summary in the store keeps its groups (each segment's owned and computed ops) be
 segmenter's version, and a later plan for the same fusion, signature and target takes
 them after checking they fit the fusion (schedulers/segmenter.py, `given`), searching
 again only where they do not, or where a group would land on the reference evaluator.
+The version names a hash of the schedulers' sources: a build whose schedulers change (a
+scheduler that now takes a merged group, 2026-11-28's Note [Split loops]) searches again
+rather than replaying a segmentation it would improve on.
 
 Note [Stored kinds]: a warm process given the stored groups still tried every scheduler on
 each group to learn which takes it: on the Llama-style model's warm first step (CPU, stub
@@ -35,12 +38,15 @@ has its groups tried as before.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import threading
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -496,14 +502,28 @@ def _stored_kinds(kinds: Any, n_groups: int) -> list | None:
 
 def segmenter_version() -> str:
     """What a stored segmentation was found with: the format and the schedulers a group
-    could be given to (a build with another scheduler list searches again), and the
-    switches on (Note [Unmeasured switches] in schedulers/tuning.py)."""
+    could be given to (a build with another scheduler list searches again), a hash of the
+    schedulers' sources (a build whose schedulers take other groups searches again: the
+    stored groups still plan, but a segmentation the new ones improve on would be kept for
+    ever), and the switches on (Note [Unmeasured switches] in schedulers/tuning.py)."""
     from schedulers.registry import SCHEDULERS
     from schedulers.tuning import switches_on
 
     on = switches_on()  # Note [Unmeasured switches]
-    return "fc-segments-1:" + ",".join(name for name, *_ in SCHEDULERS) + (
-        f"+{','.join(on)}" if on else "")
+    return (f"fc-segments-1:{_schedulers_hash()}:" + ",".join(name for name, *_ in SCHEDULERS)
+            + (f"+{','.join(on)}" if on else ""))  # fmt: skip
+
+
+@functools.cache
+def _schedulers_hash() -> str:
+    import schedulers
+
+    digest = hashlib.sha256()
+    root = Path(schedulers.__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def home_device(values: Sequence[Any]) -> int:
