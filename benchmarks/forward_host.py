@@ -1,6 +1,6 @@
 """Where a compiled forward's host time goes, ours beside inductor's, forward calls alone.
 
-    python -m benchmarks.forward_host [--models llama,gpt2] [--reps 40] [--top 30]
+    python -m benchmarks.forward_host [--models llama,gpt2] [--reps 40] [--top 30] [--backward]
 
 Issue 30: on the H100 the Llama-style step's gap to inductor sat in its forward graph (Note
 [Graph host] in benchmarks/ab_steps.py: 2.48 against 1.73 ms at 03:35 UTC, 2026-11-28).
@@ -9,7 +9,10 @@ steps; then its forward alone (the model called under the step's autocast, the l
 no backward) is timed `--reps` times, host time to the call's return (nothing waits), with a
 synchronize between calls so each issues onto an idle GPU. For fusion_cache the time inside
 the region calls (RegionCall.__call__), their launch sequences (LaunchSequence.run) and
-their guards is summed as well, per forward. Then `--profile` forwards of each run under
+their guards is summed as well, per forward. With `--backward` each forward's loss is also
+taken back (its gradients dropped first), the backward's host time to `backward()`'s return
+timed and split the same way (its region calls run on autograd's device thread). Then
+`--profile` forwards of each run under
 cProfile, the heaviest functions by own time (cProfile inflates Python calls: read shares
 within a contender).
 """
@@ -37,13 +40,11 @@ class _Timer:
 
     def __init__(self) -> None:
         self.total: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
 
     def wrap(self, owner: type, attr: str, name: str) -> Callable[[], None]:
         original = getattr(owner, attr)
-        total, calls = self.total, self.calls
+        total = self.total
         total.setdefault(name, 0.0)
-        calls.setdefault(name, 0)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
@@ -51,38 +52,45 @@ class _Timer:
                 return original(*args, **kwargs)
             finally:
                 total[name] += time.perf_counter() - start
-                calls[name] += 1
 
         setattr(owner, attr, timed)
         return lambda: setattr(owner, attr, original)
 
-    def reset(self) -> None:
-        for k in self.total:
-            self.total[k], self.calls[k] = 0.0, 0
 
-
-def _forward(fn: Callable, case: Any, batch: tuple) -> None:
+def _forward(fn: Callable, case: Any, batch: tuple) -> torch.Tensor:
     with torch.autocast("cuda", dtype=case.autocast or torch.bfloat16,
                         enabled=case.autocast is not None):  # fmt: skip
-        loss = fn(*batch)
-    del loss
+        return fn(*batch)
 
 
-def _timed_forwards(fn: Callable, case: Any, batch: tuple, reps: int,
-                    timer: _Timer | None) -> tuple[list[float], dict[str, float], dict[str, int]]:  # fmt: skip
-    times = []
-    if timer is not None:
-        timer.reset()
-    for _ in range(reps):
+def _timed(fn: Callable, case: Any, batch: tuple, reps: int, timer: _Timer | None,
+           params: list | None) -> dict[str, tuple[list[float], dict[str, float]]]:  # fmt: skip
+    """Per phase (forward, and backward where `params` are given: the loss's backward, its
+    gradients dropped before each), the host times of `reps` calls and the time a call spent
+    inside the timer's methods."""
+    phases: dict[str, tuple[list[float], dict[str, float]]] = {}
+
+    def phase(name: str, call: Callable[[], Any]) -> Any:
+        times, inside = phases.setdefault(name, ([], {}))
+        before = dict(timer.total) if timer is not None else {}
         torch.cuda.synchronize()
         start = time.perf_counter()
-        _forward(fn, case, batch)
+        out = call()
         times.append(time.perf_counter() - start)
+        if timer is not None:
+            for k, v in timer.total.items():
+                inside[k] = inside.get(k, 0.0) + (v - before.get(k, 0.0)) / reps
+        return out
+
+    for _ in range(reps):
+        loss = phase("forward", lambda: _forward(fn, case, batch))
+        if params is not None:
+            for p in params:
+                p.grad = None
+            phase("backward", loss.backward)
+        del loss
     torch.cuda.synchronize()
-    if timer is None:
-        return times, {}, {}
-    return (times, {k: v / reps for k, v in timer.total.items()},
-            {k: v // reps for k, v in timer.calls.items()})  # fmt: skip
+    return phases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", type=int, default=10)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--backward", action="store_true",
+                        help="time each forward's backward as well (gradients dropped first)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     from fusion_cache.frontends.fx_region import RegionCall
@@ -110,25 +120,30 @@ def main(argv: list[str] | None = None) -> int:
                 model = models.initial_model(case, "cuda")
                 fn = models.compiled(contender, model)
                 batches = models.batches_for(case, 4, "cuda")
-                models.train(fn, list(model.parameters()), case, batches[:3], "cuda")
-                contenders[contender] = (fn, batches[3])
-            medians: dict[str, list[float]] = {c: [] for c in contenders}
-            inside: dict[str, float] = {}
-            calls: dict[str, int] = {}
+                params = list(model.parameters())
+                models.train(fn, params, case, batches[:3], "cuda")
+                contenders[contender] = (fn, batches[3], params if args.backward else None)
+            medians: dict[tuple[str, str], list[float]] = {}
+            inside: dict[str, dict[str, float]] = {}
             for _ in range(args.rounds):  # interleaved, so a slow stretch falls on both
-                for contender, (fn, batch) in contenders.items():
+                for contender, (fn, batch, params) in contenders.items():
                     ours = contender == "fusion_cache"
-                    times, per, n = _timed_forwards(fn, case, batch, args.reps, timer if ours else None)
-                    medians[contender].append(statistics.median(times) * 1e3)
-                    if ours:
-                        inside = {k: inside.get(k, 0.0) + v * 1e3 / args.rounds for k, v in per.items()}
-                        calls = n
-            print(f"{name}: forward host ms, median of {args.reps} a round, rounds: "
-                  + "; ".join(f"{c} {' '.join(f'{m:.2f}' for m in ms)} (median "
-                              f"{statistics.median(ms):.2f})" for c, ms in medians.items()))  # fmt: skip
-            print(f"{name}: fusion_cache, ms a forward inside: "
-                  + ", ".join(f"{k} {v:.3f} ({calls.get(k, 0)} calls)" for k, v in inside.items()))
-            for contender, (fn, batch) in contenders.items() if args.profile else ():
+                    phases = _timed(fn, case, batch, args.reps, timer if ours else None, params)
+                    for phase, (times, per) in phases.items():
+                        medians.setdefault((contender, phase), []).append(
+                            statistics.median(times) * 1e3)  # fmt: skip
+                        if ours:
+                            mine = inside.setdefault(phase, {})
+                            for k, v in per.items():
+                                mine[k] = mine.get(k, 0.0) + v * 1e3 / args.rounds
+            for (contender, phase), ms in medians.items():
+                print(f"{name} {phase}: {contender} host ms, median of {args.reps} a round, "
+                      f"rounds {' '.join(f'{m:.2f}' for m in ms)} (median "
+                      f"{statistics.median(ms):.2f})")  # fmt: skip
+            for phase, per in inside.items():
+                print(f"{name} {phase}: fusion_cache, ms a call inside: "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in per.items()))
+            for contender, (fn, batch, _) in contenders.items() if args.profile else ():
                 profile = cProfile.Profile()
                 profile.enable()
                 for _ in range(args.profile):
