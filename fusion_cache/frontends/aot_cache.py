@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -55,14 +54,13 @@ TAG = "fusion_cache-aot-2"
 def backend_tag() -> str:
     """TAG, the fused form's version, and a hash of the sources whose changes change the
     records a graph lowers to: the frontend (records, ops) and the backend (lowerings)."""
+    from fusion_cache.runtime.source_digest import sources_digest
+
     from .fused_form import FORM
 
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted([*root.glob("frontend/**/*.py"), *root.glob("frontends/*.py")]):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return f"{TAG}-form{FORM}-{digest.hexdigest()[:16]}"
+    digest = sources_digest(Path(__file__).resolve().parents[1],
+                            ("frontend/**/*.py", "frontends/*.py"))  # fmt: skip
+    return f"{TAG}-form{FORM}-{digest[:16]}"
 
 
 def knobs_tag() -> str:

@@ -39,7 +39,6 @@ has its groups tried as before.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import threading
 import time
@@ -68,6 +67,7 @@ from .kernel_cache import cubin_for, load_function
 from .plans import LaunchPlan, ReferencePlan, fill_args, host_inputs_of, input_key
 from .reference import run_reference
 from .rng import run_seeds, with_seeds
+from .source_digest import sources_digest
 
 if TYPE_CHECKING:
     from fusion_cache.frontend.definition import FusionDefinition
@@ -518,12 +518,7 @@ def segmenter_version() -> str:
 def _schedulers_hash() -> str:
     import schedulers
 
-    digest = hashlib.sha256()
-    root = Path(schedulers.__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
+    return sources_digest(Path(schedulers.__file__).resolve().parent, ("**/*.py",))[:12]
 
 
 def home_device(values: Sequence[Any]) -> int:
