@@ -36,6 +36,15 @@ from .base import SchedulerRefused
 Parts = tuple[tuple[int, int], ...]  # a compound dim: (size, stride) of each part, outermost first
 
 
+def _groups(analysis: ViewAnalysis, sizes: Sequence[int]):
+    """Each group of a reshape as (its output dims, its source dims of size > 1, its output
+    dims of size > 1): size-1 dims take no part in a merge or a split."""
+    for step in analysis.groups():
+        srcs, dsts = group_dims(step)
+        yield (dsts, [d for d in srcs if sizes[d] != 1],
+               [d for d in dsts if analysis.new[d] != 1])  # fmt: skip
+
+
 def carried(compounds: dict[int, Parts], dim_map: Sequence, what: str) -> dict[int, Parts]:
     """The compounds at dims of a tensor, moved to the dims `dim_map` sends those dims to."""
     out: dict[int, Parts] = {}
@@ -57,10 +66,7 @@ def view_parts(sizes: Sequence[int], strides: Sequence[int], analysis: ViewAnaly
     new = analysis.new
     out = [0] * len(new)
     made: dict[int, Parts] = {}
-    for step in analysis.groups():
-        srcs, dsts = group_dims(step)
-        real = [d for d in srcs if sizes[d] != 1]
-        real_dsts = [d for d in dsts if new[d] != 1]
+    for dsts, real, real_dsts in _groups(analysis, sizes):
         inside = [d for d in real if d in compounds]
         if inside:
             parts = compounds[inside[0]]
@@ -154,11 +160,7 @@ def loop_split(shape: Sequence[int], found: Sequence[dict[int, Parts]]) -> LoopS
 def merged_part(analysis: ViewAnalysis, d: int, sizes: Sequence[int]) -> tuple[int, int, tuple[int, ...]] | None:
     """(output dim, part, the parts' sizes) where source dim `d` is merged with others into
     one output dim; None where the group is no plain merge."""
-    new = analysis.new
-    for step in analysis.groups():
-        srcs, dsts = group_dims(step)
-        real = [s for s in srcs if sizes[s] != 1]
-        real_dsts = [x for x in dsts if new[x] != 1]
+    for _, real, real_dsts in _groups(analysis, sizes):
         if d in real and len(real) > 1 and len(real_dsts) == 1:
             return real_dsts[0], real.index(d), tuple(sizes[s] for s in real)
     return None
@@ -168,16 +170,12 @@ def part_through(analysis: ViewAnalysis, d: int, part: int, parts: tuple[int, ..
                  sizes: Sequence[int]) -> tuple[int, bool]:  # fmt: skip
     """Where part `part` of the compound at source dim `d` goes through a reshape: (output
     dim, whether it is a plain dim there, the compound split back into its parts)."""
-    new = analysis.new
-    for step in analysis.groups():
-        srcs, dsts = group_dims(step)
-        real = [s for s in srcs if sizes[s] != 1]
+    for _, real, real_dsts in _groups(analysis, sizes):
         if d not in real:
             continue
-        real_dsts = [x for x in dsts if new[x] != 1]
         if len(real) == 1 and len(real_dsts) == 1:
             return real_dsts[0], False
-        if len(real) == 1 and tuple(new[x] for x in real_dsts) == parts:
+        if len(real) == 1 and tuple(analysis.new[x] for x in real_dsts) == parts:
             return real_dsts[part], True
         break
     raise SchedulerRefused(f"{analysis.describe()} regroups dims merged without a view")
